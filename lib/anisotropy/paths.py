@@ -1,0 +1,35 @@
+"""Where the project keeps things: the repository root, the results store and the cache of trained checkpoints.
+
+Environment variables override the defaults: ``ANISOTROPY_RESULTS`` (results store) and ``ANISOTROPY_CACHE``
+(self-trained checkpoints, tokenizers). Outside a checkout (e.g. a pip install on Colab) both fall back to
+``~/.cache/anisotropy``.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+
+
+@lru_cache(maxsize=None)
+def project_root() -> Path | None:
+    """The checkout that holds ``_toc.yml``, searched upward from the working directory, then from this file."""
+    for start in (Path.cwd(), Path(__file__).resolve().parent):
+        for folder in (start, *start.parents):
+            if (folder / "_toc.yml").is_file() and (folder / "lib" / "anisotropy").is_dir():
+                return folder
+    return None
+
+
+def _default(sub: str) -> Path:
+    root = project_root()
+    return (root / sub) if root is not None else Path.home() / ".cache" / "anisotropy" / sub
+
+
+def results_dir() -> Path:
+    return Path(os.environ.get("ANISOTROPY_RESULTS") or _default("results"))
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("ANISOTROPY_CACHE") or _default(".cache"))

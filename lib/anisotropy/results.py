@@ -1,0 +1,108 @@
+"""The results store: one Parquet file per result, keyed by everything that determines it.
+
+``results/<chapter>/<hash>.parquet`` holds the rows, ``<hash>.json`` beside it the key and provenance (written last:
+a Parquet file without its JSON sidecar is an unfinished write and is ignored). Writes go to a temporary name and are
+renamed into place, so a run killed at any moment never leaves a file that a later run takes for complete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from . import __version__, paths
+
+
+class CorruptResultError(RuntimeError):
+    """A stored result that cannot be read back."""
+
+
+def key_hash(key: dict) -> str:
+    """A stable 16-hex-digit hash of a JSON-serialisable key (sorted keys; the package version is added)."""
+    payload = json.dumps({**key, "_package_version": __version__}, sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+class Store:
+    """Plain-file results store under ``root`` (default ``anisotropy.paths.results_dir()``)."""
+
+    def __init__(self, root: str | Path | None = None):
+        self.root = Path(root) if root is not None else paths.results_dir()
+
+    def _paths(self, chapter: str, key: dict) -> tuple[Path, Path]:
+        h = key_hash(key)
+        folder = self.root / chapter
+        return folder / f"{h}.parquet", folder / f"{h}.json"
+
+    def has(self, chapter: str, key: dict) -> bool:
+        data, meta = self._paths(chapter, key)
+        return data.is_file() and meta.is_file()
+
+    def load(self, chapter: str, key: dict) -> pd.DataFrame:
+        data, meta = self._paths(chapter, key)
+        try:
+            return pd.read_parquet(data)
+        except Exception as exc:  # pyarrow raises several types for truncated or foreign files
+            raise CorruptResultError(
+                f"The stored result {data} cannot be read ({type(exc).__name__}: {exc}). "
+                f"Delete it (and {meta.name}) to recompute it."
+            ) from None
+
+    def save(self, chapter: str, key: dict, frame: pd.DataFrame, seconds: float | None = None) -> Path:
+        data, meta = self._paths(chapter, key)
+        _atomic_write(data, lambda p: frame.to_parquet(p, index=False))
+        sidecar = {
+            "chapter": chapter,
+            "key": key,
+            "package_version": __version__,
+            "rows": len(frame),
+            "seconds": seconds,
+            "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        _atomic_write(meta, lambda p: p.write_text(json.dumps(sidecar, indent=1, sort_keys=True, default=str)))
+        return data
+
+    def cached(self, chapter: str, key: dict, compute: Callable[[], pd.DataFrame]) -> pd.DataFrame:
+        """The stored frame for ``key``, computing and storing it first if absent."""
+        if self.has(chapter, key):
+            return self.load(chapter, key)
+        start = time.perf_counter()
+        frame = compute()
+        if not isinstance(frame, pd.DataFrame):
+            raise TypeError(f"compute() for chapter {chapter!r} must return a pandas DataFrame, got {type(frame)}")
+        self.save(chapter, key, frame, seconds=time.perf_counter() - start)
+        return frame
+
+    def frames(self, chapter: str) -> pd.DataFrame:
+        """Every complete stored frame of ``chapter`` concatenated, with its key fields as extra columns."""
+        parts = []
+        for meta in sorted((self.root / chapter).glob("*.json")):
+            data = meta.with_suffix(".parquet")
+            if not data.is_file():
+                continue
+            key = json.loads(meta.read_text())["key"]
+            frame = self.load(chapter, key)
+            for name, value in key.items():
+                if name not in frame.columns and not isinstance(value, (list, dict)):
+                    frame[name] = value
+            parts.append(frame)
+        return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
