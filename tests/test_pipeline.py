@@ -1,0 +1,115 @@
+"""The book pipeline: notebook pairs, profiles, environment pins, and what the rendered smoke book contains."""
+
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from anisotropy import report, runner
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.md"))
+PROFILES = ("smoke", "local", "paper")
+
+
+def test_every_ipynb_is_in_sync_with_its_myst_source():
+    assert runner.sync(check=True) == [], "run `make sync` (python -m anisotropy sync) and commit the .ipynb files"
+
+
+def test_toc_chapters_and_notebooks_are_the_same_set():
+    assert sorted(runner.chapters()) == sorted(p.stem for p in NOTEBOOKS)
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_every_chapter_has_valid_parameters_in_every_profile(profile):
+    prof = runner.load_profile(profile)
+    for name in runner.chapters():
+        assert name in prof["notebooks"], f"{name} has no block in profiles/{profile}.yml"
+        # Raises on unknown names or values of the wrong kind.
+        runner.check_parameters(name, prof["notebooks"][name] or {}, runner.notebook_parameters(name))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_conventions(path):
+    text = path.read_text()
+    cells = re.findall(r"```\{code-cell\}[^\n]*\n(.*?)```", text, flags=re.S)
+    assert 'if "google.colab" in sys.modules' in cells[0], "first cell installs the library on Colab only"
+    assert any(":tags: [parameters" in c for c in cells), "a cell tagged `parameters` for papermill"
+    assert "report.provenance(" in text, "every chapter shows the provenance box"
+    assert re.search(r'^profile = "local"$', text, flags=re.M), "the default profile is local"
+    for caption in re.findall(r"```\{glue:figure\}[^\n]*\n(?::[^\n]*\n)*\n?(.*?)```", text, flags=re.S):
+        assert re.search(r"Paper [12], (Figure|Appendix)|Beyond the papers?", caption), caption[:120]
+
+
+def test_environment_yml_agrees_with_pyproject():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = set(project["dependencies"]) | set(project["optional-dependencies"]["test"])
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip_section = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    assert set(pip_section) - {"-e ."} == wanted
+
+
+def test_pins_that_the_papers_models_need():
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert "transformers==4.57.*" in deps  # 5.x removed VAN and breaks CharacterBERT/MANTa remote code
+    assert "jupyter-book>=1,<2" in deps  # 2.x ignores _config.yml/_toc.yml
+    constraints = (ROOT / "constraints.txt").read_text()
+    assert re.search(r"^torch==2\.13\.0$", constraints, flags=re.M)
+    assert re.search(r"^transformers==4\.57\.\d+$", constraints, flags=re.M)
+
+
+def test_config_points_at_the_repository_of_the_colab_links():
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    assert config["repository"]["url"] == report.REPOSITORY_URL
+    assert config["execute"]["execute_notebooks"] == "off"  # papermill executes, Jupyter Book renders
+    assert not config["launch_buttons"]["colab_url"]  # its link would point at book/executed/, not notebooks/
+
+
+def test_unknown_profile_names_the_known_ones():
+    with pytest.raises(runner.RunnerError, match=r"Unknown profile 'locl'\. Did you mean 'local'\?"):
+        runner.load_profile("locl")
+
+
+def test_wrong_parameter_kind_is_refused_before_running():
+    defaults = runner.notebook_parameters("appendix_b_isotropic")
+    assert defaults["n_pairs"] == 40000 and defaults["profile"] == "local"
+    with pytest.raises(runner.RunnerError, match="'n_pairs' should be a number"):
+        runner.check_parameters("appendix_b_isotropic", {"n_pairs": "many"}, defaults)
+    with pytest.raises(runner.RunnerError, match="did you mean 'n_pairs'"):
+        runner.check_parameters("appendix_b_isotropic", {"n_pair": 10}, defaults)
+
+
+# ---- the rendered smoke book (built once per session by the `smoke_book` fixture in conftest.py) --------------------
+
+def _html(book: Path, name: str) -> str:
+    return (book / "_build" / "html" / "book" / "executed" / f"{name}.html").read_text()
+
+
+@pytest.mark.slow
+def test_smoke_book_has_every_chapter_with_provenance_and_colab_link(smoke_book):
+    for name in runner.chapters():
+        html = _html(smoke_book, name)
+        assert 'class="admonition note provenance"' in html, name
+        assert report.colab_url(name) in html, name
+        assert "notebooks/" + name + ".ipynb" in report.colab_url(name)
+        assert "measured by the book runner" not in html, f"{name}: wall time was not filled in"
+
+
+@pytest.mark.slow
+def test_smoke_book_figures_are_images(smoke_book):
+    for path in NOTEBOOKS:
+        html = _html(smoke_book, path.stem)
+        n_figures = path.read_text().count("```{glue:figure}")
+        assert "&lt;Figure size" not in html, f"{path.stem}: a figure was glued as text, not as an image"
+        assert html.count("<img ") >= n_figures, path.stem
+
+
+@pytest.mark.slow
+def test_smoke_book_glues_numbers_into_the_narrative(smoke_book):
+    html = _html(smoke_book, "appendix_b_isotropic")
+    # The exact 95th percentile for d = 768 is glued into the text with four decimals.
+    from anisotropy.baseline import isotropic_cosine_quantile
+
+    assert f"{isotropic_cosine_quantile(0.95, 768):.4f}" in html
