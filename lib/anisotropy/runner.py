@@ -114,8 +114,10 @@ def paired_ipynb_text(name: str) -> str:
 
     nb = read_notebook(name)
     nb.metadata.pop("jupytext", None)
-    for cell in nb.cells:
+    for index, cell in enumerate(nb.cells):
         cell.metadata.pop("vscode", None)
+        # nbformat draws random cell ids; derive them from the content so the pair check is reproducible.
+        cell["id"] = hashlib.sha256(f"{index}\n{cell.source}".encode()).hexdigest()[:8]
     return nbformat.writes(nb) + "\n"
 
 
