@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
 import yaml
@@ -24,6 +25,11 @@ def _parse_assignments(pairs: list[str], as_grid: bool = False) -> dict:
             value = yaml.safe_load(text)
         out[key.strip()] = value
     return out
+
+
+def _interrupt(signum, frame):
+    """SIGTERM (a pre-empted job, ``kill``) unwinds like Ctrl-C: papermill shuts its kernel down on the way out."""
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,6 +58,10 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser.parse_args(argv)
     try:
+        previous = signal.signal(signal.SIGTERM, _interrupt)
+    except ValueError:  # not the main thread: leave signals alone
+        previous = None
+    try:
         if args.command == "build":
             runner.build(args.profile, force=args.force)
         elif args.command == "run":
@@ -73,6 +83,14 @@ def main(argv: list[str] | None = None) -> int:
     except runner.RunnerError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt as exc:
+        name = str(exc) or "SIGINT"
+        print(f"interrupted ({name}): finished notebooks and results are kept; run the same command again to resume "
+              "where it stopped.", file=sys.stderr)
+        return 128 + (signal.SIGTERM if name == "SIGTERM" else signal.SIGINT)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return 0
 
 

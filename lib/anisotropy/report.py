@@ -56,14 +56,34 @@ def _format_value(value) -> str:
     return str(value)
 
 
+def check_parameters(profile: str, params: dict, notebook: str) -> None:
+    """Check a chapter's parameters the way the runner does (profile name, kinds, ``allowed:`` ranges), for runs that
+    bypass it (plain ``papermill -p``, Jupyter). A no-op outside a checkout (e.g. on Colab without the sources)."""
+    from . import runner
+
+    root = paths.project_root()
+    if root is None or not (root / "notebooks" / f"{notebook}.md").is_file():
+        return
+    runner.load_profile(profile)
+    defaults = runner.notebook_parameters(notebook)
+    given = {k: v for k, v in params.items() if k in defaults}
+    if "profile" in defaults:
+        given["profile"] = profile
+    runner.check_parameters(notebook, given, defaults, runner.parameter_rules(notebook))
+
+
 def provenance(profile: str, params: dict, models=(), notebook: str | None = None):
     """Display the provenance box: profile, models, parameters, package version, commit, device, date, wall time.
 
     ``models`` is a list of strings that say what was measured, e.g. "bert-base-uncased (untrained, true size)".
-    Returns the IPython HTML object (displayed when it is the cell's last expression).
+    ``notebook`` (the chapter's name; the runner also passes it in ``ANISOTROPY_NOTEBOOK``) lets a run that bypasses
+    the runner check its parameters first (``check_parameters``). Returns the IPython HTML object (displayed when it
+    is the cell's last expression).
     """
     from IPython.display import HTML
 
+    if notebook and os.environ.get("ANISOTROPY_RUNNER") != "1":
+        check_parameters(profile, params, notebook)
     notebook = notebook or os.environ.get("ANISOTROPY_NOTEBOOK")
     warning = ""
     if profile != "paper":
@@ -106,7 +126,7 @@ def glue(name: str, value, fmt: str | None = None):
     from myst_nb import glue as _glue
 
     _glue(name, fmt.format(value) if fmt else value, display=False)
-    return value
+    # Returns None: a returned value would be displayed as a stray output when glue is a cell's last line.
 
 
 def glue_figure(name: str, fig, dpi: int = 110):

@@ -36,6 +36,8 @@ def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     os.close(fd)
     try:
         write(Path(tmp))
+        with open(tmp, "rb") as fh:  # on disk before it carries the final name
+            os.fsync(fh.fileno())
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -99,7 +101,12 @@ class Store:
             data = meta.with_suffix(".parquet")
             if not data.is_file():
                 continue
-            key = json.loads(meta.read_text())["key"]
+            try:
+                key = json.loads(meta.read_text())["key"]
+            except (ValueError, KeyError, TypeError) as exc:
+                raise CorruptResultError(
+                    f"The sidecar {meta} of a stored result cannot be read ({type(exc).__name__}: {exc}). "
+                    f"Delete it (and {data.name}) to recompute that result.") from None
             frame = self.load(chapter, key)
             for name, value in key.items():
                 if name not in frame.columns and not isinstance(value, (list, dict)):

@@ -19,7 +19,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 import yaml
@@ -139,24 +141,117 @@ def sync(check: bool = False) -> list[str]:
 
 # ---- parameters -----------------------------------------------------------------------------------------------------
 
+def _inspect(name: str) -> dict:
+    """The parameters cell read as Python: name -> {"default": source text of the value, "help": the line's comment}.
+
+    Read with ``ast`` rather than papermill's line pattern, which drops any parameter whose comment contains "=".
+    """
+    return _inspect_source(name, _source_hash(name))
+
+
+@lru_cache(maxsize=64)
+def _inspect_source(name: str, digest: str) -> dict:
+    import ast
+
+    cell = next((c for c in read_notebook(name).cells
+                 if c.cell_type == "code" and "parameters" in c.metadata.get("tags", [])), None)
+    if cell is None:
+        return {}
+    text = cell.source
+    try:
+        tree = ast.parse(text)
+    except SyntaxError as exc:
+        raise RunnerError(f"notebooks/{name}.md: the parameters cell is not plain Python ({exc.msg}, line "
+                          f"{exc.lineno} of the cell).") from None
+    lines = text.splitlines()
+    found = {}
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) \
+            else []
+        if len(targets) != 1 or not isinstance(targets[0], ast.Name) or getattr(node, "value", None) is None:
+            continue
+        rest = lines[node.end_lineno - 1][node.end_col_offset:]
+        found[targets[0].id] = {"default": ast.get_source_segment(text, node.value),
+                                "help": rest.split("#", 1)[1].strip() if "#" in rest else ""}
+    return found
+
+
 def notebook_parameters(name: str) -> dict:
-    """The parameters cell's names and default values (by papermill's own inspection)."""
-    import papermill
-
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / f"{name}.ipynb"
-        import nbformat
-
-        nbformat.write(read_notebook(name), path)
-        found = papermill.inspect_notebook(str(path))
+    """The parameters cell's names and default values."""
     params = {}
-    for pname, info in found.items():
+    for pname, info in _inspect(name).items():
         try:
             params[pname] = yaml.safe_load(info["default"]) if info["default"] is not None else None
         except yaml.YAMLError:
             params[pname] = info["default"]
         params[pname] = _python_literal(info["default"], params[pname])
     return params
+
+
+_NUMBER = r"-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?"
+_BOUNDS = {">": ("low", False), "≥": ("low", True), "at least": ("low", True),
+           "<": ("high", False), "≤": ("high", True), "at most": ("high", True)}
+
+
+@dataclass
+class Rule:
+    """What a parameter's comment allows, e.g. ``n_pairs = 40000  # pairs per dimension; allowed: at least 100``.
+
+    After ``allowed:`` a comment may give bounds (``at least 2``, ``at most 1``, ``> 0``, ``< 1``, ``≥ 2``, ``≤ 1``,
+    ``in [0, 1]``) and/or choices (``one of "tiny", "untrained"``); for a list value every element must satisfy them.
+    No "=" in the comment: papermill's own parser (used by Colab and plain papermill) skips such lines.
+    """
+
+    low: float | None = None
+    low_inclusive: bool = True
+    high: float | None = None
+    high_inclusive: bool = True
+    choices: tuple = ()
+    text: str = ""
+
+    @classmethod
+    def parse(cls, comment: str) -> "Rule | None":
+        match = re.search(r"allowed:\s*(.*)$", comment or "")
+        if not match:
+            return None
+        text = match.group(1).strip()
+        rule = cls(text=text)
+        for op, num in re.findall(rf"(at least|at most|[<>≤≥])\s*({_NUMBER})", text):
+            side, inclusive = _BOUNDS[op]
+            setattr(rule, side, float(num))
+            setattr(rule, f"{side}_inclusive", inclusive)
+        interval = re.search(rf"\bin\s*\[\s*({_NUMBER})\s*,\s*({_NUMBER})\s*\]", text)
+        if interval:
+            rule.low, rule.high = float(interval.group(1)), float(interval.group(2))
+            rule.low_inclusive = rule.high_inclusive = True
+        choices = re.search(r"one of:?\s*(.*)", text)
+        if choices:
+            rule.choices = tuple(a or b for a, b in re.findall(r'"([^"]*)"|\'([^\']*)\'', choices.group(1)))
+        return rule
+
+    def violation(self, value) -> str | None:
+        """Why ``value`` is not allowed (None when it is)."""
+        items = value if isinstance(value, (list, tuple)) else [value]
+        for item in items:
+            if self.choices and item not in self.choices:
+                return f"{item!r} is not one of {', '.join(map(repr, self.choices))}"
+            if isinstance(item, bool) or not isinstance(item, (int, float)):
+                continue
+            if self.low is not None and (item < self.low or (item == self.low and not self.low_inclusive)):
+                return f"{item!r} is below the allowed range ({self.text})"
+            if self.high is not None and (item > self.high or (item == self.high and not self.high_inclusive)):
+                return f"{item!r} is above the allowed range ({self.text})"
+        return None
+
+
+def parameter_rules(name: str) -> dict[str, Rule]:
+    """The ``allowed:`` declarations of the parameters cell's comments (see ``Rule``)."""
+    rules = {}
+    for pname, info in _inspect(name).items():
+        rule = Rule.parse(info.get("help") or "")
+        if rule is not None:
+            rules[pname] = rule
+    return rules
 
 
 def _python_literal(text, fallback):
@@ -178,8 +273,9 @@ def _kind(value) -> str:
     return type(value).__name__
 
 
-def check_parameters(name: str, given: dict, defaults: dict) -> None:
-    """Refuse unknown names and values whose kind differs from the notebook default (bool/number/str/list/dict)."""
+def check_parameters(name: str, given: dict, defaults: dict, rules: dict[str, Rule] | None = None) -> None:
+    """Refuse unknown names, values whose kind differs from the notebook default (bool/number/str/list/dict), and
+    values outside what the parameter's comment allows (``rules``, see ``parameter_rules``)."""
     problems = []
     for pname, value in given.items():
         if pname not in defaults:
@@ -188,10 +284,18 @@ def check_parameters(name: str, given: dict, defaults: dict) -> None:
             problems.append(f"unknown parameter {pname!r}{hint}")
             continue
         default = defaults[pname]
-        if default is None or value is None:
-            continue
-        if _kind(value) != _kind(default):
+        if default is not None and value is not None and _kind(value) != _kind(default):
             problems.append(f"parameter {pname!r} should be a {_kind(default)} like {default!r}, got {value!r}")
+            continue
+        if isinstance(default, (list, tuple)) and default and isinstance(value, (list, tuple)):
+            wrong = [v for v in value if _kind(v) != _kind(default[0])]
+            if wrong:
+                problems.append(f"parameter {pname!r} should be a list of {_kind(default[0])}s like {default!r}, "
+                                f"got {value!r}")
+                continue
+        why = (rules or {}).get(pname) and rules[pname].violation(value)
+        if why:
+            problems.append(f"parameter {pname!r}: {why}")
     if problems:
         raise RunnerError(
             f"Notebook {name!r}: " + "; ".join(problems) + f". Its parameters are: {', '.join(sorted(defaults))}."
@@ -247,26 +351,75 @@ def _hide_parameter_cells(nb) -> None:
             tags.append("remove-cell")
 
 
-def _failure_message(name: str, exc, output: Path) -> str:
-    cell = getattr(exc, "exec_count", None)
-    ename = getattr(exc, "ename", type(exc).__name__)
-    evalue = getattr(exc, "evalue", str(exc))
-    evalue = re.sub(r"\x1b\[[0-9;]*m", "", str(evalue)).strip().splitlines()
-    first = evalue[0] if evalue else ""
-    where = f"cell {cell}" if cell is not None else "a cell"
-    return f"{name}: {where} raised {ename}: {first}\n    partially executed notebook: {output}"
+def _first_line(text) -> str:
+    lines = re.sub(r"\x1b\[[0-9;]*m", "", str(text)).strip().splitlines()
+    return lines[0].strip() if lines else ""
+
+
+def _cell_location(name: str, cell_source: str) -> str:
+    """Where a failing cell is in ``notebooks/<name>.md``: "code cell K (notebooks/<name>.md, line L)"."""
+    if not cell_source:
+        return "a cell"
+    try:
+        code = [c.source for c in read_notebook(name).cells if c.cell_type == "code"]
+        text = source(name).read_text()
+    except (OSError, RunnerError):
+        return "a cell"
+    if cell_source not in code:
+        return "the injected parameters cell" if "# Parameters" in cell_source.splitlines()[0] else "a cell"
+    k = code.index(cell_source) + 1
+    at = text.find(cell_source)
+    line = f", line {text[:at].count(chr(10)) + 1}" if at >= 0 else ""
+    return f"code cell {k} (notebooks/{name}.md{line})"
+
+
+def _failure_message(name: str, exc, output: Path, log: Path | None = None) -> str:
+    """One paragraph: notebook, cell, the exception line, the partially executed notebook."""
+    import papermill
+
+    if isinstance(exc, papermill.PapermillExecutionError):
+        what = f"{_cell_location(name, exc.source)} raised {exc.ename}: {_first_line(exc.evalue)}"
+    else:  # the kernel died (e.g. killed for memory), could not start, or timed out
+        what = f"the kernel failed ({type(exc).__name__}: {_first_line(exc)})"
+        if log is not None:
+            what += f"; kernel messages: {log}"
+    return f"{name}: {what}\n    partially executed notebook: {output}"
+
+
+@contextmanager
+def _stderr_to(path: Path):
+    """Send this process's standard error (inherited by the kernel it starts) to ``path``: the kernel's start-up
+    chatter stays out of the terminal, where only progress lines and one failure report belong."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(path, "w") as log:
+            os.dup2(log.fileno(), 2)
+            try:
+                yield
+            finally:
+                sys.stderr.flush()
+                os.dup2(saved, 2)
+    finally:
+        os.close(saved)
 
 
 def execute(name: str, profile: str, overrides: dict | None = None, output: Path | None = None,
             force: bool = False, quiet: bool = False) -> Outcome:
-    """Execute chapter ``name`` with the profile's parameters (plus ``overrides``) into ``output``."""
+    """Execute chapter ``name`` with the profile's parameters (plus ``overrides``) into ``output``.
+
+    A finished notebook whose stamp (profile, parameters, source hash) matches is reused, not executed again. The
+    notebook is executed into a hidden ``.<stem>.partial.ipynb`` and renamed to ``output`` only once complete, so an
+    interrupted run never leaves an output that a later run takes for finished.
+    """
     import nbformat
     import papermill
 
     prof = load_profile(profile)
     defaults = notebook_parameters(name)
     given = {**(prof["notebooks"].get(name) or {}), **(overrides or {})}
-    check_parameters(name, given, defaults)
+    check_parameters(name, given, defaults, parameter_rules(name))
     params = {"profile": profile, **given} if "profile" in defaults else dict(given)
     output = output or root() / EXECUTED / f"{name}.ipynb"
     stamp = _stamp(profile, params, name)
@@ -277,18 +430,21 @@ def execute(name: str, profile: str, overrides: dict | None = None, output: Path
     env_backup = dict(os.environ)
     os.environ.update({k: str(v) for k, v in prof["env"].items()})
     os.environ["ANISOTROPY_NOTEBOOK"] = name
+    os.environ["ANISOTROPY_RUNNER"] = "1"  # parameters are checked here; report.provenance need not check again
     os.environ["ANISOTROPY_FIGURES"] = str(root() / "_build" / "figures" / name)
     partial = output.with_name(f".{output.stem}.partial.ipynb")
+    log = root() / "_build" / "logs" / f"{output.stem}.log"
     start = time.perf_counter()
     try:
         with tempfile.TemporaryDirectory() as tmp:
             src = Path(tmp) / f"{name}.ipynb"
             nbformat.write(read_notebook(name), src)
             try:
-                papermill.execute_notebook(str(src), str(partial), parameters=params, kernel_name=KERNEL,
-                                           cwd=str(root()), progress_bar=False, log_output=False)
-            except papermill.PapermillExecutionError as exc:
-                message = _failure_message(name, exc, partial)
+                with _stderr_to(log):
+                    papermill.execute_notebook(str(src), str(partial), parameters=params, kernel_name=KERNEL,
+                                               cwd=str(root()), progress_bar=False, log_output=False)
+            except Exception as exc:  # noqa: BLE001 - every failure becomes one report, never a traceback
+                message = _failure_message(name, exc, partial, log)
                 return Outcome(name, partial, time.perf_counter() - start, error=message, params=params)
     finally:
         os.environ.clear()
@@ -303,9 +459,24 @@ def execute(name: str, profile: str, overrides: dict | None = None, output: Path
     return Outcome(name, output, seconds, params=params)
 
 
-def _progress(outcome: Outcome, profile: str, index: int, total: int) -> None:
+def _progress(outcome: Outcome, profile: str, index: int, total: int, label: str | None = None) -> None:
     status = "reused" if outcome.reused else ("FAILED" if outcome.error else f"{outcome.seconds:7.1f} s")
-    print(f"[{index}/{total}] {outcome.name:<32} profile={profile:<6} {status}", flush=True)
+    print(f"[{index}/{total}] {label or outcome.name:<32} profile={profile:<6} {status}", flush=True)
+
+
+def check_profile(profile: str, names: list[str], overrides: dict | None = None) -> None:
+    """Check every chapter's parameters under ``profile`` before anything runs: a typo in chapter 9's block must
+    not surface after chapters 1 to 8 have run. Raises one ``RunnerError`` listing every problem."""
+    prof = load_profile(profile)
+    problems = []
+    for name in names:
+        try:
+            given = {**(prof["notebooks"].get(name) or {}), **(overrides or {})}
+            check_parameters(name, given, notebook_parameters(name), parameter_rules(name))
+        except RunnerError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise RunnerError(f"profiles/{profile}.yml: " + " ".join(problems))
 
 
 def execute_all(profile: str, only: list[str] | None = None, force: bool = False) -> list[Outcome]:
@@ -315,6 +486,7 @@ def execute_all(profile: str, only: list[str] | None = None, force: bool = False
         if unknown:
             raise RunnerError(f"Not chapters of the book: {', '.join(unknown)}. Chapters: {', '.join(names)}.")
         names = [n for n in names if n in only]
+    check_profile(profile, names)
     outcomes = []
     for i, name in enumerate(names, 1):
         outcome = execute(name, profile, force=force)
@@ -383,11 +555,15 @@ def sweep(name: str, profile: str, grid: dict[str, list]) -> Path:
     folder = root() / SWEEPS / name
     rows = []
     points = list(itertools.product(*(grid[k] for k in keys)))
+    given = load_profile(profile)["notebooks"].get(name) or {}
+    defaults, rules = notebook_parameters(name), parameter_rules(name)
+    for values in points:  # every point is checked before the first one runs
+        check_parameters(name, {**given, **dict(zip(keys, values))}, defaults, rules)
     for i, values in enumerate(points, 1):
         point = dict(zip(keys, values))
         stem = "__".join([name, *(f"{k}={_slug(v)}" for k, v in point.items())])
         outcome = execute(name, profile, overrides=point, output=folder / f"{stem}.ipynb")
-        _progress(outcome, profile, i, len(points))
+        _progress(outcome, profile, i, len(points), label=stem)
         row = {**point, "notebook": outcome.path.name, "seconds": round(outcome.seconds, 2),
                "error": outcome.error or ""}
         if not outcome.error:
