@@ -3,8 +3,7 @@ resumes without recomputing what finished; the same profile and seed give identi
 
 The tables ``BAD_INPUTS`` (refused, with the message each gives) and ``CONVERTED_INPUTS`` (accepted after a
 conversion, with what the conversion must give) list every bad input tried. Inputs whose handling is still missing in
-another module are ``xfail(strict=True)`` with the reason: they turn into failures the day they are fixed, so that
-the mark is removed.
+another module were once ``xfail(strict=True)``; all are handled now.
 """
 
 from __future__ import annotations
@@ -309,17 +308,13 @@ BAD_INPUTS = [
     Bad("checkpoint-without-weights", "a checkpoint folder whose weights file is missing",
         raises(Exception, load_checkpoint(lambda f: (f / "model.safetensors").unlink())),
         r"model\.safetensors.*step-100|step-100.*model\.safetensors"),
-    pytest.param(Bad(
+    Bad(
         "checkpoint-without-config", "a checkpoint folder whose config.json is missing",
         raises(Exception, load_checkpoint(lambda f: (f / "config.json").unlink())), r"step-100.*config\.json"),
-        marks=pytest.mark.xfail(strict=True, reason="registry.load_folder: transformers' 5000-character 'Unrecognized "
-                                                     "model' list instead of naming the missing config.json")),
-    pytest.param(Bad(
+    Bad(
         "checkpoint-truncated-weights", "a checkpoint folder whose weights file is cut short",
         raises(Exception, load_checkpoint(lambda f: _truncate(f / "model.safetensors"))),
         r"step-100.*model\.safetensors"),
-        marks=pytest.mark.xfail(strict=True, reason="registry.load_folder: safetensors' 'invalid header length' "
-                                                     "names neither the folder nor the file")),
     # -- corpora and examples: data, taps ---------------------------------------------------------------------------
     Bad("empty-corpus", "no examples at all",
         raises(ValueError, extract_from("bert-base-uncased", lambda: [])), r"the corpus is empty"),
@@ -430,9 +425,7 @@ def _pil(mode: str):
 
 CONVERTED_INPUTS = [
     Converted("audio-8khz", "audio at 8 kHz with its sampling rate: resampled to 16 kHz", same_frames_as_16khz),
-    pytest.param(Converted("audio-stereo", "two-channel audio: mixed to mono (or refused)", stereo_is_one_second),
-                 marks=pytest.mark.xfail(strict=True, reason="taps._audio flattens (2, n) into 2n samples: twice the "
-                                                             "frames, channels spliced end to end")),
+    Converted("audio-stereo", "two-channel audio: mixed to mono (or refused)", stereo_is_one_second),
     Converted("image-grayscale-array", "an (H, W) grayscale array: repeated to 3 channels",
               patches_per_image(lambda: [_rgb()[..., 0]])),
     Converted("image-pil-L", "a PIL image in mode L: converted to RGB", patches_per_image(lambda: [_pil("L")])),
@@ -441,14 +434,10 @@ CONVERTED_INPUTS = [
               patches_per_image(lambda: [np.moveaxis(_rgb(), -1, 0)])),
     Converted("image-wrong-size", "images of other sizes (70x50, 64x48): resized by the model's processor",
               patches_per_image(lambda: [_rgb(70, 50), _rgb(64, 48, seed=1)])),
-    pytest.param(Converted("image-rgba", "an RGBA image: alpha dropped (or refused naming the 4 channels)",
+    Converted("image-rgba", "an RGBA image: alpha dropped (or refused naming the 4 channels)",
                            patches_per_image(lambda: [_rgba()])),
-                 marks=pytest.mark.xfail(strict=True, reason="taps._image passes 4 channels on; the processor fails "
-                                                             "with 'mean must have 4 elements'")),
-    pytest.param(Converted("image-float-0-1", "a float image in [0, 1]: the same vectors as its uint8 version",
+    Converted("image-float-0-1", "a float image in [0, 1]: the same vectors as its uint8 version",
                            same_as_uint8),
-                 marks=pytest.mark.xfail(strict=True, reason="taps._pixels rescales [0, 1] floats by 1/255 again "
-                                                             "(transformers only warns)")),
 ]
 
 
@@ -665,6 +654,8 @@ def test_result_killed_mid_write_is_never_taken_for_complete(stage, tmp_path):
 
 
 TRAINER = r'''
+import sys
+
 from anisotropy import training
 recipe = training.Recipe(suite="killed", kind="clm", steps=30, width=32, depth=2, heads=2, seq_len=32,
                          vocab_size=320, batch_size=8, warmup=4, lr=3e-3, n_checkpoints=5, eval_every=0, eval_size=16)

