@@ -830,6 +830,13 @@ def load_folder(folder: str | os.PathLike, device="cpu", dtype=None, attn_implem
     kwargs = {"dtype": dtype} if dtype is not None else {}
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
+    variant = getattr(config, "attention_variant", "standard")
+    quiet = variant != "standard"  # the variant's own parameters are reported unused here; restore() loads them
+    if quiet:
+        from transformers.utils import logging as hf_logging
+
+        verbosity = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()
     try:
         model = _class(arch).from_pretrained(str(folder), **kwargs)
     except Exception as err:  # a damaged checkpoint: name the folder and file, not the library's internals
@@ -838,6 +845,12 @@ def load_folder(folder: str | os.PathLike, device="cpu", dtype=None, attn_implem
         reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
         raise ModelUnavailableError(f"{folder}: could not load the weights ({weights}): {reason}; the checkpoint "
                                     f"is damaged or incomplete, save it again") from None
+    finally:
+        if quiet:
+            hf_logging.set_verbosity(verbosity)
+    from .attention_variants import restore
+
+    model = restore(model, folder)  # a checkpoint trained with an attention variant computes with that variant
     pre = _folder_preprocessor(folder, base)
     n_params = sum(p.numel() for p in model.parameters())
     s = replace(base, name=folder.name, display=folder.name, hub_id=str(folder), architecture=arch, n_params=n_params,
