@@ -1,0 +1,587 @@
+"""Paper 2's per-layer protocol: the sigma_1 share and the TwoNN dimension on batches of 4096 token vectors, for one
+model, a list of models or a checkpoint series, through the results store.
+
+Razzhigaev et al. (2024) measure each layer on batches of at least 4096 token vectors and report the mean and the
+standard deviation over batches, of
+
+- the anisotropy sigma_1^2 / sum_i sigma_i^2 of the centred batch (``metrics.sigma1_share``, dimensionless), and
+- the TwoNN intrinsic dimension of the batch (``metrics.twonn_dimension``, a number of degrees of freedom).
+
+Both need the vectors themselves, not streaming moments, so ``BatchedLayer`` is an accumulator for ``taps.extract``
+that buffers a layer's valid vectors in stream order, computes the metrics on each full batch of ``batch_size``
+vectors as soon as it is complete and then drops it: memory is one batch per layer, whatever the corpus. It stops
+after ``n_batches`` batches, and ``measure`` stops feeding text once every layer is full. Paper 1's mean cosine and
+drift are computed on the same batches, so both papers' measures can be compared vector for vector.
+
+Results are per-batch rows (``measure``, ``profile``, ``series``); ``summary`` turns them into one row per layer
+with the mean and standard deviation over batches, ``profile_shape`` quantifies how bell-shaped a profile is, and
+``weights_fingerprint`` / ``flag_identical`` detect checkpoints that carry identical weights.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import hashlib
+import re
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from . import metrics, paths
+
+BATCH_SIZE = 4096  # the paper's batch of token vectors
+STORE_CHAPTER = "paper2_spectral"  # every measurement of this module lives under results/<STORE_CHAPTER>/
+
+#: Per-batch statistics: name -> function of an (n, d) array. Paper 2: sigma1_share, twonn_dimension; Paper 1:
+#: mean_cosine, drift_norm; and the scale they are read against (mean_norm).
+BATCH_METRICS: dict[str, Callable] = {
+    "sigma1_share": metrics.sigma1_share,
+    "twonn_dimension": metrics.twonn_dimension,
+    "mean_cosine": metrics.mean_cosine,
+    "drift_norm": metrics.drift_norm,
+    "mean_norm": metrics.mean_norm,
+}
+DEFAULT_METRICS = ("sigma1_share", "mean_cosine", "drift_norm", "mean_norm")
+
+# Where decoders keep the norm applied after the last block (GPT-NeoX/Pythia, GPT-2/Bloom/Falcon/GPT-J, Llama, OPT).
+_FINAL_NORMS = ("final_layer_norm", "ln_f", "norm", "decoder.final_layer_norm")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The accumulator
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+class BatchedLayer:
+    """One layer's batches: valid rows are buffered in stream order; each time ``batch_size`` of them are there, every
+    metric in ``metric_names`` is computed on that batch and the batch is dropped. After ``n_batches`` batches further
+    rows are only counted.
+
+    Valid rows: kept by ``mask`` (nonzero = keep), finite and not all zero (the rows ``metrics`` would exclude), so a
+    batch holds exactly ``batch_size`` vectors. Memory: at most one batch plus one incoming chunk, in float32.
+    Usable as ``taps.extract(..., stats_factory=lambda dim: BatchedLayer(dim, ...))``.
+    """
+
+    def __init__(self, dim: int, batch_size: int = BATCH_SIZE, n_batches: int = 4,
+                 metric_names: Sequence[str] = DEFAULT_METRICS):
+        unknown = [m for m in metric_names if m not in BATCH_METRICS]
+        if unknown:
+            raise ValueError(f"unknown metric(s) {unknown}; choose from {sorted(BATCH_METRICS)}")
+        if batch_size < 3 or n_batches < 1:
+            raise ValueError(f"BatchedLayer needs batch_size >= 3 and n_batches >= 1, got {batch_size}, {n_batches}")
+        self.dim, self.batch_size, self.n_batches = int(dim), int(batch_size), int(n_batches)
+        self.metric_names = tuple(metric_names)
+        self.values: dict[str, list[float]] = {m: [] for m in self.metric_names}
+        self._buffer: list[torch.Tensor] = []
+        self._buffered = 0
+        self._n = 0
+
+    def __repr__(self) -> str:
+        return (f"BatchedLayer(dim={self.dim}, n={self._n}, batches={self.batches_done}/{self.n_batches} "
+                f"of {self.batch_size})")
+
+    @property
+    def n(self) -> int:
+        """Valid rows offered so far (including those beyond the last batch)."""
+        return self._n
+
+    @property
+    def batches_done(self) -> int:
+        return len(self.values[self.metric_names[0]]) if self.metric_names else 0
+
+    @property
+    def full(self) -> bool:
+        return self.batches_done >= self.n_batches
+
+    def update(self, batch, mask=None) -> "BatchedLayer":
+        rows = torch.as_tensor(batch).detach()
+        rows = rows.reshape(-1, rows.shape[-1])
+        if rows.shape[1] != self.dim:
+            raise ValueError(f"BatchedLayer(dim={self.dim}) got rows of dimension {rows.shape[1]}")
+        if mask is not None:
+            rows = rows[torch.as_tensor(mask).reshape(-1).to(rows.device) != 0]
+        rows = rows.to(device="cpu", dtype=torch.float32)
+        rows = rows[torch.isfinite(rows).all(dim=1) & (rows != 0).any(dim=1)]
+        self._n += rows.shape[0]
+        if self.full or not rows.shape[0]:
+            return self
+        self._buffer.append(rows)
+        self._buffered += rows.shape[0]
+        while self._buffered >= self.batch_size and not self.full:
+            stacked = torch.cat(self._buffer)
+            batch, rest = stacked[: self.batch_size], stacked[self.batch_size:]
+            for name in self.metric_names:
+                self.values[name].append(float(BATCH_METRICS[name](batch)))
+            self._buffer, self._buffered = ([rest] if rest.shape[0] else []), rest.shape[0]
+        if self.full:
+            self._buffer, self._buffered = [], 0
+        return self
+
+    def rows(self) -> list[dict]:
+        """One dict per completed batch: ``batch`` (0-based), ``n_vectors`` and every metric."""
+        return [{"batch": i, "n_vectors": self.batch_size, **{m: self.values[m][i] for m in self.metric_names}}
+                for i in range(self.batches_done)]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The final norm of decoders (the counterpoint of Machina & Mercer 2024)
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def find_final_norm(model) -> tuple[torch.nn.Module, str] | None:
+    """(parent module, attribute) of the norm applied after the last block, or None (encoders, post-LN OPT-350m)."""
+    base = getattr(model, "base_model", model)
+    for candidate in (base, model):
+        for dotted in _FINAL_NORMS:
+            *path, attr = dotted.split(".")
+            parent = candidate
+            for part in path:
+                parent = getattr(parent, part, None)
+            if isinstance(getattr(parent, attr, None), torch.nn.Module) and "norm" in type(
+                    getattr(parent, attr)).__name__.lower():
+                return parent, attr
+    return None
+
+
+@contextlib.contextmanager
+def final_norm_split(model) -> Iterator[bool]:
+    """While active, the model's ``hidden_states`` end with the last block's output *before* the final norm, followed
+    by one extra state: that output *after* the final norm (the usual last hidden state). Yields False (and changes
+    nothing) when the model has no final norm. The norm acts on each vector alone, so applying it to the stored
+    pre-norm state gives exactly the state the model would have produced."""
+    found = find_final_norm(model)
+    if found is None:
+        yield False
+        return
+    parent, attr = found
+    norm = getattr(parent, attr)
+
+    def append_normed(module, args, output):
+        states = getattr(output, "hidden_states", None)
+        if states is not None:
+            output.hidden_states = (*states, norm(states[-1]))
+        return output
+
+    setattr(parent, attr, torch.nn.Identity())
+    handle = model.register_forward_hook(append_normed)
+    try:
+        yield True
+    finally:
+        handle.remove()
+        setattr(parent, attr, norm)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# One model
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _until_full(examples: Iterable, layers: list[BatchedLayer]) -> Iterator:
+    for example in examples:
+        if layers and all(layer.full for layer in layers):
+            return
+        yield example
+
+
+def measure(loaded, examples: Iterable, batch_size: int = BATCH_SIZE, n_batches: int = 4,
+            metric_names: Sequence[str] = DEFAULT_METRICS, max_length: int = 128, extraction_batch: int = 8,
+            keep_special: bool = False, split_final_norm: bool = False, device=None) -> pd.DataFrame:
+    """Per-batch metrics of every layer of ``loaded`` (a ``registry.Loaded``) on ``examples``, via ``taps.extract``.
+
+    Text is fed only until every layer holds ``n_batches`` batches of ``batch_size`` vectors (which vectors count:
+    ``taps``). Returns one row per (layer, batch) with ``layer``, ``relative_depth`` (layer / last layer, in [0, 1]),
+    ``n_layers``, ``after_final_norm`` (True for the state that went through a decoder's final norm),
+    ``batches_available`` and the metrics. With ``split_final_norm`` the last block's output appears twice at the last
+    layer: before (``after_final_norm`` False) and after the final norm (True). Raises when a layer gets no full
+    batch: give more text or a smaller ``batch_size``.
+    """
+    from . import taps
+
+    tok = loaded.preprocessor
+    if loaded.spec.stack == "decoder" and "token_type_ids" in getattr(tok, "model_input_names", ()):
+        # The decoders of Paper 2 take no token types, but GPT-2 and GPT-J would add wte(token_type_ids) -- a vector
+        # common to every token -- if a tokenizer (e.g. the offline BPE) handed them zeros.
+        tok.model_input_names = [n for n in tok.model_input_names if n != "token_type_ids"]
+    max_length = min(max_length, _position_limit(loaded))
+    created: list[BatchedLayer] = []
+
+    def factory(dim: int) -> BatchedLayer:
+        created.append(BatchedLayer(dim, batch_size, n_batches, metric_names))
+        return created[-1]
+
+    split = contextlib.nullcontext(False)
+    if split_final_norm:
+        split = final_norm_split(loaded.model)
+    with split as has_split:
+        result = taps.extract(loaded, _until_full(examples, created), batch_size=extraction_batch,
+                              max_length=max_length, keep_special=keep_special, device=device,
+                              stats_factory=factory)
+    has_final_norm = find_final_norm(loaded.model) is not None
+    layers = sorted(result)
+    last = layers[-1] - 1 if has_split else layers[-1]
+    short = {layer: result[layer].n for layer in layers if result[layer].batches_done == 0}
+    if short:
+        raise ValueError(
+            f"{loaded.spec.name}: fewer than batch_size={batch_size} vectors in layer(s) {sorted(short)} "
+            f"(got {min(short.values())}); give more text or a smaller batch_size")
+    rows = []
+    for layer in layers:
+        stats = result[layer]
+        shown = min(layer, last)
+        for row in stats.rows():
+            rows.append({"layer": shown, "relative_depth": shown / last if last else 0.0, "n_layers": last + 1,
+                         "d": stats.dim, "after_final_norm": bool(has_final_norm and layer == layers[-1]),
+                         "batches_available": stats.batches_done, "n_seen": stats.n, **row})
+    return pd.DataFrame(rows)
+
+
+def by_length_within(texts: Sequence, window: int) -> list:
+    """``texts`` with each run of ``window`` consecutive texts sorted by length: the same texts, and nearly the same
+    order at the scale of a batch of vectors, but a forward batch of similar lengths wastes little on padding
+    (about half of a batch of random paragraphs is padding otherwise)."""
+    texts = list(texts)
+    return [t for start in range(0, len(texts), window) for t in sorted(texts[start:start + window], key=len)]
+
+
+def _position_limit(loaded) -> int:
+    """The longest input the model takes: its position table (RoBERTa's starts after the padding index) or the
+    tokenizer's own limit (self-trained checkpoints set it to their training length)."""
+    config = loaded.model.config
+    limits = [getattr(loaded.preprocessor, "model_max_length", None)]
+    for attr in ("max_position_embeddings", "n_positions"):
+        value = getattr(config, attr, None)
+        if value:
+            limits.append(value - 2 if config.model_type in ("roberta", "xlm-roberta", "camembert") else value)
+    limits = [int(v) for v in limits if v and v < 1_000_000]
+    return min(limits) if limits else 1_000_000
+
+
+def weights_fingerprint(model) -> str:
+    """SHA-256 (16 hex digits) of every tensor of the state dict (names, dtypes, shapes and bytes, in name order):
+    equal fingerprints mean bit-identical weights."""
+    h = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        t = tensor.detach().cpu().contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        if t.numel():
+            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def _source_key(name_or_path) -> str:
+    """A stable key for a model: the registry name, or a folder relative to the cache (so caches move with it)."""
+    path = Path(name_or_path)
+    if path.is_dir():
+        resolved = path.resolve()
+        try:
+            return "cache:" + resolved.relative_to(paths.cache_dir().resolve()).as_posix()
+        except ValueError:
+            return str(resolved)
+    return str(name_or_path)
+
+
+def _torch_dtype(dtype):
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    return getattr(torch, str(dtype).removeprefix("torch."))
+
+
+def _device(device):
+    if device in (None, "auto"):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def profile(model: str | Path, variant: str = "pretrained", revision: str | None = None, *, source: str = "prose",
+            n_texts: int = 256, data_seed: int = 0, batch_size: int = BATCH_SIZE, n_batches: int = 4,
+            metric_names: Sequence[str] = DEFAULT_METRICS, max_length: int = 128, extraction_batch: int = 8,
+            split_final_norm: bool = False, model_seed: int = 0, device=None, dtype=None,
+            store=None, extra: dict | None = None) -> pd.DataFrame:
+    """``measure`` one model (a registry name with a variant and revision, or a ``save_pretrained`` folder) on
+    ``data.load(source, n_texts, data_seed)``, cached in the results store under ``STORE_CHAPTER``.
+
+    Adds the columns ``model`` (registry name or folder), ``label`` (legend; ``extra["label"]`` overrides it),
+    ``display``, ``variant``, ``revision``, ``stack`` ("encoder" / "decoder"), ``fingerprint``
+    (``weights_fingerprint``) and the ``extra`` constant columns (not part of the key). ``model_seed`` seeds untrained
+    weights. ``device`` "auto" picks the GPU when there is one; ``dtype`` e.g. "float16" for large models.
+    """
+    from . import data, registry, results
+
+    metric_names = tuple(metric_names)
+    key = {"what": "paper 2 per-layer batches", "model": _source_key(model), "variant": variant,
+           "revision": revision, "model_seed": model_seed, "source": source, "n_texts": n_texts,
+           "data_seed": data_seed, "batch_size": batch_size, "n_batches": n_batches, "metrics": list(metric_names),
+           "max_length": max_length, "split_final_norm": split_final_norm, "dtype": str(dtype)}
+    folder = Path(model)
+    if folder.is_dir() and (folder / "training_state.json").is_file():
+        # A retrained suite at the same path must not reuse old numbers: key on the checkpoint's own record.
+        key["folder_state"] = hashlib.sha256((folder / "training_state.json").read_bytes()).hexdigest()[:16]
+
+    def compute() -> pd.DataFrame:
+        dev = _device(device)
+        is_folder = folder.is_dir() and str(model) not in registry.MODELS
+        loaded = (registry.load(folder, device=dev, dtype=_torch_dtype(dtype)) if is_folder else
+                  registry.load(model, variant=variant, revision=revision, device=dev, dtype=_torch_dtype(dtype),
+                                seed=model_seed))
+        try:
+            fingerprint = weights_fingerprint(loaded.model)
+            base = getattr(loaded.model, "base_model", loaded.model)
+            if base is not loaded.model:
+                # A self-trained checkpoint is saved with its LM head; the hidden states are the base model's, and
+                # computing logits over the vocabulary for every token would only cost time.
+                loaded.model = base
+            texts = by_length_within(data.load(source, n_texts, seed=data_seed), 8 * extraction_batch)
+            frame = measure(loaded, texts, batch_size=batch_size, n_batches=n_batches, metric_names=metric_names,
+                            max_length=max_length, extraction_batch=extraction_batch,
+                            split_final_norm=split_final_norm, device=dev)
+            head = {"model": _source_key(model), "label": loaded.label, "display": loaded.spec.display,
+                    "variant": loaded.variant, "revision": revision or "", "stack": loaded.spec.stack}
+            for i, (column, value) in enumerate(head.items()):
+                frame.insert(i, column, value)
+            frame["fingerprint"] = fingerprint
+            return frame
+        finally:
+            del loaded
+            gc.collect()
+
+    store = store or results.Store()
+    frame = store.cached(STORE_CHAPTER, key, compute)
+    for column, value in (extra or {}).items():
+        frame[column] = value
+    return frame
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Several models, checkpoint series
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def profiles(models: Sequence[dict | str], skip_unavailable: bool = True, **kwargs):
+    """``profile`` of each entry, concatenated, and the entries that could not be measured here.
+
+    An entry is a registry name or a dict with ``model`` and optionally ``variant``, ``revision``, ``model_seed``,
+    ``n_batches`` (overriding the keyword argument) and constant columns (``label``, ``step``, ``seed``...).
+    Returns ``(frame, skipped)``: ``skipped`` lists ``layerwise.Skipped`` (one-line reason: offline and not cached,
+    gated, too large), raised instead when ``skip_unavailable`` is False.
+    """
+    from . import layerwise, registry
+
+    frames, skipped = [], []
+    unavailable = (registry.ModelUnavailableError, registry.ModelTooLargeError)
+    for entry in models:
+        entry = {"model": entry} if isinstance(entry, (str, Path)) else dict(entry)
+        args = {k: entry.pop(k) for k in ("model", "variant", "revision", "model_seed", "n_batches") if k in entry}
+        try:
+            frames.append(profile(**{**kwargs, **args}, extra=entry))
+        except unavailable as exc:
+            if not skip_unavailable:
+                raise
+            ref = layerwise.ModelRef(str(args["model"]), args.get("variant", "pretrained"), args.get("revision"),
+                                     entry.get("label"))
+            skipped.append(layerwise.Skipped(ref, str(exc).splitlines()[0]))
+    return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()), skipped
+
+
+def series(checkpoints: Sequence[dict], **kwargs):
+    """A checkpoint series (entries as for ``profiles``, each with a ``step`` and a ``label`` naming the run), with
+    ``same_weights_as`` (``flag_identical``). Returns ``(frame, skipped)``."""
+    frame, skipped = profiles(checkpoints, **kwargs)
+    return (flag_identical(frame) if len(frame) else frame), skipped
+
+
+def step_of(revision: str) -> int:
+    """Training step of a hub revision name: 'step1000' (Pythia), 'global_step1000' (Bloom), 'step_20k' (MultiBERTs)."""
+    m = re.search(r"(\d+)(k?)$", revision)
+    if not m:
+        raise ValueError(f"no step number in revision {revision!r}")
+    return int(m.group(1)) * (1000 if m.group(2) else 1)
+
+
+def hub_checkpoints(name: str, revisions: Sequence[str], **columns) -> list[dict]:
+    """Entries for ``series``: one per hub revision of a registry model, with its ``step`` (label: the model)."""
+    return [{"model": name, "revision": r, "step": step_of(r), "label": name, **columns} for r in revisions]
+
+
+def suite_checkpoints(suite: str, profile_name: str = "local", seeds: Sequence[int] | None = None,
+                      final_only: bool = False, train_missing: bool = False) -> tuple[list[dict], list[str]]:
+    """Entries for ``series``: the checkpoints of a self-trained suite of ``training`` that are on disk, with
+    ``suite``, ``seed``, ``step``, ``loss`` (validation loss at that step, nats) and ``label`` ("<suite> seed <k>"),
+    and one note per seed whose training is missing or unfinished. Training belongs to the checkpoint-suites chapter;
+    ``train_missing=True`` trains here instead."""
+    from . import training
+
+    entries, notes = [], []
+    try:
+        recipes = training.suite(suite, profile_name)
+    except KeyError as exc:
+        return [], [f"{suite}: no such suite in profile {profile_name!r} ({exc.args[0]})"]
+    for recipe in recipes:
+        if seeds is not None and recipe.seed not in seeds:
+            continue
+        found = training.train(recipe, progress=False) if train_missing else training.checkpoints(recipe)
+        if not found or found[-1].step != recipe.steps:
+            notes.append(f"{suite} seed {recipe.seed}: not trained yet (run the checkpoint-suites chapter first)")
+            continue
+        for c in found[-1:] if final_only else found:
+            entries.append({"model": str(c.path), "step": c.step, "seed": recipe.seed, "suite": suite,
+                            "kind": recipe.kind, "loss": c.loss, "label": f"{suite} seed {recipe.seed}"})
+    return entries, notes
+
+
+KIND_NAMES = {"mlm": "encoder, MLM", "clm": "decoder, CLM", "char-mlm": "byte-level encoder, MLM"}
+
+
+def model_entries(pretrained: Sequence[str] = (), untrained: Sequence[str] = (), suites: Sequence[str] = (),
+                  suite_seeds: Sequence[int] | None = (0,), profile_name: str = "local",
+                  untrained_n_batches: int | None = None, train_missing: bool = False, tiny: Sequence[str] = (),
+                  ) -> tuple[list[dict], list[str]]:
+    """The entries of a chapter that compares models: registry models with their real weights (``pretrained``), at
+    true size with random weights (``untrained``, optionally with fewer batches, since they are slow on a CPU), the
+    final checkpoints of self-trained suites, and toy-size random models (``tiny``, for the smoke profile). Labels
+    say which is which (column ``origin``). Returns ``(entries, notes)``, notes naming suites that are not trained."""
+    from . import registry
+
+    entries = [{"model": m, "variant": "pretrained", "label": registry.spec(m).display, "origin": "pretrained"}
+               for m in pretrained]
+    for m in untrained:
+        entry = {"model": m, "variant": "untrained", "label": f"{registry.spec(m).display} (untrained)",
+                 "origin": "untrained"}
+        if untrained_n_batches:
+            entry["n_batches"] = untrained_n_batches
+        entries.append(entry)
+    entries += [{"model": m, "variant": "tiny", "label": f"{registry.spec(m).display} (tiny, random)",
+                 "origin": "tiny"} for m in tiny]
+    notes = []
+    for suite in suites:
+        found, missing = suite_checkpoints(suite, profile_name, seeds=suite_seeds, final_only=True,
+                                           train_missing=train_missing)
+        notes += missing
+        for e in found:
+            e.update(label=f"self-trained {KIND_NAMES.get(e['kind'], e['kind'])} (seed {e['seed']})",
+                     origin="self-trained")
+        entries += found
+    return entries, notes
+
+
+def model_table(names: Sequence[str]) -> pd.DataFrame:
+    """The registry models ``names`` with what running them takes: parameters, weights in GiB at float32 and
+    float16 (activations come on top), and the access condition."""
+    from . import registry
+
+    rows = []
+    for name in names:
+        s = registry.spec(name)
+        rows.append({"model": name, "paper name": s.display, "hub id": s.hub_id, "stack": s.stack,
+                     "parameters (M)": (s.n_params or 0) / 1e6, "float32 (GiB)": memory_gib(name, "float32"),
+                     "float16 (GiB)": memory_gib(name, "float16"), "access": s.access,
+                     "checkpoints": len(s.revisions)})
+    return pd.DataFrame(rows)
+
+
+def flag_identical(frame: pd.DataFrame, group: str = "label", order: str = "step") -> pd.DataFrame:
+    """Add ``same_weights_as``: for each checkpoint (row group with one ``fingerprint``), the ``order`` value of the
+    earliest checkpoint of the same ``group`` with bit-identical weights, or NaN when its weights are new."""
+    frame = frame.copy()
+    frame["same_weights_as"] = np.nan
+    groups = frame.groupby(group, sort=False) if group in frame.columns else [(None, frame)]
+    for _, part in groups:
+        first: dict[str, float] = {}
+        for value, fp in part.sort_values(order)[[order, "fingerprint"]].drop_duplicates().itertuples(index=False):
+            first.setdefault(fp, value)
+            if first[fp] != value:
+                frame.loc[part.index[(part[order] == value).to_numpy()], "same_weights_as"] = first[fp]
+    return frame
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Summaries
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def summary(frame: pd.DataFrame, by: Sequence[str] | None = None) -> pd.DataFrame:
+    """One row per layer (and per ``by`` group, default every non-metric column that identifies a model): for each
+    metric, its mean over batches and ``<metric>_std`` (standard deviation over batches, ddof=0, as
+    ``metrics.batched``), and ``n_batches``."""
+    present = [m for m in BATCH_METRICS if m in frame.columns]
+    if by is None:
+        per_batch = {"batch", "n_vectors", "n_seen", "batches_available", *present}
+        by = [c for c in frame.columns if c not in per_batch]
+    grouped = frame.groupby(list(by), sort=False, dropna=False)
+    out = grouped[present].mean()
+    stds = grouped[present].std(ddof=0).add_suffix("_std")
+    out = out.join(stds)
+    out["n_batches"] = grouped.size()
+    return out.reset_index()
+
+
+def layer_average(frame: pd.DataFrame, metric: str = "twonn_dimension", by: Sequence[str] | None = None,
+                  ) -> pd.DataFrame:
+    """Paper 2, Figure 2: per model or checkpoint, ``metric`` averaged over its layers within each batch (batch k of
+    every layer holds the same tokens), then the mean and ``<metric>_std`` (ddof=0) of that average over batches.
+    Pass a frame measured without ``split_final_norm`` (or filtered to one state per layer)."""
+    per_layer = {"layer", "relative_depth", "d", "after_final_norm", "n_seen", "batches_available"}
+    if by is None:
+        by = [c for c in frame.columns if c not in per_layer | {"batch", "n_vectors", *BATCH_METRICS}]
+    per_batch = frame.groupby([*by, "batch"], sort=False, dropna=False)[metric].mean().reset_index()
+    grouped = per_batch.groupby(list(by), sort=False, dropna=False)[metric]
+    out = grouped.mean().to_frame()
+    out[f"{metric}_std"] = grouped.std(ddof=0)
+    out["n_batches"] = grouped.size()
+    return out.reset_index()
+
+
+def profile_shape(summary_frame: pd.DataFrame, metric: str = "sigma1_share", by: Sequence[str] = ("display",),
+                  ) -> pd.DataFrame:
+    """How bell-shaped each profile is: ``peak_depth`` (relative depth of the largest value), ``peak``, ``ends``
+    (mean of the first and last layer), ``peak_to_ends`` = peak / ends (1 = the peak is at an end, a flat or monotone
+    profile; > 1 = a bump inside), and ``interior_peak`` (the peak is neither the first nor the last layer)."""
+    rows = []
+    for key, part in summary_frame.groupby(list(by), sort=False):
+        part = part.sort_values("relative_depth")
+        values = part[metric].to_numpy(dtype=float)
+        i = int(np.nanargmax(values))
+        ends = (values[0] + values[-1]) / 2
+        key = key if isinstance(key, tuple) else (key,)
+        rows.append({**dict(zip(by, key)), "n_layers": len(values),
+                     "peak_depth": float(part["relative_depth"].iloc[i]), "peak": float(values[i]),
+                     "ends": float(ends), "peak_to_ends": float(values[i] / ends),
+                     "interior_peak": bool(0 < i < len(values) - 1)})
+    return pd.DataFrame(rows)
+
+
+def isotropic_sigma1_share(d, n: int = BATCH_SIZE):
+    """The sigma_1 share that n isotropic Gaussian vectors in dimension d show by chance (Paper 2's anisotropy of a
+    perfectly isotropic batch): the top eigenvalue of their sample covariance sits at the Marchenko-Pastur upper edge
+    (1 + sqrt(d / n))^2 times the variance while the trace is d times it, so the share is about
+    (1 + sqrt(d / n))^2 / d (large n and d; for d = 768, n = 4096 about 0.0027)."""
+    d = np.asarray(d, dtype=float)
+    return (1 + np.sqrt(d / n)) ** 2 / d
+
+
+def planted_cloud(n: int, d: int, drift: float = 0.0, spike_share: float | None = None, seed: int = 0) -> np.ndarray:
+    """n Gaussian vectors in R^d with unit variance per coordinate, shifted by a common mean of norm
+    ``drift * sqrt(d)`` (so ``drift`` = 1 makes the mean as long as a typical centred vector), and, with
+    ``spike_share``, one direction's variance raised so that it carries that share of the total variance
+    (s^2 / (s^2 + d - 1) = spike_share). The two ways to make a cloud anisotropic that the two papers' measures
+    tell apart: a drift raises the mean cosine only, a spike the sigma_1 share only."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, d))
+    if spike_share is not None:
+        if not 0 < spike_share < 1:
+            raise ValueError(f"spike_share must be in (0, 1), got {spike_share}")
+        x[:, 0] *= np.sqrt(spike_share * (d - 1) / (1 - spike_share))
+    direction = rng.normal(size=d)
+    x += drift * np.sqrt(d) * direction / np.linalg.norm(direction)
+    return x.astype(np.float32)
+
+
+def memory_gib(name: str, dtype: str = "float32") -> float:
+    """Memory of a registry model's weights in GiB at ``dtype`` (activations for a batch of text come on top)."""
+    from . import registry
+
+    n = registry.spec(name).n_params or 0
+    return n * torch.empty(0, dtype=_torch_dtype(dtype)).element_size() / 2**30

@@ -1,0 +1,280 @@
+"""anisotropy.qk_dynamics on tiny checkpoints written here with save_pretrained: shapes, agreement with the model's own
+attention, planted drifts recovered by the SVD projection and by the head-selection rule, and resume from the store."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from anisotropy import attention, data, qk_dynamics, registry, results
+
+HIDDEN, LAYERS, HEADS = 32, 2, 2
+HEAD_DIM = HIDDEN // HEADS
+STEPS = (0, 10, 100, 1000)
+COMMON, OPPOSITE = (1, 0), (0, 1)  # the heads whose query/key biases carry a planted drift
+
+
+def _tokenizer():
+    """A character-level WordPiece tokenizer over the prose (no training needed, so the test stays fast)."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    chars = sorted({c for p in data.prose_paragraphs() for c in p.lower() if not c.isspace()})
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    vocab = {t: i for i, t in enumerate([*specials, *chars, *("##" + c for c in chars)])}
+    tok = Tokenizer(models.WordPiece(vocab=vocab, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]",
+                                                       special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
+                                   sep_token="[SEP]", mask_token="[MASK]", model_max_length=64)
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory):
+    """A tiny BertForMaskedLM 'trained' by hand: at step s the query and key biases of head COMMON move by a(s)·u
+    (both the same way) and those of head OPPOSITE by +a(s)·w and -a(s)·w; everything else stays at step 0."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    folder = tmp_path_factory.mktemp("suite")
+    tok = _tokenizer()
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=len(tok), hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                        intermediate_size=64, max_position_embeddings=64, pad_token_id=0)
+    base = BertForMaskedLM(config).eval()
+    gen = torch.Generator().manual_seed(1)
+    u, w = torch.randn(HEAD_DIM, generator=gen), torch.randn(HEAD_DIM, generator=gen)
+    u, w = u / u.norm(), w / w.norm()
+    stages = []
+    for step in STEPS:
+        model = BertForMaskedLM(config).eval()
+        model.load_state_dict(base.state_dict())
+        a = 3.0 * np.log1p(step) / np.log1p(STEPS[-1])
+        with torch.no_grad():
+            for (layer, head), (du, dk) in {COMMON: (u, u), OPPOSITE: (w, -w)}.items():
+                att = model.bert.encoder.layer[layer].attention.self
+                cut = slice(head * HEAD_DIM, (head + 1) * HEAD_DIM)
+                att.query.bias[cut] += a * du
+                att.key.bias[cut] += a * dk
+        path = folder / f"step-{step}"
+        model.save_pretrained(path)
+        tok.save_pretrained(path)
+        stages.append(qk_dynamics.Stage("tiny seed 0", 0, step, str(path)))
+    return {"stages": stages, "u": u.numpy(), "w": w.numpy()}
+
+
+@pytest.fixture
+def store(tmp_path):
+    return results.Store(tmp_path / "results")
+
+
+KW = dict(dataset="prose", n_samples=6, max_length=40, batch_size=4, progress=False)
+
+
+def test_statistics_have_one_row_per_step_layer_head(suite, store):
+    stats = qk_dynamics.step_statistics(suite["stages"], store=store, **KW)
+    assert len(stats) == len(STEPS) * LAYERS * HEADS
+    assert set(stats["step"]) == set(STEPS) and set(stats["layer"]) == {0, 1} and set(stats["head"]) == {0, 1}
+    assert all(np.shape(v) == (HEAD_DIM,) for v in stats["q_mean"]) and (stats["head_dim"] == HEAD_DIM).all()
+    # the stored vectors agree with the stored scalars
+    q, k = np.stack(stats["q_mean"]).astype(float), np.stack(stats["k_mean"]).astype(float)
+    np.testing.assert_allclose((q * k).sum(1), stats["dot_qk"], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(stats["cos_qk"], (q * k).sum(1) / np.linalg.norm(q, axis=1) / np.linalg.norm(k, axis=1),
+                               rtol=1e-5, atol=1e-6)
+    assert (stats["entropy"] <= stats["entropy_uniform"] + 1e-9).all() and (stats["entropy"] > 0).all()
+
+
+def test_statistics_match_brute_force_from_the_model_outputs(suite):
+    """Q̄, K̄ from the query/key maps applied to the hidden states, the entropy from output_attentions, both masked
+    by padding by hand; and the captured Q and K reproduce the model's attention weights."""
+    loaded = suite["stages"][-1].load()
+    texts = [*data.text_samples(4, 0), "A short line."]  # padded against the truncated paragraphs
+    enc = loaded.preprocessor(texts, padding=True, truncation=True, max_length=40, return_tensors="pt")
+    assert bool((enc["attention_mask"] == 0).any()), "the test needs padding"
+    stats = qk_dynamics.head_statistics(loaded.model, qk_dynamics.batches(loaded, texts, 5, 40)).set_index(
+        ["layer", "head"])
+    mask = enc["attention_mask"].bool()
+    with torch.no_grad():
+        out = loaded.model(**enc, output_hidden_states=True, output_attentions=True)
+        caps = attention.capture(loaded.model, dict(enc))
+    for layer in range(LAYERS):
+        att = loaded.model.bert.encoder.layer[layer].attention.self
+        h = out.hidden_states[layer]
+        cap = caps[layer]
+        scores = cap.queries @ cap.keys.transpose(-1, -2) / np.sqrt(HEAD_DIM)
+        scores = scores.masked_fill(~mask[:, None, None, :], float("-inf"))
+        torch.testing.assert_close(scores.softmax(-1), out.attentions[layer], atol=1e-5, rtol=0)
+        for head in range(HEADS):
+            cut = slice(head * HEAD_DIM, (head + 1) * HEAD_DIM)
+            q = att.query(h)[..., cut][mask].double().mean(0).detach().numpy()
+            k = att.key(h)[..., cut][mask].double().mean(0).detach().numpy()
+            p = out.attentions[layer][:, head].double()  # (batch, query, key)
+            ent = -(p * torch.log(torch.where(p > 0, p, torch.ones_like(p)))).sum(-1)[mask].mean().item()
+            row = stats.loc[(layer, head)]
+            np.testing.assert_allclose(row["q_mean"], q, rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(row["k_mean"], k, rtol=1e-4, atol=1e-5)
+            assert row["entropy"] == pytest.approx(ent, rel=1e-5)
+            assert row["entropy_uniform"] == pytest.approx(np.log(mask.sum(1).double()).repeat_interleave(
+                mask.sum(1)).mean().item(), rel=1e-9)
+
+
+def test_vector_samples_shapes_and_same_tokens_at_every_step(suite, store):
+    heads = [COMMON, OPPOSITE]
+    vec = qk_dynamics.step_vectors(suite["stages"], heads, fraction=0.5, max_vectors=50, store=store, **KW)
+    counts = vec.groupby(["step", "layer", "head", "kind"]).size()
+    assert len(counts) == len(STEPS) * 2 * 2 and counts.nunique() == 1 and counts.iloc[0] <= 50
+    assert all(np.shape(v) == (HEAD_DIM,) for v in vec["vector"])
+    tokens = vec.groupby("step")["token"].apply(lambda t: tuple(sorted(t)))
+    assert tokens.nunique() == 1
+
+
+def test_svd_projection_recovers_a_planted_drift():
+    """Isotropic noise whose mean moves along a known direction with the step: the first singular vector of the
+    union of steps is that direction (and it is oriented along the drift)."""
+    rng = np.random.default_rng(0)
+    d, direction = 48, rng.normal(size=48)
+    direction /= np.linalg.norm(direction)
+    rows = []
+    for step, a in enumerate(np.linspace(0, 6, 7)):
+        for kind, sign in (("query", 1.0), ("key", 1.0)):
+            x = rng.normal(size=(300, d)) + sign * a * direction
+            rows.append(pd.DataFrame({"layer": 0, "head": 0, "kind": kind, "step": step, "token": range(300),
+                                      "vector": list(x)}))
+    vec = pd.concat(rows, ignore_index=True)
+    for fit_on in ("union", "keys", "queries"):
+        basis = qk_dynamics.projection_basis(vec, 0, 0, fit_on, fraction=0.2)
+        assert basis.shape == (d, 2)
+        np.testing.assert_allclose(basis.T @ basis, np.eye(2), atol=1e-10)
+        assert basis[:, 0] @ direction > 0.99
+    proj = qk_dynamics.project_vectors(vec, 0, 0, basis)
+    means = proj.groupby("step")["x"].mean()
+    assert means.is_monotonic_increasing and means.iloc[-1] == pytest.approx(6, abs=0.3)
+
+
+def test_head_rule_picks_the_planted_heads_on_synthetic_trajectories():
+    """Twelve heads: most wander randomly with small drifts; one pair of means moves together into alignment, one
+    moves apart into anti-alignment, and a decoy moves together but gains little alignment (it starts aligned)."""
+    rng = np.random.default_rng(1)
+    d, steps = 16, [0, 1, 10, 100]
+    u = np.eye(d)[0]
+    rows = []
+    for layer in range(3):
+        for head in range(4):
+            q0, k0 = rng.normal(size=d), rng.normal(size=d)
+            k0 -= (k0 @ q0) / (q0 @ q0) * q0  # start orthogonal
+            dq, dk = 0.1 * rng.normal(size=d), 0.1 * rng.normal(size=d)
+            if (layer, head) == (2, 1):
+                dq, dk = 5 * u, 5 * u
+            elif (layer, head) == (0, 3):
+                dq, dk = 5 * u, -5 * u
+            elif (layer, head) == (1, 2):
+                k0 = q0.copy()
+                dq, dk = 5 * u, 5 * u
+            for i, step in enumerate(steps):
+                t = i / (len(steps) - 1)
+                q, k = q0 + t * dq, k0 + t * dk
+                rows.append({"run": "r", "step": step, "layer": layer, "head": head, "q_mean": q, "k_mean": k,
+                             "cos_qk": q @ k / np.linalg.norm(q) / np.linalg.norm(k)})
+    picked = qk_dynamics.pick_heads(pd.DataFrame(rows))
+    assert picked["common"] == (2, 1) and picked["opposite"] == (0, 3)
+    assert picked["qualified"] == {"common": True, "opposite": True}
+    dyn = picked["dynamics"].set_index(["layer", "head"])
+    assert dyn.loc[(1, 2), "displacement_cos"] > 0.99 and abs(dyn.loc[(1, 2), "gain"]) < 0.05  # the decoy
+
+
+def test_head_rule_says_when_no_head_moved_the_wanted_way():
+    """Every head's means move apart: no common-direction head qualifies, and the rule says so."""
+    rows = []
+    for head, scale in enumerate((1.0, 2.0, 3.0)):
+        q0, k0 = np.eye(4)[0], np.eye(4)[1]
+        for step, t in ((0, 0.0), (10, 1.0)):
+            q, k = q0 + t * scale * np.eye(4)[2], k0 - t * scale * np.eye(4)[2]
+            rows.append({"run": "r", "step": step, "layer": 0, "head": head, "q_mean": q, "k_mean": k,
+                         "cos_qk": q @ k / np.linalg.norm(q) / np.linalg.norm(k)})
+    picked = qk_dynamics.pick_heads(pd.DataFrame(rows))
+    assert picked["qualified"] == {"common": False, "opposite": True}
+    assert picked["opposite"] == (0, 2)
+
+
+def test_head_rule_picks_the_planted_heads_in_the_tiny_checkpoints(suite, store):
+    stats = qk_dynamics.step_statistics(suite["stages"], store=store, **KW)
+    picked = qk_dynamics.pick_heads(stats)
+    assert picked["common"] == COMMON and picked["opposite"] == OPPOSITE
+    dyn = qk_dynamics.head_dynamics(stats).set_index(["layer", "head"])
+    assert dyn.loc[COMMON, "displacement_cos"] == pytest.approx(1.0, abs=1e-5)  # both means moved by a(s)·u
+    # the opposite head's queries moved by +a·w and keys by -a·w, so their means did too
+    assert dyn.loc[OPPOSITE, "displacement_cos"] == pytest.approx(-1.0, abs=1e-5)
+    last = stats[stats["step"] == STEPS[-1]].set_index(["layer", "head"])
+    assert last.loc[COMMON, "cos_qk"] > 0.9 and last.loc[OPPOSITE, "cos_qk"] < -0.9
+
+
+def test_second_run_reads_the_store_instead_of_loading_checkpoints(suite, store, monkeypatch):
+    first = qk_dynamics.step_statistics(suite["stages"][:2], store=store, **KW)  # "interrupted" after two steps
+    loads = []
+    original = qk_dynamics.Stage.load
+    monkeypatch.setattr(qk_dynamics.Stage, "load", lambda self, device="cpu": loads.append(self.step) or
+                        original(self, device))
+    full = qk_dynamics.step_statistics(suite["stages"], store=store, **KW)
+    assert loads == list(STEPS[2:])  # resumed: only the checkpoints not yet stored were loaded
+    again = qk_dynamics.step_statistics(suite["stages"], store=store, **KW)
+    assert loads == list(STEPS[2:])  # nothing loaded the second time
+    pd.testing.assert_frame_equal(again.drop(columns=["q_mean", "k_mean"]), full.drop(columns=["q_mean", "k_mean"]))
+    pd.testing.assert_frame_equal(first.drop(columns=["q_mean", "k_mean"]),
+                                  full[full["step"].isin(STEPS[:2])].drop(columns=["q_mean", "k_mean"]))
+
+
+def test_alignment_summary_on_the_planted_suite(suite, store):
+    stats = qk_dynamics.step_statistics(suite["stages"], store=store, **KW)
+    summary = qk_dynamics.alignment_summary(stats).iloc[0]
+    assert summary["first_step"] == 0 and summary["last_step"] == STEPS[-1]
+    assert summary["null_bound"] == pytest.approx(0.49, abs=0.02)  # 97.5th percentile of the null cosine, d = 16
+    assert summary["share_beyond_null_last"] >= 0.5  # the two planted heads
+
+
+def test_multiberts_stages_name_every_revision_with_its_step():
+    stages = qk_dynamics.multiberts_stages(3)
+    assert [s.step for s in stages][:3] == [0, 20_000, 40_000] and stages[-1].step == 2_000_000
+    assert len(stages) == 29 and {s.source for s in stages} == {"multiberts-seed-3"}
+    assert registry.spec("multiberts-seed-3").hub_location(stages[1].revision) == ("google/multiberts-seed_3-step_20k",
+                                                                                     None)
+    assert qk_dynamics.revision_step("step1000") == 1000
+
+
+def test_decoder_and_vision_statistics_match_brute_force():
+    """GPT-2 (causal: row i may attend to i + 1 keys) and ViT (every patch counts): entropies and their uniform
+    ceiling against the model's own output_attentions."""
+    from transformers import GPT2Config, GPT2Model, ViTConfig, ViTModel
+
+    torch.manual_seed(0)
+    gpt = GPT2Model(GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=100, n_positions=32,
+                               attn_implementation="eager")).eval()
+    ids = torch.randint(0, 100, (3, 9), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones(3, 9, dtype=torch.long)
+    mask[2, 6:] = 0  # right padding
+    stats = qk_dynamics.head_statistics(gpt, [({"input_ids": ids, "attention_mask": mask}, mask.bool())])
+    with torch.no_grad():
+        att = gpt(input_ids=ids, attention_mask=mask, output_attentions=True).attentions
+    valid = mask.bool()
+    ceiling = np.mean([np.log(i + 1) for row in mask.tolist() for i, m in enumerate(row) if m])
+    for r in stats.itertuples():
+        p = att[r.layer][:, r.head].double()
+        ent = -(p * torch.log(torch.where(p > 0, p, torch.ones_like(p)))).sum(-1)[valid].mean().item()
+        assert r.entropy == pytest.approx(ent, rel=1e-5) and r.entropy_uniform == pytest.approx(ceiling, rel=1e-9)
+
+    vit = ViTModel(ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                             image_size=16, patch_size=4)).eval()
+    pixels = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(1))
+    stats = qk_dynamics.head_statistics(vit, [({"pixel_values": pixels}, None)])
+    assert len(stats) == 4 and (stats["n_tokens"] == 2 * 17).all()  # 16 patches + [CLS] per image
+    assert stats["entropy_uniform"].iloc[0] == pytest.approx(np.log(17))
+
+
+def test_folder_of_checkpoints_lists_its_steps(suite):
+    folder = suite["stages"][0].source.rsplit("/", 1)[0]
+    found = qk_dynamics.runs(folder)
+    assert list(found) == [0] and [s.step for s in found[0]] == list(STEPS)
+    picked = qk_dynamics.pick_stages(found[0], 3)
+    assert picked[0].step == 0 and picked[-1].step == STEPS[-1] and len(picked) == 3

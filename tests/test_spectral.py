@@ -1,0 +1,241 @@
+"""Paper 2's batched per-layer protocol (anisotropy.spectral) against direct computations and planted data."""
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from anisotropy import data, metrics, registry, results, spectral
+
+BATCH = 96  # tiny models give few vectors; the protocol is the same as with the paper's 4096
+N_BATCHES = 3
+
+
+@pytest.fixture(scope="module")
+def texts():
+    return data.text_samples(48, seed=3)
+
+
+def _direct_rows(loaded, texts, chunk=8, max_length=128):
+    """Content-token hidden states per layer, computed without taps, in the same stream order (chunks of texts,
+    row-major over (text, position)), with padding and special tokens removed."""
+    tok, model = loaded.preprocessor, loaded.model
+    per_layer: dict[int, list] = {}
+    with torch.inference_mode():
+        for start in range(0, len(texts), chunk):
+            enc = tok(texts[start:start + chunk], padding=True, truncation=True, max_length=max_length,
+                      return_tensors="pt", return_special_tokens_mask=True, padding_side="right")
+            keep = (enc["attention_mask"].bool() & ~enc["special_tokens_mask"].bool()).reshape(-1)
+            inputs = {k: v for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+            if model.config.model_type == "gpt2":
+                inputs.pop("token_type_ids", None)
+            hs = model(**inputs, output_hidden_states=True).hidden_states
+            for i, h in enumerate(hs):
+                per_layer.setdefault(i, []).append(h.reshape(-1, h.shape[-1])[keep].float())
+    return {i: torch.cat(v).numpy() for i, v in per_layer.items()}
+
+
+@pytest.mark.parametrize("name", ["bert-base-uncased", "gpt2"])
+def test_per_layer_values_equal_direct_metrics_on_the_same_hidden_states(name, texts):
+    loaded = registry.load(name, variant="tiny")
+    names = ("sigma1_share", "twonn_dimension", "mean_cosine")
+    frame = spectral.measure(loaded, texts, batch_size=BATCH, n_batches=N_BATCHES, metric_names=names)
+    direct = _direct_rows(loaded, texts)
+    assert sorted(frame["layer"].unique()) == sorted(direct)
+    for layer, rows in direct.items():
+        assert rows.shape[0] >= BATCH * N_BATCHES  # the corpus is large enough for every batch
+        got = frame[frame["layer"] == layer].sort_values("batch")
+        assert list(got["batch"]) == list(range(N_BATCHES))
+        for metric in names:
+            want = metrics.batched(spectral.BATCH_METRICS[metric], rows[: BATCH * N_BATCHES], BATCH)
+            np.testing.assert_allclose(got[metric], want.values, rtol=2e-4, atol=1e-6, err_msg=f"{name} {metric}")
+    summ = spectral.summary(frame)
+    assert len(summ) == len(direct) and (summ["n_batches"] == N_BATCHES).all()
+    assert np.allclose(summ.sort_values("layer")["relative_depth"], np.linspace(0, 1, len(direct)))
+
+
+def test_final_norm_split_gives_the_states_before_and_after_the_final_layernorm(texts):
+    loaded = registry.load("gpt2", variant="tiny")
+    plain = spectral.measure(loaded, texts, batch_size=BATCH, n_batches=2)
+    split = spectral.measure(loaded, texts, batch_size=BATCH, n_batches=2, split_final_norm=True)
+    last = plain["layer"].max()
+    after = split[(split["layer"] == last) & split["after_final_norm"]].reset_index(drop=True)
+    before = split[(split["layer"] == last) & ~split["after_final_norm"]].reset_index(drop=True)
+    usual = plain[plain["layer"] == last].reset_index(drop=True)
+    assert usual["after_final_norm"].all()  # GPT-2's last hidden state is after ln_f
+    for metric in spectral.DEFAULT_METRICS:
+        np.testing.assert_allclose(after[metric], usual[metric], rtol=1e-5)
+    # Before the norm: the direct hidden states with ln_f removed.
+    ln_f = loaded.model.ln_f
+    loaded.model.ln_f = torch.nn.Identity()
+    try:
+        rows = _direct_rows(loaded, texts)[last]
+    finally:
+        loaded.model.ln_f = ln_f
+    want = metrics.batched(metrics.sigma1_share, rows[: 2 * BATCH], BATCH)
+    np.testing.assert_allclose(before["sigma1_share"], want.values, rtol=2e-4)
+    assert isinstance(loaded.model.ln_f, torch.nn.LayerNorm)  # restored
+
+
+def _spiked(rng, n, d, share):
+    """Gaussian rows whose covariance is diag(s^2, 1, ..., 1) with s^2 / (s^2 + d - 1) = share, plus a common mean
+    that the centred share must ignore."""
+    return spectral.planted_cloud(n, d, drift=2.0, spike_share=share, seed=int(rng.integers(1 << 30)))
+
+
+def test_batched_layer_matches_metrics_batched_and_recovers_planted_values():
+    rng = np.random.default_rng(0)
+    d, n = 16, 4096
+    shares = [0.2, 0.4, 0.6]
+    dims = [2, 3, 4]
+    # Stream 1: batch k has a planted top-direction share shares[k]; a 4th batch lies beyond the cap of 3.
+    spikes = np.concatenate([_spiked(rng, n, d, s) for s in shares + shares[:1]]).astype(np.float32)
+    # Stream 2: batch k is uniform on a dims[k]-dimensional cube inside R^d (TwoNN should return dims[k]).
+    cubes = np.concatenate([np.pad(rng.uniform(size=(n, k)), ((0, 0), (0, d - k))) for k in dims]).astype(np.float32)
+
+    acc = spectral.BatchedLayer(d, batch_size=n, n_batches=3, metric_names=("sigma1_share", "mean_cosine"))
+    pos = 0
+    while pos < len(spikes):  # ragged chunks, each followed by a NaN row, a zero row and a masked-out valid row
+        size = int(rng.integers(1, 1500))
+        chunk = spikes[pos:pos + size]
+        junk = np.stack([np.full(d, np.nan), np.zeros(d), np.full(d, 7.0)]).astype(np.float32)
+        mask = np.r_[np.ones(len(chunk), dtype=bool), True, True, False]
+        acc.update(np.concatenate([chunk, junk]), mask=mask)
+        pos += size
+    assert acc.full and acc.batches_done == 3 and acc.n == len(spikes)
+    want = metrics.batched(metrics.sigma1_share, spikes[: 3 * n], n)
+    np.testing.assert_allclose(acc.values["sigma1_share"], want.values, rtol=1e-9)
+    # The planted shares come back, and so do their mean and standard deviation over batches.
+    np.testing.assert_allclose(acc.values["sigma1_share"], shares, atol=0.03)
+    rows = pd.DataFrame(acc.rows())
+    assert rows["sigma1_share"].mean() == pytest.approx(np.mean(shares), abs=0.02)
+    assert rows["sigma1_share"].std(ddof=0) == pytest.approx(np.std(shares), abs=0.02)
+
+    ids = spectral.BatchedLayer(d, batch_size=n, n_batches=3, metric_names=("twonn_dimension",))
+    for start in range(0, len(cubes), 1000):
+        ids.update(torch.from_numpy(cubes[start:start + 1000]))
+    np.testing.assert_allclose(ids.values["twonn_dimension"], dims, rtol=0.12)
+    np.testing.assert_allclose(ids.values["twonn_dimension"],
+                               metrics.batched(metrics.twonn_dimension, cubes, n).values, rtol=1e-9)
+
+
+def test_batched_layer_rejects_bad_input():
+    with pytest.raises(ValueError, match="unknown metric"):
+        spectral.BatchedLayer(4, metric_names=("anisotropy",))
+    acc = spectral.BatchedLayer(4, batch_size=8, n_batches=1)
+    with pytest.raises(ValueError, match="dimension"):
+        acc.update(np.ones((3, 5)))
+
+
+def test_measure_says_when_a_layer_gets_no_full_batch(texts):
+    loaded = registry.load("gpt2", variant="tiny")
+    with pytest.raises(ValueError, match="fewer than batch_size"):
+        spectral.measure(loaded, texts[:2], batch_size=4096, n_batches=1)
+
+
+def test_identical_checkpoints_are_detected(tmp_path, texts):
+    loaded = registry.load("gpt2", variant="tiny")
+    folders = {}
+    for name in ("a", "b", "c"):
+        folders[name] = tmp_path / name
+        if name == "c":  # one parameter changed
+            with torch.no_grad():
+                loaded.model.ln_f.bias[0] += 1e-3
+        loaded.model.save_pretrained(folders[name])
+        loaded.preprocessor.save_pretrained(folders[name])
+    fps = {k: spectral.weights_fingerprint(registry.load(v).model) for k, v in folders.items()}
+    assert fps["a"] == fps["b"] != fps["c"]
+    store = results.Store(tmp_path / "results")
+    entries = [{"model": str(folders[k]), "step": s, "label": "tiny"} for k, s in (("a", 0), ("b", 10), ("c", 20))]
+    frame, skipped = spectral.series(entries, n_texts=48, batch_size=64, n_batches=1, store=store)
+    assert skipped == []
+    flags = frame.groupby("step")["same_weights_as"].first()
+    assert np.isnan(flags[0]) and flags[10] == 0 and np.isnan(flags[20])
+    # Measured through the store: a second call reads the stored frames.
+    again, _ = spectral.series(entries, n_texts=48, batch_size=64, n_batches=1, store=store)
+    pd.testing.assert_frame_equal(frame, again)
+    # Identical weights give identical measurements.
+    s = spectral.summary(frame)
+    np.testing.assert_allclose(s[s["step"] == 0]["sigma1_share"].to_numpy(),
+                               s[s["step"] == 10]["sigma1_share"].to_numpy())
+
+
+def test_profile_shape_on_planted_profiles():
+    depth = np.linspace(0, 1, 9)
+    frame = pd.concat([
+        pd.DataFrame({"display": "bell", "relative_depth": depth,
+                      "sigma1_share": 0.1 + 0.4 * np.exp(-((depth - 0.5) / 0.2) ** 2)}),
+        pd.DataFrame({"display": "flat", "relative_depth": depth, "sigma1_share": 0.2 + 0.001 * depth}),
+    ])
+    shape = spectral.profile_shape(frame).set_index("display")
+    assert shape.loc["bell", "peak_depth"] == 0.5 and shape.loc["bell", "interior_peak"]
+    assert shape.loc["bell", "peak_to_ends"] == pytest.approx(0.5 / (0.1 + 0.4 * np.exp(-6.25)), rel=1e-9)
+    assert not shape.loc["flat", "interior_peak"] and shape.loc["flat", "peak_to_ends"] == pytest.approx(1, abs=0.01)
+
+
+def test_step_of_hub_revisions():
+    assert spectral.step_of("step1000") == 1000
+    assert spectral.step_of("global_step600000") == 600000
+    assert spectral.step_of("step_20k") == 20000
+
+
+def test_isotropic_sigma1_share_matches_simulation():
+    rng = np.random.default_rng(1)
+    for d in (32, 128):
+        sims = [metrics.sigma1_share(rng.normal(size=(4096, d))) for _ in range(3)]
+        assert np.mean(sims) == pytest.approx(spectral.isotropic_sigma1_share(d, 4096), rel=0.06)
+
+
+def test_planted_clouds_separate_the_two_measures():
+    # A drift of norm r * sqrt(d) on unit-variance noise: mean cosine r^2 / (1 + r^2), sigma1 share isotropic.
+    x = spectral.planted_cloud(4096, 64, drift=1.5, seed=0)
+    assert metrics.mean_cosine(x) == pytest.approx(1.5**2 / (1 + 1.5**2), abs=0.01)
+    assert metrics.sigma1_share(x) == pytest.approx(spectral.isotropic_sigma1_share(64), rel=0.1)
+    # A zero-mean spike: sigma1 share as planted, mean cosine ~ 0.
+    y = spectral.planted_cloud(4096, 64, spike_share=0.5, seed=1)
+    assert metrics.sigma1_share(y) == pytest.approx(0.5, abs=0.02)
+    assert abs(metrics.mean_cosine(y)) < 0.01
+
+
+def test_summary_and_layer_average_on_a_planted_frame():
+    # Two layers x three batches of one checkpoint: the layer average is taken per batch, then over batches.
+    values = {0: [1.0, 2.0, 3.0], 1: [5.0, 6.0, 10.0]}
+    frame = pd.DataFrame([{"label": "run", "step": 7, "layer": layer, "relative_depth": float(layer), "batch": b,
+                           "n_vectors": 4096, "twonn_dimension": v} for layer, vs in values.items()
+                          for b, v in enumerate(vs)])
+    s = spectral.summary(frame).set_index("layer")
+    assert s.loc[1, "twonn_dimension"] == pytest.approx(7.0)
+    assert s.loc[1, "twonn_dimension_std"] == pytest.approx(np.std([5, 6, 10]))
+    avg = spectral.layer_average(frame).iloc[0]
+    assert avg["twonn_dimension"] == pytest.approx(np.mean([3, 4, 6.5]))
+    assert avg["twonn_dimension_std"] == pytest.approx(np.std([3, 4, 6.5]))
+    assert avg["n_batches"] == 3 and avg["step"] == 7
+
+
+@pytest.mark.parametrize("name", ["gpt2", "opt-125m", "opt-350m", "pythia-70m", "bloom-560m", "gpt-j-6b",
+                                  "llama-2-7b", "falcon-7b", "bert-base-uncased", "roberta-base", "albert-base-v2"])
+def test_final_norm_of_every_paper2_architecture(name, texts):
+    """Decoders with a final norm: the split's 'after' state is the usual last hidden state; encoders and the post-LN
+    OPT-350m have none, and the split then changes nothing."""
+    loaded = registry.load(name, variant="tiny")
+    found = spectral.find_final_norm(loaded.model)
+    assert (found is not None) == (loaded.spec.stack == "decoder" and name != "opt-350m")
+    plain = spectral.measure(loaded, texts[:24], batch_size=48, n_batches=1, metric_names=("sigma1_share",))
+    split = spectral.measure(loaded, texts[:24], batch_size=48, n_batches=1, metric_names=("sigma1_share",),
+                             split_final_norm=True)
+    last = plain["layer"].max()
+    assert split["layer"].max() == last and len(split) == len(plain) + (found is not None)
+    usual = plain[plain["layer"] == last]["sigma1_share"].to_numpy()
+    after = split[(split["layer"] == last) & (split["after_final_norm"] | (found is None))]["sigma1_share"]
+    np.testing.assert_allclose(after.to_numpy(), usual, rtol=1e-4)
+    assert plain["after_final_norm"].sum() == (found is not None)
+
+
+def test_by_length_within_keeps_the_texts_and_groups_lengths():
+    texts = data.text_samples(100, seed=0)
+    out = spectral.by_length_within(texts, 16)
+    assert sorted(out) == sorted(texts)
+    for start in range(0, 100, 16):
+        window = out[start:start + 16]
+        assert [len(t) for t in window] == sorted(len(t) for t in window)
+        assert sorted(window) == sorted(texts[start:start + 16])

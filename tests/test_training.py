@@ -1,0 +1,207 @@
+"""The checkpoint-suite trainer: learning, bit-identical reloads, exact resumption, seeds, tokenizers, baselines."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from anisotropy import training
+from anisotropy.training import Recipe
+
+TINY = dict(width=32, depth=2, heads=2, seq_len=32, vocab_size=320, batch_size=8, warmup=4, lr=3e-3,
+            n_checkpoints=5, eval_every=0, eval_size=16, image_size=16, patch_size=4)
+
+
+def tiny(kind: str, steps: int = 12, **overrides) -> Recipe:
+    return Recipe(suite=f"tiny-{kind}", kind=kind, steps=steps, **{**TINY, **overrides})
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _private_cache(tmp_path_factory):
+    """Tokenizers go to the cache folder: keep the tests' out of the project's."""
+    before = os.environ.get("ANISOTROPY_CACHE")
+    os.environ["ANISOTROPY_CACHE"] = str(tmp_path_factory.mktemp("cache"))
+    yield
+    if before is None:
+        os.environ.pop("ANISOTROPY_CACHE")
+    else:
+        os.environ["ANISOTROPY_CACHE"] = before
+
+
+def run(recipe: Recipe, out_dir, **kwargs):
+    """Train quietly on one thread (tiny models run fastest so, and the tests share the machine)."""
+    return training.train(recipe, out_dir=out_dir, progress=False, threads=1, **kwargs)
+
+
+def weights(folder) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "model.safetensors"))
+
+
+def assert_same_weights(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+
+
+def test_checkpoint_steps_are_log_spaced_from_zero():
+    r = Recipe(suite="s", kind="mlm", steps=1000, n_checkpoints=10)
+    steps = r.checkpoint_steps
+    assert steps[0] == 0 and steps[-1] == 1000 and len(steps) == 10
+    ideal = 1000 ** (np.arange(9) / 8)  # geometric from 1 to 1000
+    assert np.all(np.abs(np.array(steps[1:]) - ideal) <= 0.5)  # up to rounding to whole updates
+    assert set(steps) <= set(r.eval_steps)
+
+
+def test_learning_rate_schedule_endpoints():
+    r = Recipe(suite="s", kind="mlm", steps=100, warmup=10, lr=1e-3, min_lr_ratio=0.1)
+    assert r.lr_at(5) == pytest.approx(5e-4)
+    assert r.lr_at(10) == pytest.approx(1e-3)
+    assert r.lr_at(55) == pytest.approx(1e-3 * (0.1 + 0.9 * 0.5))  # cosine half-way
+    assert r.lr_at(100) == pytest.approx(1e-4)
+
+
+def test_recipe_hash_ignores_seed_and_name_but_not_hyperparameters():
+    r = tiny("mlm")
+    assert r.hash == replace(r, seed=5, suite="other").hash
+    assert r.hash != replace(r, lr=1e-4).hash
+    assert r.hash != replace(r, kind="char-mlm").hash
+    with pytest.raises(ValueError, match="attention_variant"):
+        replace(r, attention_variant="no-such-variant")
+
+
+def test_suite_specs_expand_to_one_recipe_per_seed():
+    got = training.recipes("mlm", {"kind": "mlm", "seeds": [0, 1, 2], "width": 64, "lr": 0.001})
+    assert [r.seed for r in got] == [0, 1, 2] and {r.width for r in got} == {64}
+    with pytest.raises(ValueError, match="unknown"):
+        training.recipes("mlm", {"kind": "mlm", "widht": 64})
+
+
+def test_wordpiece_tokenizer_is_deterministic_and_loads_from_a_checkpoint(tmp_path):
+    from transformers import AutoTokenizer
+
+    r = tiny("mlm")
+    a = training._build_tokenizer("mlm", 320, 32)
+    b = training._build_tokenizer("mlm", 320, 32)
+    assert a.get_vocab() == b.get_vocab() and len(a) == 320
+    ckpt = run(replace(r, steps=1), out_dir=tmp_path)[0]
+    loaded = AutoTokenizer.from_pretrained(ckpt.path)
+    enc = loaded("The object is an instance.")
+    assert loaded.convert_ids_to_tokens(enc["input_ids"])[0] == "[CLS]"
+    assert loaded.convert_ids_to_tokens(enc["input_ids"])[-1] == "[SEP]"
+    assert loaded.mask_token == "[MASK]" and loaded.model_max_length == 32
+
+
+def test_byte_and_bpe_tokenizers_round_trip(tmp_path):
+    from transformers import AutoTokenizer
+
+    text = "Naïve __init__ calls, Spaces  and CASE."
+    byte_tok = training.tokenizer(tiny("char-mlm"))
+    ids = byte_tok(text, add_special_tokens=False)["input_ids"]
+    assert len(ids) == len(text.encode("utf-8"))  # one token per byte
+    assert byte_tok.decode(ids) == text
+    ckpt = run(tiny("clm", steps=1), out_dir=tmp_path)[0]
+    bpe = AutoTokenizer.from_pretrained(ckpt.path)
+    enc = bpe(text)
+    assert "token_type_ids" not in enc  # GPT-2 would add wte(type id) to every position
+    assert bpe.decode(enc["input_ids"]) == text
+
+
+@pytest.mark.parametrize("kind", ["mlm", "clm", "char-mlm"])
+def test_language_model_loss_decreases_from_chance(kind, tmp_path):
+    r = tiny(kind, steps=40, eval_every=10)
+    ckpts = run(r, out_dir=tmp_path)
+    assert [c.step for c in ckpts] == list(r.checkpoint_steps)
+    state = training.training_state(ckpts[-1])
+    val = [v["loss"] for v in state["validation"]]
+    # a freshly initialised model predicts nearly uniformly: its loss is the chance level log(vocabulary)
+    assert val[0] == pytest.approx(state["baselines"]["chance"], abs=0.15)
+    assert val[-1] < val[0] - 0.5
+    train_loss = state["train_loss"]
+    assert len(train_loss) == 40 and np.mean(train_loss[-5:]) < np.mean(train_loss[:5]) - 0.5
+
+
+@pytest.mark.parametrize("kind", ["vit", "cnn"])
+def test_vision_models_start_at_chance(kind, tmp_path):
+    # the shapes need a few hundred updates of 64 images to be learnt (the chapter shows it); here: the run is sane
+    r = tiny(kind, steps=6, eval_size=64)
+    state = training.training_state(run(r, out_dir=tmp_path)[-1])
+    assert state["baselines"]["chance"] == pytest.approx(math.log(6))
+    for v in state["validation"]:
+        assert v["loss"] == pytest.approx(math.log(6), abs=0.3) and 0 <= v["accuracy"] <= 1
+
+
+def test_validation_paragraphs_are_disjoint_from_training():
+    train, held = training.split_paragraphs()
+    assert held and not set(train) & set(held)  # the corpus repeats paragraphs across topics: none may leak
+    assert len(train) + len(held) == len(set(training.data.prose_paragraphs()))
+
+
+def test_unigram_baseline_matches_a_direct_count(tmp_path):
+    r = tiny("clm")
+    task = training._TextTask(r)
+    counts = np.bincount(task.stream, minlength=task.vocab_size) + 0.5
+    targets = task.validation["labels"][:, 1:].numpy().ravel()
+    direct = -np.mean([math.log(counts[t] / counts.sum()) for t in targets])
+    assert task.baselines["unigram"] == pytest.approx(direct, rel=1e-12)
+    assert task.baselines["unigram"] < task.baselines["chance"]
+
+
+@pytest.mark.parametrize("kind", ["mlm", "vit"])
+def test_saved_checkpoint_reloads_bit_identically(kind, tmp_path):
+    from transformers import AutoModel
+
+    r = tiny(kind, steps=3)
+    ckpts = run(r, out_dir=tmp_path)
+    initial = training.build_model(r)
+    reloaded = training._load_model(r, ckpts[0].path)
+    assert_same_weights(initial.state_dict(), reloaded.state_dict())
+    # the reloaded final model reproduces the validation loss recorded during training
+    task = training._task(r)
+    final = training._load_model(r, ckpts[-1].path).eval()
+    with torch.no_grad():
+        assert task.evaluate(final, "cpu")["loss"] == pytest.approx(ckpts[-1].loss, rel=1e-6)
+    assert AutoModel.from_pretrained(ckpts[-1].path) is not None  # what registry.load does
+
+
+@pytest.mark.parametrize("stop_after", [5, 7])  # 5 is a checkpoint step, 7 falls between checkpoints
+def test_resume_after_interruption_matches_an_uninterrupted_run(stop_after, tmp_path):
+    r = tiny("mlm", steps=12)  # checkpoints at 0, 1, 2, 5, 12
+    straight = run(r, out_dir=tmp_path / "straight")
+    partial = run(r, out_dir=tmp_path / "resumed", stop_after=stop_after)
+    assert partial[-1].step <= stop_after and not training.is_trained(r, tmp_path / "resumed")
+    resumed = run(r, out_dir=tmp_path / "resumed")
+    assert [c.step for c in resumed] == [c.step for c in straight]
+    assert_same_weights(weights(straight[-1].path), weights(resumed[-1].path))
+    a, b = (training.training_state(c[-1]) for c in (straight, resumed))
+    assert a["train_loss"] == b["train_loss"] and a["validation"] == b["validation"]
+    # finished runs keep one optimiser state (the last checkpoint's) and no snapshots
+    folder = training.run_dir(r, tmp_path / "resumed")
+    assert [p.parent.name for p in folder.glob("*/optimizer.pt")] == ["step-12"]
+    assert not list(folder.glob("resume-*"))
+
+
+def test_two_seeds_differ_and_one_seed_repeats(tmp_path):
+    r0, r1 = tiny("vit", steps=4), tiny("vit", steps=4, seed=1)
+    a = run(r0, out_dir=tmp_path / "a")
+    b = run(r0, out_dir=tmp_path / "b")
+    c = run(r1, out_dir=tmp_path / "a")
+    assert_same_weights(weights(a[-1].path), weights(b[-1].path))
+    wa, wc = weights(a[-1].path), weights(c[-1].path)
+    assert all(not torch.equal(wa[k], wc[k]) for k in wa if wa[k].ndim == 2)
+    assert a[-1].path.parent.name == "seed-0" and c[-1].path.parent.name == "seed-1"
+
+
+def test_trained_suite_is_reused_not_retrained(tmp_path):
+    r = tiny("cnn", steps=3)
+    first = run(r, out_dir=tmp_path)
+    stamp = (first[-1].path / "model.safetensors").stat().st_mtime_ns
+    again = run(r, out_dir=tmp_path)
+    assert again == first and (again[-1].path / "model.safetensors").stat().st_mtime_ns == stamp
+    assert training.checkpoints(replace(r, lr=1e-2), out_dir=tmp_path) == []  # a new recipe starts empty
