@@ -232,8 +232,9 @@ def _model_key(ref: ModelRef) -> dict:
     key = asdict(ref)
     key.pop("label")
     if ref.is_folder:
-        state = Path(ref.name) / "training_state.json"
-        key["folder_state"] = state.read_text() if state.is_file() else None
+        from .results import checkpoint_key
+
+        key.update(checkpoint_key(ref.name), name=None)  # where the cache lives must not change the key
         return key
     s = registry.spec(ref.name)
     key["spec"] = {"hub_id": s.hub_id, "architecture": s.architecture, "layout": s.layout,

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from . import attention, data, paths, registry, results
+from . import attention, data, registry, results
 
 CHAPTER = "p1_s5_qk_training"
 KINDS = ("query", "key")
@@ -49,14 +49,9 @@ class Stage:
     def key(self) -> dict:
         """What identifies the weights: registry name + revision, or the folder (relative to the cache when inside
         it, since a self-trained folder's path holds its recipe hash)."""
-        source = self.source
-        path = Path(source)
-        if path.is_dir():
-            try:
-                source = str(path.resolve().relative_to(paths.cache_dir().resolve()))
-            except ValueError:
-                source = str(path.resolve())
-        return {"source": source, "revision": self.revision, "variant": self.variant}
+        if Path(self.source).is_dir():
+            return {**results.checkpoint_key(self.source), "revision": self.revision, "variant": self.variant}
+        return {"source": self.source, "revision": self.revision, "variant": self.variant}
 
     def load(self, device="cpu") -> registry.Loaded:
         return registry.load(self.source, variant=self.variant, revision=self.revision, device=device,

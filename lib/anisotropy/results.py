@@ -30,6 +30,27 @@ def key_hash(key: dict) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
+# Fields of a checkpoint's training_state.json that record how long it took, not what was trained.
+_VOLATILE_STATE = ("seconds", "cpu_seconds", "threads")
+
+
+def checkpoint_key(folder: str | Path) -> dict:
+    """What identifies a self-trained checkpoint folder in a results key: its path relative to the checkpoint cache
+    (absolute outside it) and its training record without wall-clock fields, so the same recipe, seed and step give
+    the same key on any machine or checkout, and a retrained folder gets a new one."""
+    folder = Path(folder).resolve()
+    try:
+        where = "cache:" + folder.relative_to(paths.cache_dir().resolve()).as_posix()
+    except ValueError:
+        where = str(folder)
+    state_file = folder / "training_state.json"
+    state = json.loads(state_file.read_text()) if state_file.is_file() else {}
+    for name in _VOLATILE_STATE:
+        state.pop(name, None)
+    digest = hashlib.sha256(json.dumps(state, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return {"folder": where, "training_state": digest if state else None}
+
+
 def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

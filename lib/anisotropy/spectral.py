@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from . import metrics, paths
+from . import metrics
 
 BATCH_SIZE = 4096  # the paper's batch of token vectors
 STORE_CHAPTER = "paper2_spectral"  # every measurement of this module lives under results/<STORE_CHAPTER>/
@@ -274,14 +274,9 @@ def weights_fingerprint(model) -> str:
 
 def _source_key(name_or_path) -> str:
     """A stable key for a model: the registry name, or a folder relative to the cache (so caches move with it)."""
-    path = Path(name_or_path)
-    if path.is_dir():
-        resolved = path.resolve()
-        try:
-            return "cache:" + resolved.relative_to(paths.cache_dir().resolve()).as_posix()
-        except ValueError:
-            return str(resolved)
-    return str(name_or_path)
+    from .results import checkpoint_key
+
+    return checkpoint_key(name_or_path)["folder"] if Path(name_or_path).is_dir() else str(name_or_path)
 
 
 def _torch_dtype(dtype):
@@ -319,7 +314,7 @@ def profile(model: str | Path, variant: str = "pretrained", revision: str | None
     folder = Path(model)
     if folder.is_dir() and (folder / "training_state.json").is_file():
         # A retrained suite at the same path must not reuse old numbers: key on the checkpoint's own record.
-        key["folder_state"] = hashlib.sha256((folder / "training_state.json").read_bytes()).hexdigest()[:16]
+        key["folder_state"] = results.checkpoint_key(folder)["training_state"]
 
     def compute() -> pd.DataFrame:
         dev = _device(device)
