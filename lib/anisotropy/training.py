@@ -739,10 +739,13 @@ def _count_parameters(folder: Path) -> int:
 
 
 def checkpoint_table(recipe_list: list[Recipe], out_dir: str | Path | None = None):
-    """Tidy frame of every saved checkpoint: suite, seed, step, validation loss, path."""
+    """Tidy frame of every saved checkpoint: suite, seed, step, validation loss, folder ("cache:..." inside the
+    checkpoint cache, so the table is the same in every checkout)."""
     import pandas as pd
 
-    return pd.DataFrame([{"suite": c.suite, "seed": c.seed, "step": c.step, "loss": c.loss, "path": str(c.path)}
+    from . import results
+
+    return pd.DataFrame([{"suite": c.suite, "seed": c.seed, "step": c.step, "loss": c.loss, "path": results.checkpoint_key(c.path)["folder"]}
                          for r in recipe_list for c in checkpoints(r, out_dir)])
 
 
