@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from . import baseline, metrics
+from . import baseline, metrics, results
 
 STORE_CHAPTER = "p1_layerwise"  # one namespace shared by every chapter that measures layer-wise geometry
 # With stats="full", wider layers (CNN maps flattened to C*H*W) still get first moments only: LayerStats' d x d
@@ -279,7 +279,7 @@ def frame_of(extraction, loaded, label: str | None = None, seconds: float | None
     frame = taps.layer_frame(extraction)
     frame["dim"] = [extraction[layer].dim for layer in frame["layer"]]
     frame["label"] = label or loaded.label
-    frame["model"] = spec.name if loaded.variant != "self-trained" else str(loaded.source)
+    frame["model"] = spec.name if loaded.variant != "self-trained" else results.checkpoint_key(loaded.source)["folder"]
     frame["display"] = spec.display
     frame["variant"] = loaded.variant
     frame["family"] = family or spec.family
