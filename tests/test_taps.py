@@ -110,6 +110,20 @@ def test_special_tokens_are_configurable():
     assert default.n_masked[1] + default[1].n == padded and kept.n_masked[1] == padded - sum(lengths)
 
 
+def test_inputs_are_cut_to_the_position_table():
+    """A model with 16 positions (as self-trained ones have 128) takes at most 16 tokens per text, special tokens
+    included, whatever max_length asks for; and position_limit reads RoBERTa's table net of its padding offset."""
+    loaded = registry.load("bert-base-uncased", variant="tiny")
+    loaded.model = type(loaded.model)(loaded.model.config.__class__(**{**loaded.model.config.to_dict(),
+                                                                      "max_position_embeddings": 16}))
+    assert taps.position_limit(loaded) == 16
+    long_texts = [" ".join(TEXTS)] * 2
+    kept = taps.extract(loaded, long_texts, max_length=128, keep_special=True)
+    assert kept[1].n == 2 * 16
+    roberta = registry.load("roberta-base", variant="tiny")
+    assert taps.position_limit(roberta) == roberta.model.config.max_position_embeddings - 2
+
+
 @pytest.mark.parametrize("name", ["bert-base-uncased", "gpt2", "opt-125m"])
 def test_padding_does_not_leak_into_the_vectors(name):
     """The same texts batched with padding and one by one give the same statistics, and these equal the metrics of

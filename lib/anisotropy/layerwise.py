@@ -243,7 +243,7 @@ def _model_key(ref: ModelRef) -> dict:
     if ref.variant != "pretrained":
         key["spec"].update(config=dict(s.config or {}), tiny=dict(s.tiny or {}) if ref.variant == "tiny" else None,
                            tiny_preprocessor_kwargs=dict(s.tiny_preprocessor_kwargs),
-                           offline_tokenizer_version=getattr(registry, "_TOKENIZER_VERSION", None))
+                           offline_tokenizers=registry.packaged_tokenizers_fingerprint())
     return key
 
 

@@ -30,8 +30,9 @@ def key_hash(key: dict) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
-# Fields of a checkpoint's training_state.json that record how long it took, not what was trained.
-_VOLATILE_STATE = ("seconds", "cpu_seconds", "threads")
+# Fields (of a training_state.json, or columns of a stored frame) that record how long something took and on how many
+# threads, not what was computed: they differ between two runs of the same profile and seed, and nothing else may.
+WALL_CLOCK_FIELDS = ("seconds", "cpu_seconds", "threads")
 
 
 def checkpoint_key(folder: str | Path) -> dict:
@@ -45,7 +46,7 @@ def checkpoint_key(folder: str | Path) -> dict:
         where = str(folder)
     state_file = folder / "training_state.json"
     state = json.loads(state_file.read_text()) if state_file.is_file() else {}
-    for name in _VOLATILE_STATE:
+    for name in WALL_CLOCK_FIELDS:
         state.pop(name, None)
     digest = hashlib.sha256(json.dumps(state, sort_keys=True, default=str).encode()).hexdigest()[:16]
     return {"folder": where, "training_state": digest if state else None}

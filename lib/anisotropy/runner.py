@@ -9,6 +9,7 @@ that is interrupted resumes where it stopped and a finished chapter is not execu
 
 from __future__ import annotations
 
+import ast
 import difflib
 import hashlib
 import itertools
@@ -532,8 +533,14 @@ def _slug(value) -> str:
     return re.sub(r"[^A-Za-z0-9.+-]+", "-", text).strip("-") or "x"
 
 
-def glued_values(nb_path: Path) -> dict:
-    """The scalars a notebook glued (myst-nb stores them as outputs tagged ``scrapbook``), as plain text."""
+# Glued names that report a wall-clock measurement (training or run time) end this way; they are the only glued
+# values allowed to differ between two runs of the same profile and seed.
+WALL_CLOCK_GLUE = re.compile(r"(seconds|minutes)$")
+
+
+def glued_values(nb_path: Path, wall_clock: bool = True) -> dict:
+    """The scalars a notebook glued, as plain text (myst-nb stores them as ``display_data`` outputs tagged
+    ``scrapbook``, under ``application/papermill.record/text/plain``); ``wall_clock=False`` leaves out timings."""
     import nbformat
 
     nb = nbformat.read(nb_path, as_version=4)
@@ -541,8 +548,15 @@ def glued_values(nb_path: Path) -> dict:
     for cell in nb.cells:
         for out in cell.get("outputs", []):
             name = out.get("metadata", {}).get("scrapbook", {}).get("name")
-            if name and "text/plain" in out.get("data", {}) and "image/png" not in out["data"]:
-                values[name] = out["data"]["text/plain"]
+            data = out.get("data", {})
+            text = next((v for k, v in data.items() if k.endswith("text/plain")), None)
+            if not name or text is None or any(k.endswith("image/png") for k in data):
+                continue
+            if wall_clock or not WALL_CLOCK_GLUE.search(name):
+                try:  # report.glue stores formatted strings, so most values come back as their repr
+                    values[name] = ast.literal_eval(text)
+                except (ValueError, SyntaxError):
+                    values[name] = text
     return values
 
 

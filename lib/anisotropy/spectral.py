@@ -206,7 +206,6 @@ def measure(loaded, examples: Iterable, batch_size: int = BATCH_SIZE, n_batches:
         # The decoders of Paper 2 take no token types, but GPT-2 and GPT-J would add wte(token_type_ids) -- a vector
         # common to every token -- if a tokenizer (e.g. the offline BPE) handed them zeros.
         tok.model_input_names = [n for n in tok.model_input_names if n != "token_type_ids"]
-    max_length = min(max_length, _position_limit(loaded))
     created: list[BatchedLayer] = []
 
     def factory(dim: int) -> BatchedLayer:
@@ -245,19 +244,6 @@ def by_length_within(texts: Sequence, window: int) -> list:
     (about half of a batch of random paragraphs is padding otherwise)."""
     texts = list(texts)
     return [t for start in range(0, len(texts), window) for t in sorted(texts[start:start + window], key=len)]
-
-
-def _position_limit(loaded) -> int:
-    """The longest input the model takes: its position table (RoBERTa's starts after the padding index) or the
-    tokenizer's own limit (self-trained checkpoints set it to their training length)."""
-    config = loaded.model.config
-    limits = [getattr(loaded.preprocessor, "model_max_length", None)]
-    for attr in ("max_position_embeddings", "n_positions"):
-        value = getattr(config, attr, None)
-        if value:
-            limits.append(value - 2 if config.model_type in ("roberta", "xlm-roberta", "camembert") else value)
-    limits = [int(v) for v in limits if v and v < 1_000_000]
-    return min(limits) if limits else 1_000_000
 
 
 def weights_fingerprint(model) -> str:

@@ -163,6 +163,19 @@ def _to(batch: dict, device) -> dict:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
+def position_limit(loaded) -> int:
+    """The longest input the model takes: its position table (RoBERTa's starts after the padding index) or the
+    tokenizer's own limit (self-trained checkpoints set it to their training length)."""
+    config = loaded.model.config
+    limits = [getattr(loaded.preprocessor, "model_max_length", None)]
+    for attr in ("max_position_embeddings", "n_positions"):
+        value = getattr(config, attr, None)
+        if value:
+            limits.append(value - 2 if config.model_type in ("roberta", "xlm-roberta", "camembert") else value)
+    limits = [int(v) for v in limits if v and v < 1_000_000]
+    return min(limits) if limits else 1_000_000
+
+
 def _tokenize(tokenizer, texts, max_length):
     return tokenizer(list(texts), padding=True, truncation=True, max_length=max_length, return_tensors="pt",
                      return_special_tokens_mask=True, padding_side="right")
@@ -357,6 +370,8 @@ def extract(loaded, examples: Iterable, batch_size: int = 8, max_length: int = 1
         device = next(model.parameters()).device
     model.to(device).eval()
     make = stats_factory or (lambda dim: LayerStats(dim, reservoir_size=reservoir_size, seed=seed))
+    # Longer inputs would index past the position table (self-trained text models have 128 positions).
+    max_length = min(max_length, position_limit(loaded))
     ctx = dict(device=torch.device(device), max_length=max_length, keep_special=keep_special, part=part)
     fn = _LAYOUT_FN[spec.layout]
     result = Extraction({"model": spec.name, "display": spec.display, "variant": loaded.variant,

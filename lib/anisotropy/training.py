@@ -244,7 +244,7 @@ def split_paragraphs(corpus: str = "prose") -> tuple[list[str], list[str]]:
 
 def _build_tokenizer(kind: str, vocab_size: int, seq_len: int, corpus: str = "prose"):
     """A ``PreTrainedTokenizerFast`` trained on the training paragraphs (``char-mlm``: the 256 bytes, no training)."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
     train_text, _ = split_paragraphs(corpus)
@@ -261,22 +261,9 @@ def _build_tokenizer(kind: str, vocab_size: int, seq_len: int, corpus: str = "pr
                                        # GPT-2 adds wte(token_type_ids) to its inputs: never hand it type ids
                                        model_input_names=["input_ids", "attention_mask"])
     if kind == "mlm":
-        normalizer = normalizers.BertNormalizer(lowercase=True)
-        tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-        tok.normalizer = normalizer
-        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-        tok.decoder = decoders.WordPiece()
-        # The WordPiece trainer gives "##c" pieces ids in hash order, which makes its merges vary from run to run;
-        # registering every "##c" up front fixes their ids and makes the vocabulary deterministic.
-        chars = sorted({c for p in train_text for c in normalizer.normalize_str(p) if not c.isspace()})
-        pinned = list(BERT_SPECIALS) + ["##" + c for c in chars]
-        trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=pinned, show_progress=False)
-        tok.train_from_iterator(train_text, trainer)
-        vocab = tok.get_vocab(with_added_tokens=False)
-        tok = Tokenizer(models.WordPiece(vocab=vocab, unk_token="[UNK]"))  # rebuilt: only the 5 real specials
-        tok.normalizer = normalizer
-        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-        tok.decoder = decoders.WordPiece()
+        from .registry import train_wordpiece
+
+        tok = train_wordpiece(train_text, vocab_size, BERT_SPECIALS)
     else:  # char-mlm: one token per UTF-8 byte, case and spacing kept
         alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
         vocab = {t: i for i, t in enumerate([*BERT_SPECIALS, *alphabet])}
