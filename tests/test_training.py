@@ -72,6 +72,7 @@ def test_recipe_hash_ignores_seed_and_name_but_not_hyperparameters():
     assert r.hash == replace(r, seed=5, suite="other").hash
     assert r.hash != replace(r, lr=1e-4).hash
     assert r.hash != replace(r, kind="char-mlm").hash
+    assert r.hash != replace(r, threads=2).hash  # the thread count changes the weights' last bits
     with pytest.raises(ValueError, match="attention_variant"):
         replace(r, attention_variant="no-such-variant")
 
@@ -205,3 +206,13 @@ def test_trained_suite_is_reused_not_retrained(tmp_path):
     again = run(r, out_dir=tmp_path)
     assert again == first and (again[-1].path / "model.safetensors").stat().st_mtime_ns == stamp
     assert training.checkpoints(replace(r, lr=1e-2), out_dir=tmp_path) == []  # a new recipe starts empty
+
+
+def test_chapter_defaults_are_the_local_profile():
+    """The chapter's parameters cell shows the local recipes; the profile is what every chapter trains from."""
+    from anisotropy import runner
+
+    assert runner.notebook_parameters("checkpoint_suites")["suites"] == training.suite_specs("local")
+    for profile in ("smoke", "local", "paper"):
+        for name in training.suite_specs(profile):
+            assert training.suite(name, profile)  # every spec builds valid recipes

@@ -604,7 +604,8 @@ def suite_loss_curves(curves: pd.DataFrame, baselines: pd.DataFrame, smooth: int
                 labels.append(lab)
     spare = list(axes.flat)[len(suites):]
     if spare:
-        spare[0].legend(handles, labels, loc="center", title="thin: training loss (smoothed)\nmarkers: validation")
+        spare[0].legend(handles, labels, loc="center", fontsize="small", title_fontsize="small",
+                        title="thin: training loss\n(smoothed)\nmarkers: validation")
     else:
         fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 5), fontsize="small")
     return fig
