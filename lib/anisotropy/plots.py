@@ -121,15 +121,9 @@ def block_input_output(frame: pd.DataFrame, fixed: pd.DataFrame | None = None, l
                 axes[0, 1].annotate(f"N* = {values.mean():.1f}", (values.mean(), 0.98),
                                     xycoords=("data", "axes fraction"), ha="right", va="top", fontsize="small",
                                     rotation=90)
-    axes[0, 0].set_ylabel("mean cosine similarity")
     axes[0, 0].set_title("(a) cosine")
-    axes[0, 1].set_ylabel("mean norm")
-    axes[0, 1].set_yscale("log")
     axes[0, 1].set_title("(b) norm")
-    for ax in axes[0]:
-        _bias_axis(ax, frame)
-    axes[0, 0].legend(fontsize="small")
-    return fig
+    return _cosine_norm_axes(axes, frame)
 
 
 def score_histograms(samples: pd.DataFrame, head: int | None = 0, max_panels: int = 6):
@@ -190,13 +184,18 @@ def query_key_geometry(frame: pd.DataFrame):
     fig, axes = figure(ncols=2, height=3.4)
     _seed_lines(axes[0, 0], frame, {"query_cosine": "queries", "key_cosine": "keys"}, {"key_cosine": {"ls": "--"}})
     _seed_lines(axes[0, 1], frame, {"query_norm": "queries", "key_norm": "keys"}, {"key_norm": {"ls": "--"}})
+    return _cosine_norm_axes(axes, frame)
+
+
+def _cosine_norm_axes(axes, frame: pd.DataFrame):
+    """The shared frame of Figures 6 and 8: mean cosine left, mean norm (log) right, both against the bias norm."""
     axes[0, 0].set_ylabel("mean cosine similarity")
     axes[0, 1].set_ylabel("mean norm")
     axes[0, 1].set_yscale("log")
     for ax in axes[0]:
         _bias_axis(ax, frame)
     axes[0, 0].legend(fontsize="small")
-    return fig
+    return axes[0, 0].figure
 
 
 def softmax_rows(frame: pd.DataFrame, extremes: bool = False, labels: dict | None = None,

@@ -237,13 +237,23 @@ def step_statistics(stages: list[Stage], dataset: str = "prose", n_samples: int 
                     ) -> pd.DataFrame:
     """``head_statistics`` of every stage, one checkpoint in memory at a time, each stored under its own key (resume:
     stored stages are read back, not recomputed). Adds columns run, seed, step."""
+    layers = sorted(layers) if layers else None
+    return _per_stage(stages, {"what": "qk step statistics"}, {"layers": layers},
+                      lambda body, batch_iter: head_statistics(body, batch_iter, layers),
+                      dataset, n_samples, sample_seed, max_length, batch_size, device, store, chapter,
+                      progress and "checkpoints")
+
+
+def _per_stage(stages: list[Stage], what: dict, extra_key: dict, measure, dataset: str, n_samples: int,
+               sample_seed: int, max_length: int, batch_size: int, device: str, store: results.Store | None,
+               chapter: str, progress) -> pd.DataFrame:
+    """``measure(model body, batches)`` of every stage on the same examples, one checkpoint in memory at a time, each
+    stored under ``what`` + the stage + the examples + ``extra_key``; ``progress`` is the bar's label or False."""
     store = store or results.Store()
     device = _device(device)
-    layers = sorted(layers) if layers else None
     frames, inputs = [], None
-    for stage in _progress(stages, progress, "checkpoints"):
-        key = {"what": "qk step statistics", **stage.key, **_examples_key(dataset, n_samples, sample_seed, max_length),
-               "layers": layers}
+    for stage in _progress(stages, bool(progress), progress or ""):
+        key = {**what, **stage.key, **_examples_key(dataset, n_samples, sample_seed, max_length), **extra_key}
 
         def compute(stage=stage):
             nonlocal inputs
@@ -251,7 +261,7 @@ def step_statistics(stages: list[Stage], dataset: str = "prose", n_samples: int 
             if inputs is None:
                 inputs = examples(dataset, n_samples, sample_seed, _image_size(loaded))
             with torch.no_grad():
-                frame = head_statistics(_body(loaded), batches(loaded, inputs, batch_size, max_length, device), layers)
+                frame = measure(_body(loaded), batches(loaded, inputs, batch_size, max_length, device))
             del loaded
             return frame
 
@@ -304,28 +314,13 @@ def step_vectors(stages: list[Stage], heads, dataset: str = "prose", n_samples: 
                  device: str = "cpu", store: results.Store | None = None, chapter: str = CHAPTER,
                  progress: bool = True) -> pd.DataFrame:
     """``head_vectors`` of every stage, streamed and stored per stage like ``step_statistics``."""
-    store = store or results.Store()
-    device = _device(device)
     heads = sorted({(int(l), int(h)) for l, h in heads})
-    frames, inputs = [], None
-    for stage in _progress(stages, progress, "checkpoints (vectors)"):
-        key = {"what": "qk vector sample", **stage.key, **_examples_key(dataset, n_samples, sample_seed, max_length),
-               "heads": [list(h) for h in heads], "fraction": fraction, "max_vectors": max_vectors}
-
-        def compute(stage=stage):
-            nonlocal inputs
-            loaded = stage.load(device)
-            if inputs is None:
-                inputs = examples(dataset, n_samples, sample_seed, _image_size(loaded))
-            with torch.no_grad():
-                frame = head_vectors(_body(loaded), batches(loaded, inputs, batch_size, max_length, device), heads,
-                                     fraction, max_vectors, seed=sample_seed)
-            del loaded
-            return frame
-
-        frame = store.cached(chapter, key, compute)
-        frames.append(frame.assign(run=stage.run, seed=stage.seed, step=stage.step))
-    return pd.concat(frames, ignore_index=True)
+    return _per_stage(stages, {"what": "qk vector sample"},
+                      {"heads": [list(h) for h in heads], "fraction": fraction, "max_vectors": max_vectors},
+                      lambda body, batch_iter: head_vectors(body, batch_iter, heads, fraction, max_vectors,
+                                                            seed=sample_seed),
+                      dataset, n_samples, sample_seed, max_length, batch_size, device, store, chapter,
+                      progress and "checkpoints (vectors)")
 
 
 # ---- SVD projections ---------------------------------------------------------------------------------------------

@@ -10,8 +10,8 @@ Three variants of every entry:
 - ``"tiny"``: a toy-size random model (width 32, two blocks; ~0.2M parameters) of the exact same class, for tests.
 
 Untrained and tiny text models cannot use the pretrained tokenizer offline, so they use a tokenizer of the same kind
-(WordPiece, byte-level BPE or T5-style Unigram) trained on the offline prose (``data.prose_corpus``) and cached under
-``paths.cache_dir()/tokenizers``; their config's special-token ids are set to that tokenizer's. Character- and
+(WordPiece, byte-level BPE or T5-style Unigram) trained on the offline prose (``data.prose_corpus``) and packaged
+with the library (``tokenizers/``); their config's special-token ids are set to that tokenizer's. Character- and
 byte-level models (CANINE, ByT5) need no files, so all their variants use the real tokenizer. Image and audio
 preprocessors are built from stored settings.
 
@@ -434,6 +434,23 @@ _add(ModelSpec("falcon-7b", "Falcon-7B", "tiiuae/falcon-7b", "text", "decoder", 
                     num_attention_heads=71, multi_query=True, parallel_attn=True, new_decoder_architecture=False,
                     alibi=False, bias=False),
                _TINY_FALCON, papers=(2,), notes="14 GB in float16: use dtype=torch.float16 on a GPU"))
+# The second paper's other Llama-2 and Falcon checkpoints: the same architectures (chat and instruct models are
+# fine-tuned copies), so they share the configs above; 13B has its own widths.
+_add(replace(MODELS["llama-2-7b"], name="llama-2-7b-chat", display="Llama-2-7B-chat",
+             hub_id="meta-llama/Llama-2-7b-chat-hf",
+             notes="gated like Llama-2-7B; chat fine-tuning of it (SFT + RLHF); 13.5 GB in float16"))
+_add(replace(MODELS["llama-2-7b"], name="llama-2-13b", display="Llama-2-13B", hub_id="meta-llama/Llama-2-13b-hf",
+             n_params=12_852_000_000,
+             config=dict(model_type="llama", vocab_size=32000, hidden_size=5120, num_hidden_layers=40,
+                         num_attention_heads=40, num_key_value_heads=40, intermediate_size=13824,
+                         max_position_embeddings=4096, rms_norm_eps=1e-5),
+             notes="gated like Llama-2-7B; 26 GB in float16: needs a 40 GB GPU (A100), not a free Colab T4"))
+_add(replace(MODELS["llama-2-13b"], name="llama-2-13b-chat", display="Llama-2-13B-chat",
+             hub_id="meta-llama/Llama-2-13b-chat-hf",
+             notes="gated like Llama-2-7B; chat fine-tuning of Llama-2-13B; 26 GB in float16: needs a 40 GB GPU"))
+_add(replace(MODELS["falcon-7b"], name="falcon-7b-instruct", display="Falcon-7B-instruct",
+             hub_id="tiiuae/falcon-7b-instruct",
+             notes="Falcon-7B fine-tuned on instructions and chat; 14 GB in float16: use dtype=torch.float16 on a GPU"))
 
 # --- The book's offline stand-in: the one real pretrained model available without network --------------------------
 _add(ModelSpec("minilm-l6", "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2", "text", "token-level",
