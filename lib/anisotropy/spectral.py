@@ -293,18 +293,18 @@ def profile(model: str | Path, variant: str = "pretrained", revision: str | None
     from . import data, registry, results
 
     metric_names = tuple(metric_names)
-    key = {"what": "paper 2 per-layer batches", "model": _source_key(model), "variant": variant,
+    folder = Path(model)
+    is_folder = folder.is_dir() and str(model) not in registry.MODELS
+    # A folder is keyed by where it sits in the cache and by its own training record, so a retrained suite at the
+    # same path does not reuse old numbers.
+    key = {"what": "paper 2 per-layer batches",
+           "model": results.checkpoint_key(folder) if is_folder else str(model), "variant": variant,
            "revision": revision, "model_seed": model_seed, "source": source, "n_texts": n_texts,
            "data_seed": data_seed, "batch_size": batch_size, "n_batches": n_batches, "metrics": list(metric_names),
            "max_length": max_length, "split_final_norm": split_final_norm, "dtype": str(dtype)}
-    folder = Path(model)
-    if folder.is_dir() and (folder / "training_state.json").is_file():
-        # A retrained suite at the same path must not reuse old numbers: key on the checkpoint's own record.
-        key["folder_state"] = results.checkpoint_key(folder)["training_state"]
 
     def compute() -> pd.DataFrame:
         dev = _device(device)
-        is_folder = folder.is_dir() and str(model) not in registry.MODELS
         loaded = (registry.load(folder, device=dev, dtype=_torch_dtype(dtype)) if is_folder else
                   registry.load(model, variant=variant, revision=revision, device=dev, dtype=_torch_dtype(dtype),
                                 seed=model_seed))
