@@ -2,7 +2,7 @@
 
 For every page of ``_toc.yml``: it loads, every image decodes (no broken image), every internal link (and its #anchor)
 resolves, chapter pages carry the provenance box and a Colab link to ``notebooks/<name>.ipynb`` on the repository,
-and nothing is fetched from the network except the scripts listed in ``EXTERNAL_ALLOWED``. A full-page screenshot of
+formulas are typeset by the book's own copy of MathJax, and nothing is fetched from the network. A full-page screenshot of
 each page goes to ``<built copy>/_build/screenshots/`` (and ``/tmp/screenshots/``) for a person to look at.
 
 Chromium is installed with apt-get when missing (root only); without root or apt-get the test is skipped, saying why.
@@ -29,9 +29,6 @@ ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
-# External requests a page may make; they are blocked (the test runs offline) and the page must still work.
-# MathJax comes from its CDN: offline, formulas stay as TeX source.
-EXTERNAL_ALLOWED = ("https://cdn.jsdelivr.net/npm/mathjax@",)
 SCREENSHOTS_COPY = Path("/tmp/screenshots")
 # JavaScript errors known to be harmless. sphinx-thebe 0.3.1 under Sphinx 7.4 emits its inline configuration script
 # twice on every page (thebe is not used: launch buttons are off); the second `const` declaration throws.
@@ -124,6 +121,7 @@ def test_every_page_renders_in_chromium(chromium, served_book, smoke_book, tmp_p
     origin = urlparse(served_book).netloc
     external: list[str] = []
     problems: list[str] = []
+    n_typeset = 0
 
     def route(r):
         if urlparse(r.request.url).netloc == origin:
@@ -188,6 +186,19 @@ def test_every_page_renders_in_chromium(chromium, served_book, smoke_book, tmp_p
                     problems += [f"{path}: a bare number {t!r} is shown as a cell output (a helper's return value?)"
                                  for t in outputs if re.fullmatch(r"-?\d+(\.\d+)?(e-?\d+)?", t)]
 
+                # Every formula typeset (MathJax replaces each math element's TeX with an SVG), offline.
+                n_math = page.locator("span.math, div.math").count()
+                if n_math:
+                    page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise")
+                    page.evaluate("() => MathJax.startup.promise")
+                    typeset = page.locator("mjx-container svg").count()
+                    if typeset < n_math:
+                        problems.append(f"{path}: {n_math - typeset} of {n_math} formulas not typeset")
+                    raw = page.locator("span.math, div.math").first.inner_text()
+                    if "\\" in raw or "$" in raw:
+                        problems.append(f"{path}: a formula shows its TeX source: {raw[:60]!r}")
+                    n_typeset += n_math
+
                 problems += [f"{path}: JavaScript error: {e}" for e in js_errors if e not in KNOWN_JS_ERRORS]
                 shot = shots / (path.replace("/", "__") + ".png")
                 page.screenshot(path=str(shot), full_page=True)
@@ -196,6 +207,6 @@ def test_every_page_renders_in_chromium(chromium, served_book, smoke_book, tmp_p
             context.close()
 
     assert not problems, "\n".join(problems)
-    unexpected = sorted({u for u in external if not u.startswith(EXTERNAL_ALLOWED)})
-    assert not unexpected, f"pages fetch from the network: {unexpected}"
+    assert not external, f"pages fetch from the network: {sorted(set(external))}"
+    assert n_typeset > 20, f"only {n_typeset} formulas in the whole book?"
     assert sorted(p.name for p in shots.glob("*.png")) == sorted(p.replace("/", "__") + ".png" for p in pages)

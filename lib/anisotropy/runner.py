@@ -496,8 +496,28 @@ def execute_all(profile: str, only: list[str] | None = None, force: bool = False
     return outcomes
 
 
+def vendor_mathjax() -> Path:
+    """Copy MathJax's self-contained SVG build (and its licence) from the installed ``django-static-mathjax`` wheel
+    into ``book/_static/mathjax/``, where ``_config.yml``'s ``mathjax_path`` points."""
+    import importlib.util
+    import shutil
+
+    spec = importlib.util.find_spec("mathjax")
+    if spec is None or not spec.submodule_search_locations:
+        raise RunnerError("MathJax is missing: pip install django-static-mathjax==3.2.2.1 (`make book` does)")
+    source = Path(list(spec.submodule_search_locations)[0]) / "static" / "mathjax"
+    target = root() / "book" / "_static" / "mathjax"
+    target.mkdir(parents=True, exist_ok=True)
+    for name in ("es5/tex-svg.js", "LICENSE"):
+        dest = target / Path(name).name
+        if not dest.is_file() or dest.stat().st_size != (source / name).stat().st_size:
+            shutil.copy2(source / name, dest)
+    return target / "tex-svg.js"
+
+
 def build_html(strict: bool = True) -> Path:
     """Render the executed notebooks with Jupyter Book (a warning is a failure when ``strict``)."""
+    vendor_mathjax()
     jb = Path(sys.executable).parent / "jupyter-book"
     cmd = [str(jb) if jb.exists() else "jupyter-book", "build", str(root()), "--builder", "html"]
     if strict:
