@@ -258,13 +258,6 @@ def weights_fingerprint(model) -> str:
     return h.hexdigest()[:16]
 
 
-def _source_key(name_or_path) -> str:
-    """A stable key for a model: the registry name, or a folder relative to the cache (so caches move with it)."""
-    from .results import checkpoint_key
-
-    return checkpoint_key(name_or_path)["folder"] if Path(name_or_path).is_dir() else str(name_or_path)
-
-
 def _torch_dtype(dtype):
     if dtype is None or isinstance(dtype, torch.dtype):
         return dtype
@@ -319,7 +312,8 @@ def profile(model: str | Path, variant: str = "pretrained", revision: str | None
             frame = measure(loaded, texts, batch_size=batch_size, n_batches=n_batches, metric_names=metric_names,
                             max_length=max_length, extraction_batch=extraction_batch,
                             split_final_norm=split_final_norm, device=dev)
-            head = {"model": _source_key(model), "label": loaded.label, "display": loaded.spec.display,
+            head = {"model": key["model"]["folder"] if is_folder else str(model), "label": loaded.label,
+                    "display": loaded.spec.display,
                     "variant": loaded.variant, "revision": revision or "", "stack": loaded.spec.stack}
             for i, (column, value) in enumerate(head.items()):
                 frame.insert(i, column, value)
