@@ -1,11 +1,11 @@
-"""Corpora and their offline defaults, with deterministic sampling. The only module that imports ``datasets``.
+"""Corpora and their offline defaults, with deterministic sampling; Hub datasets come through ``hub.dataset``.
 
 ``load(source, n, seed)`` is the one entry point; ``SOURCES`` lists what it knows:
 
 - text: ``"prose"`` (offline default: the English prose of Python's own language reference, ``pydoc_data.topics``,
   ~465k characters present on every Python install, split into paragraphs with code blocks and grammar rules
-  removed), ``"wikitext-103"`` (WikiText-103 raw validation, paper profile), ``"enwik8"`` (raw file, see
-  ``enwik8_path``);
+  removed), ``"wikitext-103"`` (WikiText-103 raw validation, paper profile), ``"enwik8"`` (the Hutter Prize
+  file, downloaded once with its checksum verified, its articles cleaned as the second paper does; see ``enwik8``);
 - speech: ``"synthetic-speech"`` (offline: vowel-like utterances from a source-filter model, 16 kHz),
   ``"librispeech"`` (LibriSpeech clean validation, paper profile; Paper 1's Common Voice 11 is no longer on the Hub);
 - images: ``"synthetic-shapes"`` (offline: procedurally generated shapes, labelled by shape, so that a small vision
@@ -23,6 +23,8 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
+
+from . import hub
 
 PROSE_SOURCE = "Python language reference prose (pydoc_data.topics)"
 
@@ -200,8 +202,9 @@ def synthetic_speech(n: int, seed: int = 0, seconds: tuple[float, float] = (1.0,
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-class DataUnavailableError(RuntimeError):
-    """A data source that cannot be read here (offline and not cached, file missing, library broken)."""
+class DataUnavailableError(hub.Unavailable):
+    """A data source that cannot be read here for a reason of its own (a file missing or damaged); the Hub's reasons
+    are ``hub.Unavailable``."""
 
 
 @dataclass(frozen=True)
@@ -212,50 +215,26 @@ class Source:
     modality: str
     description: str
     offline: bool
+    download_mb: float = 0.0  # what a first use downloads (approximate, for the Colab budget)
+    train_mb: float = 0.0  # what training on the corpus downloads (its train split)
 
 
 SOURCES = {s.name: s for s in (
     Source("prose", "text", PROSE_SOURCE, True),
+    # The validation split's Parquet file (about 1.2 MB of text); training on the corpus reads train too (~300 MB).
     Source("wikitext-103", "text", "WikiText-103 raw, validation split (Salesforce/wikitext, wikitext-103-raw-v1)",
-           False),
-    Source("enwik8", "text", "enwik8: the first 10^8 bytes of an English Wikipedia XML dump (raw file)", True),
+           False, 1.3, 300.0),
+    Source("enwik8", "text", "enwik8: the first 10^8 bytes of an English Wikipedia XML dump, articles cleaned of "
+                             "markup, code and media", False, 34.8),
     Source("synthetic-speech", "speech", "synthetic vowel-like utterances (source-filter model, 16 kHz)", True),
-    Source("librispeech", "speech", "LibriSpeech ASR, clean validation split (openslr/librispeech_asr)", False),
+    # dev-clean is 337 MB as FLAC archives (openslr.org/12); its Parquet shards hold the same FLAC bytes.
+    Source("librispeech", "speech", "LibriSpeech ASR, clean validation split (openslr/librispeech_asr)", False, 337.0),
     Source("synthetic-shapes", "vision", "procedurally generated coloured shapes on noisy backgrounds", True),
+    # 3,925 validation JPEGs of the 320-pixel version (the 13,394-image archive is 325 MB).
     Source("imagenette", "vision", "Imagenette (10 easy ImageNet classes), 320px validation split "
-                                   "(frgfm/imagenette)", False),
-    Source("imagenet", "vision", "ImageNet-1k validation split (ILSVRC/imagenet-1k, gated)", False),
+                                   "(frgfm/imagenette)", False, 95.0),
+    Source("imagenet", "vision", "ImageNet-1k validation split (ILSVRC/imagenet-1k, gated)", False, 6400.0),
 )}
-
-
-def _hub_dataset(repo: str, config: str | None, split: str, what: str):
-    """``datasets.load_dataset`` from the cache or the Hub; every failure is one line. Repos that still ship a loading
-    script (which recent ``datasets`` no longer runs) are read from the Hub's Parquet conversion instead."""
-    try:
-        import datasets
-    except Exception as err:  # a broken install (e.g. pyarrow built for another numpy) must not be a traceback wall
-        raise DataUnavailableError(f"{what}: the datasets library failed to import ({err})") from None
-    from .registry import hub_offline, hub_reachable
-
-    offline = hub_offline() or os.environ.get("HF_DATASETS_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE") \
-        or not hub_reachable()
-    saved = datasets.config.HF_HUB_OFFLINE
-    datasets.config.HF_HUB_OFFLINE = saved or offline  # read the cache only, no retries against a dead endpoint
-    try:
-        for revision in (None, "refs/convert/parquet"):
-            try:
-                return datasets.load_dataset(repo, config, split=split, revision=revision)
-            except Exception as err:
-                last = err
-                if "script" not in str(err).lower():
-                    break
-    finally:
-        datasets.config.HF_HUB_OFFLINE = saved
-    if offline:
-        raise DataUnavailableError(
-            f"{what} ({repo}) is not in the local cache and the Hub is offline: cache it on a machine with network "
-            f"or run this with the paper profile on Colab") from None
-    raise DataUnavailableError(f"{what} ({repo}) could not be loaded: {str(last).splitlines()[0]}") from None
 
 
 def _sample(pool_size: int, n: int, seed: int, what: str) -> np.ndarray:
@@ -267,18 +246,69 @@ def _sample(pool_size: int, n: int, seed: int, what: str) -> np.ndarray:
     return rng.choice(pool_size, size=n, replace=n > pool_size)
 
 
-def wikitext(n: int, seed: int = 0, min_chars: int = 80) -> list[str]:
-    """``n`` lines of WikiText-103 raw validation with at least ``min_chars`` characters, headings dropped."""
-    ds = _hub_dataset("Salesforce/wikitext", "wikitext-103-raw-v1", "validation", "WikiText-103")
+def wikitext_lines(split: str = "validation", min_chars: int = 80) -> list[str]:
+    """The lines of a WikiText-103 raw split with at least ``min_chars`` characters, headings dropped, in order."""
+    ds = hub.dataset("Salesforce/wikitext", "WikiText-103", "wikitext-103-raw-v1", split=split)
     lines = [t.strip() for t in ds["text"]]
-    lines = [t for t in lines if len(t) >= min_chars and not t.startswith("=")]
+    return [t for t in lines if len(t) >= min_chars and not t.startswith("=")]
+
+
+def wikitext(n: int, seed: int = 0, min_chars: int = 80) -> list[str]:
+    """``n`` lines of WikiText-103 raw validation (``wikitext_lines``), drawn without replacement."""
+    lines = wikitext_lines("validation", min_chars)
     return [lines[i] for i in _sample(len(lines), n, seed, "WikiText-103 (after filtering)")]
 
 
-def enwik8_path(path: str | os.PathLike | None = None) -> Path:
+# ---- enwik8 ---------------------------------------------------------------------------------------------------------
+
+# The Hutter Prize file: 36,445,475 bytes zipped, 10^8 bytes unzipped. A mirror is given as ANISOTROPY_ENWIK8_URL with
+# its own checksum in the URL's fragment (pip's convention), e.g. "http://host/enwik8.zip#sha256=<hex>".
+ENWIK8_URL = "http://mattmahoney.net/dc/enwik8.zip#sha256=547994d9980ebed1288380d652999f38a14fe291a6247c157c3d33d4932534bc"
+
+
+def enwik8_url() -> tuple[str, str]:
+    """(download URL, expected SHA-256) of enwik8.zip: ``ANISOTROPY_ENWIK8_URL`` or the Hutter Prize page."""
+    url = os.environ.get("ANISOTROPY_ENWIK8_URL") or ENWIK8_URL
+    address, _, fragment = url.partition("#sha256=")
+    if not re.fullmatch(r"[0-9a-f]{64}", fragment):
+        raise DataUnavailableError(f"ANISOTROPY_ENWIK8_URL must end with #sha256=<64 hex digits> (the checksum of "
+                                   f"the file it names), got {url!r}")
+    return address, fragment
+
+
+def download_enwik8(folder: str | os.PathLike | None = None) -> Path:
+    """Download enwik8.zip once into ``folder`` (default the cache), verify its SHA-256, and return its path.
+    A partial or corrupted download never takes the final name."""
+    import hashlib
+    import urllib.request
+
+    from .paths import cache_dir
+
+    address, expected = enwik8_url()
+    target = Path(folder or cache_dir()) / "enwik8.zip"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(".enwik8.zip.part")
+    digest = hashlib.sha256()
+    try:
+        with urllib.request.urlopen(address, timeout=60) as response, open(partial, "wb") as out:
+            while chunk := response.read(1 << 20):
+                digest.update(chunk)
+                out.write(chunk)
+    except OSError as err:
+        partial.unlink(missing_ok=True)
+        raise DataUnavailableError(f"enwik8 could not be downloaded from {address} ({err}): connect to the network, "
+                                   f"or put enwik8.zip into {target.parent} yourself") from None
+    if digest.hexdigest() != expected:
+        partial.unlink(missing_ok=True)
+        raise DataUnavailableError(f"enwik8 from {address} has SHA-256 {digest.hexdigest()}, not {expected}: the "
+                                   f"download is damaged or not enwik8; nothing was kept")
+    os.replace(partial, target)
+    return target
+
+
+def enwik8_path(path: str | os.PathLike | None = None, download: bool = True) -> Path:
     """Where enwik8 is read from: ``path``, else ``$ANISOTROPY_ENWIK8``, else ``cache_dir()/enwik8`` (or
-    ``enwik8.zip``). Provide it with ``curl -O http://mattmahoney.net/dc/enwik8.zip`` into that folder (the Hub's
-    enwik8 dataset is a loading script that recent ``datasets`` no longer runs)."""
+    ``enwik8.zip``), else (``download``) a fresh verified download into the cache (``download_enwik8``)."""
     from .paths import cache_dir
 
     candidates = [Path(path)] if path else []
@@ -288,47 +318,152 @@ def enwik8_path(path: str | os.PathLike | None = None) -> Path:
     for c in candidates:
         if c.is_file():
             return c
+    if download and not path:
+        return download_enwik8()
     raise DataUnavailableError(
         f"enwik8 not found (looked at {', '.join(str(c) for c in candidates)}): download "
-        f"http://mattmahoney.net/dc/enwik8.zip into {cache_dir()} or set ANISOTROPY_ENWIK8")
+        f"{enwik8_url()[0]} into {cache_dir()} or set ANISOTROPY_ENWIK8")
 
 
-def enwik8(n: int, seed: int = 0, chars: int = 512, path: str | os.PathLike | None = None) -> list[str]:
-    """``n`` windows of ``chars`` bytes at seeded uniform offsets of enwik8, decoded as UTF-8 (partial characters at
-    the window edges dropped)."""
-    file = enwik8_path(path)
+def _read_enwik8(file: Path) -> bytes:
     if file.suffix == ".zip":
         import zipfile
 
         with zipfile.ZipFile(file) as z:
-            raw = z.read("enwik8")
-    else:
-        raw = file.read_bytes()
+            return z.read("enwik8")
+    return file.read_bytes()
+
+
+def _drop_nested(text: str, opening: str, closing: str) -> str:
+    """``text`` without every (possibly nested) span from ``opening`` to its matching ``closing``."""
+    out, depth, i = [], 0, 0
+    while i < len(text):
+        if text.startswith(opening, i):
+            depth, i = depth + 1, i + len(opening)
+        elif depth and text.startswith(closing, i):
+            depth, i = depth - 1, i + len(closing)
+        else:
+            if not depth:
+                out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+_MEDIA = re.compile(r"\[\[(?:image|file|media|category|[a-z]{2,3}(?:-[a-z]+)?):[^\[\]]*(?:\[\[[^\]]*\]\][^\[\]]*)*\]\]",
+                    flags=re.I)
+
+
+def clean_wikitext(markup: str) -> str:
+    """Plain English prose from one article's MediaWiki markup, as the second paper prepares enwik8: markup, code and
+    media removed. Dropped: templates ``{{...}}``, tables ``{|...|}``, references, comments, ``<math>``/``<pre>``/
+    ``<code>``/``<source>`` blocks and every other tag, image/file/media/category and interlanguage links, bold and
+    italic quotes, list and indentation markers; kept: the text of internal links (``[[target|text]]`` -> text),
+    external links' labels, headings' words."""
+    import html as html_lib
+
+    text = html_lib.unescape(markup)  # the dump escapes the article's markup (&lt;ref&gt;...)
+    text = re.sub(r"<!--.*?-->", " ", text, flags=re.S)
+    text = re.sub(r"<(math|pre|code|source|syntaxhighlight|timeline|gallery)\b.*?</\1\s*>", " ", text,
+                  flags=re.S | re.I)
+    text = re.sub(r"<ref\b[^>]*/>", " ", text, flags=re.I)
+    text = re.sub(r"<ref\b.*?</ref\s*>", " ", text, flags=re.S | re.I)
+    text = re.sub(r"<[^>]+>", " ", text)
+    text = _drop_nested(_drop_nested(text, "{{", "}}"), "{|", "|}")
+    text = _MEDIA.sub(" ", text)
+    text = re.sub(r"\[\[(?:[^\[\]|]*\|)?([^\[\]]*)\]\]", r"\1", text)
+    text = re.sub(r"\[(?:https?|ftp)://\S+\s*([^\]]*)\]", r"\1", text)
+    text = re.sub(r"'{2,}", "", text)
+    text = re.sub(r"^=+\s*(.*?)\s*=+\s*$", r"\1", text, flags=re.M)
+    text = re.sub(r"^[*#:;]+\s*", "", text, flags=re.M)
+    text = re.sub(r"__[A-Z]+__", " ", text)
+    text = re.sub(r"[ \t]*\n[ \t]*", "\n", re.sub(r"[ \t]+", " ", text))
+    return re.sub(r"\n{3,}", "\n\n", text).strip()
+
+
+def enwik8_text(path: str | os.PathLike | None = None) -> str:
+    """The articles of enwik8 as plain prose (``clean_wikitext`` of every non-redirect page's text), joined by blank
+    lines; cached in the cache folder under the SHA-256 of the file's content (cleaning 10^8 bytes takes a while)."""
+    import hashlib
+
+    from .paths import cache_dir
+
+    file = enwik8_path(path)
+    data = _read_enwik8(file)
+    cached = cache_dir() / f"enwik8-{hashlib.sha256(data).hexdigest()[:16]}.clean.txt"
+    if cached.is_file():
+        return cached.read_text(encoding="utf-8")
+    raw = data.decode("utf-8", errors="ignore")
+    articles = []
+    for body in re.findall(r"<text[^>]*>(.*?)</text>", raw, flags=re.S):
+        if body.lstrip().upper().startswith("#REDIRECT"):
+            continue
+        cleaned = clean_wikitext(body)
+        if cleaned:
+            articles.append(cleaned)
+    text = "\n\n".join(articles)
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cached.with_name("." + cached.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, cached)
+    return text
+
+
+def enwik8(n: int, seed: int = 0, chars: int = 512, path: str | os.PathLike | None = None,
+           clean: bool = True) -> list[str]:
+    """``n`` windows of ``chars`` characters at seeded uniform offsets of enwik8: of its articles cleaned as the second
+    paper does (``clean=True``, see ``clean_wikitext``), or of the raw XML dump decoded as UTF-8 (``clean=False``,
+    partial characters at the window edges dropped)."""
+    file = enwik8_path(path)
+    if clean:
+        text = enwik8_text(file)
+        if len(text) <= chars:
+            raise ValueError(f"enwik8 at {file} holds {len(text)} characters of prose, fewer than one window of "
+                             f"{chars}")
+        offsets = _sample(len(text) - chars, n, seed, f"enwik8 at {file}")
+        return [text[o:o + chars] for o in offsets]
+    raw = _read_enwik8(file)
     if len(raw) <= chars:
         raise ValueError(f"enwik8 at {file} holds {len(raw)} bytes, fewer than one window of {chars}")
     offsets = _sample(len(raw) - chars, n, seed, f"enwik8 at {file}")
     return [raw[o:o + chars].decode("utf-8", errors="ignore") for o in offsets]
 
 
+# ---- LibriSpeech and images -----------------------------------------------------------------------------------------
+
+# Only the validation shards of the "clean" config: naming the config would download and prepare every split of it
+# (train.100 and train.360 too, about 30 GB) for a few hundred validation utterances.
+LIBRISPEECH_FILES = {"validation": "clean/validation/*.parquet"}
+
+
 def librispeech(n: int, seed: int = 0) -> list[dict]:
     """``n`` utterances of LibriSpeech clean validation as ``{"array", "sampling_rate", "text"}`` (16 kHz).
 
     Paper 1 used Common Voice 11, which is no longer on the Hugging Face Hub; LibriSpeech (read English audiobooks)
-    is the paper profile's replacement.
+    is the paper profile's replacement. Only the validation files are downloaded; the FLAC audio is decoded with
+    ``soundfile`` (``datasets`` would need ``torchcodec`` and FFmpeg).
     """
-    ds = _hub_dataset("openslr/librispeech_asr", "clean", "validation", "LibriSpeech")
+    import io
+
+    try:
+        import soundfile
+    except ImportError:
+        raise DataUnavailableError("LibriSpeech's FLAC audio needs the soundfile package: pip install "
+                                   "'anisotropy[colab]' (or pip install soundfile)") from None
+    import datasets
+
+    ds = hub.dataset("openslr/librispeech_asr", "LibriSpeech", data_files=LIBRISPEECH_FILES, split="validation")
+    ds = ds.cast_column("audio", datasets.Audio(decode=False))
     idx = _sample(len(ds), n, seed, "LibriSpeech validation")
     out = []
     for i in idx:
         row = ds[int(i)]
-        audio = row["audio"]  # a dict, or (datasets >= 4) a decoder that answers the same keys
-        array, rate = audio["array"], audio["sampling_rate"]
-        out.append({"array": np.asarray(array, dtype=np.float32), "sampling_rate": int(rate), "text": row["text"]})
+        array, rate = soundfile.read(io.BytesIO(row["audio"]["bytes"]), dtype="float32")
+        out.append({"array": array, "sampling_rate": int(rate), "text": row["text"]})
     return out
 
 
-def _hub_images(repo: str, config: str | None, what: str, n: int, seed: int) -> list[np.ndarray]:
-    ds = _hub_dataset(repo, config, "validation", what)
+def _hub_images(repo: str, what: str, n: int, seed: int, **kwargs) -> list[np.ndarray]:
+    ds = hub.dataset(repo, what, split="validation", **kwargs)
     idx = _sample(len(ds), n, seed, f"{what} validation")
     key = "image" if "image" in ds.column_names else ds.column_names[0]
     return [np.asarray(ds[int(i)][key].convert("RGB")) for i in idx]
@@ -363,9 +498,11 @@ def load(source: str, n: int, seed: int = 0, **options) -> list:
     if source == "synthetic-shapes":
         return images(n, seed, **options)
     if source == "imagenette":
-        return _hub_images("frgfm/imagenette", "320px", "Imagenette", n, seed)
-    return _hub_images("ILSVRC/imagenet-1k", None, "ImageNet-1k (gated: accept its terms on the Hub and log in)", n,
-                       seed)
+        # The repo's main branch holds a loading script (refused by datasets >= 4); the Hub's Parquet conversion has
+        # one folder per resolution, not a config of that name.
+        return _hub_images("frgfm/imagenette", "Imagenette", n, seed, revision="refs/convert/parquet",
+                           data_dir="320px")
+    return _hub_images("ILSVRC/imagenet-1k", "ImageNet-1k (gated: accept its terms on the Hub and log in)", n, seed)
 
 
 def _known(source: str) -> None:

@@ -355,7 +355,7 @@ def measure_models(refs: Iterable[ModelRef], *, source: str, n: int, seed: int =
     gated, too large, or a layer where every vector is zero or not finite), each with its one-line reason; with
     ``skip_unavailable=False`` those raise instead.
     """
-    from . import data, registry
+    from . import data, hub, registry
 
     cache: dict = {}
 
@@ -365,7 +365,7 @@ def measure_models(refs: Iterable[ModelRef], *, source: str, n: int, seed: int =
         return cache["examples"]
 
     frames, skipped = [], []
-    unavailable = (registry.ModelUnavailableError, registry.ModelTooLargeError, UnmeasurableError)
+    unavailable = (hub.Unavailable, registry.ModelTooLargeError, UnmeasurableError)
     for ref in refs:
         ref_part = part.get(ref.name) if isinstance(part, dict) else part
         try:

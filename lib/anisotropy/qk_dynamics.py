@@ -53,9 +53,10 @@ class Stage:
             return {**results.checkpoint_key(self.source), "revision": self.revision, "variant": self.variant}
         return {"source": self.source, "revision": self.revision, "variant": self.variant}
 
-    def load(self, device="cpu") -> registry.Loaded:
+    def load(self, device="cpu", release: bool = False) -> registry.Loaded:
+        """The checkpoint in memory; ``release``: a hub checkpoint's downloaded files leave the cache once loaded."""
         return registry.load(self.source, variant=self.variant, revision=self.revision, device=device,
-                             attn_implementation="eager")
+                             attn_implementation="eager", release=release and self.revision is not None)
 
 
 def revision_step(revision: str) -> int:
@@ -233,20 +234,21 @@ def _device(device: str) -> str:
 
 def step_statistics(stages: list[Stage], dataset: str = "prose", n_samples: int = 32, sample_seed: int = 0,
                     max_length: int = 128, batch_size: int = 8, layers=None, device: str = "cpu",
-                    store: results.Store | None = None, chapter: str = CHAPTER, progress: bool = True
-                    ) -> pd.DataFrame:
+                    store: results.Store | None = None, chapter: str = CHAPTER, progress: bool = True,
+                    release: bool = True) -> pd.DataFrame:
     """``head_statistics`` of every stage, one checkpoint in memory at a time, each stored under its own key (resume:
-    stored stages are read back, not recomputed). Adds columns run, seed, step."""
+    stored stages are read back, not recomputed). Adds columns run, seed, step. ``release``: downloaded hub
+    checkpoints leave the cache once measured (``registry.load``); pass False for a run measured again later."""
     layers = sorted(layers) if layers else None
     return _per_stage(stages, {"what": "qk step statistics"}, {"layers": layers},
                       lambda body, batch_iter: head_statistics(body, batch_iter, layers),
                       dataset, n_samples, sample_seed, max_length, batch_size, device, store, chapter,
-                      progress and "checkpoints")
+                      progress and "checkpoints", release)
 
 
 def _per_stage(stages: list[Stage], what: dict, extra_key: dict, measure, dataset: str, n_samples: int,
                sample_seed: int, max_length: int, batch_size: int, device: str, store: results.Store | None,
-               chapter: str, progress) -> pd.DataFrame:
+               chapter: str, progress, release: bool = True) -> pd.DataFrame:
     """``measure(model body, batches)`` of every stage on the same examples, one checkpoint in memory at a time, each
     stored under ``what`` + the stage + the examples + ``extra_key``; ``progress`` is the bar's label or False."""
     store = store or results.Store()
@@ -257,7 +259,7 @@ def _per_stage(stages: list[Stage], what: dict, extra_key: dict, measure, datase
 
         def compute(stage=stage):
             nonlocal inputs
-            loaded = stage.load(device)
+            loaded = stage.load(device, release=release)
             if inputs is None:
                 inputs = examples(dataset, n_samples, sample_seed, _image_size(loaded))
             with torch.no_grad():

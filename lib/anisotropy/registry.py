@@ -24,12 +24,13 @@ import difflib
 import hashlib
 import importlib.util
 import os
-import socket
 import warnings
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
+
+from . import hub
 
 VARIANTS = ("pretrained", "untrained", "tiny")
 MODALITIES = ("text", "speech", "vision")
@@ -44,12 +45,9 @@ class UnknownModelError(ValueError):
     """A model name that is neither in ``MODELS`` nor a folder."""
 
 
-class ModelUnavailableError(RuntimeError):
-    """The model cannot be obtained here (offline and not cached, remote code, unknown revision on the Hub)."""
-
-
-class ModelAccessError(ModelUnavailableError):
-    """A gated model without an accepted licence or a token."""
+class ModelUnavailableError(hub.Unavailable):
+    """The model cannot be obtained here for a reason of its own (remote code, a damaged checkpoint); the Hub's
+    reasons (offline and not cached, gated, unknown revision) are ``hub.Unavailable`` and ``hub.AccessError``."""
 
 
 class ModelTooLargeError(RuntimeError):
@@ -202,8 +200,16 @@ _TINY_CONVNEXT_IMAGE = dict(size={"shortest_edge": 32})
 PYTHIA_REVISIONS = tuple(f"step{s}" for s in (0, *[2**i for i in range(10)], *range(1000, 143001, 1000)))
 # MultiBERTs seeds 0-4: every 20k steps to 200k, then every 100k to 2000k; each checkpoint is its own repo.
 MULTIBERTS_REVISIONS = tuple(f"step_{k}k" for k in (*range(0, 201, 20), *range(300, 2001, 100)))
-# Bloom intermediate checkpoints are branches of "bigscience/bloom-<size>-intermediate".
-BLOOM_REVISIONS = tuple(f"global_step{s}" for s in (1000, 10000, 100000, 200000, 300000, 400000, 500000, 600000))
+# Bloom intermediate checkpoints are branches of "bigscience/bloom-<size>-intermediate", and they differ by size: the
+# 560m and 1b1 models trained with half the batch of the larger ones, so twice as many steps. Lists from the model
+# cards ("Available intermediary checkpoints - global steps") of 560m, 1b1 and 7b1; 1b7 and 3b share 7b1's batch size,
+# token budget and schedule, and a Hub discussion (bigscience/bloom #267) names 1b7 branches at 250k and 300k steps,
+# but their own lists were not read here: they are not exhaustive (another branch is asked for with a warning).
+_BLOOM_SMALL = tuple(f"global_step{s}" for s in (1000, 10000, 100000, 200000, 300000, 400000, 500000, 600000))
+_BLOOM_LARGE = tuple(f"global_step{s}" for s in (1000, 10000, 50000, 100000, 150000, 200000, 250000, 300000))
+BLOOM_REVISIONS = {"560m": _BLOOM_SMALL, "1b1": _BLOOM_SMALL, "1b7": _BLOOM_LARGE, "3b": _BLOOM_LARGE,
+                   "7b1": _BLOOM_LARGE}
+BLOOM_REVISIONS_FROM_CARD = ("560m", "1b1", "7b1")
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Image and audio preprocessors (offline settings of the pretrained checkpoints' processors)
@@ -412,10 +418,11 @@ for _size, _cfg, _n in (("560m", _bloom(1024, 24, 16), 559_000_000), ("1b1", _bl
                         ("1b7", _bloom(2048, 24, 16), 1_722_000_000), ("3b", _bloom(2560, 30, 32), 3_003_000_000),
                         ("7b1", _bloom(4096, 30, 32), 7_069_000_000)):
     _add(ModelSpec(f"bloom-{_size}", f"BLOOM-{_size}", f"bigscience/bloom-{_size}-intermediate", "text", "decoder",
-                   "decoder", "BloomModel", "hidden_states", "bpe", _n, _cfg, _TINY_BLOOM, revisions=BLOOM_REVISIONS,
-                   revisions_exhaustive=False, papers=(2,),
-                   notes="the intermediate-checkpoint repo; revision 'global_stepN' is a branch (list as seen on the "
-                         "hub; other branches are passed through with a warning); revision None = its main branch"))
+                   "decoder", "BloomModel", "hidden_states", "bpe", _n, _cfg, _TINY_BLOOM,
+                   revisions=BLOOM_REVISIONS[_size], revisions_exhaustive=_size in BLOOM_REVISIONS_FROM_CARD,
+                   papers=(2,),
+                   notes="the intermediate-checkpoint repo; revision 'global_stepN' is a branch (the list of its model "
+                         "card); revision None = its main branch"))
 _add(ModelSpec("gpt-j-6b", "GPT-J-6B", "EleutherAI/gpt-j-6b", "text", "decoder", "decoder", "GPTJModel",
                "hidden_states", "bpe", 5_844_000_000,
                dict(model_type="gptj", vocab_size=50400, n_positions=2048, n_embd=4096, n_layer=28, n_head=16,
@@ -603,66 +610,6 @@ def offline_tokenizer(kind: str, vocab_size: int = 4000):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Hub access: fail fast, in one line
-# ---------------------------------------------------------------------------------------------------------------------
-
-
-def hub_offline() -> bool:
-    """True when the user asked for offline mode (HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE / HF_DATASETS_OFFLINE)."""
-    flags = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
-    return any(os.environ.get(f, "").upper() in ("1", "ON", "YES", "TRUE") for f in flags)
-
-
-@lru_cache(maxsize=1)
-def hub_reachable(timeout: float = 3.0) -> bool:
-    """One TCP connection attempt to the Hub endpoint (cached for the process): no retry storms when it is down."""
-    from urllib.parse import urlparse
-
-    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
-    try:
-        with socket.create_connection((url.hostname, url.port or 443), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-def _unavailable(what: str) -> ModelUnavailableError:
-    return ModelUnavailableError(
-        f"{what} is not in the local Hugging Face cache and the Hub is "
-        f"{'offline (HF_HUB_OFFLINE)' if hub_offline() else 'unreachable'}: cache it on a machine with network "
-        f"(huggingface-cli download {what.split('@')[0]}) or run this with the paper profile on Colab")
-
-
-def _from_hub(load_fn, repo: str, revision: str | None, gated: bool = False, **kwargs):
-    """``load_fn(repo, revision=..., **kwargs)`` from the cache, else from the Hub; every failure is one line."""
-    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
-
-    what = repo + (f"@{revision}" if revision else "")
-    try:
-        return load_fn(repo, revision=revision, local_files_only=True, **kwargs)
-    except (OSError, ValueError):
-        pass  # not cached (or cached incompletely): ask the Hub below
-    if hub_offline() or not hub_reachable():
-        raise _unavailable(what) from None
-    if gated:
-        from huggingface_hub import get_token
-
-        if get_token() is None:
-            raise ModelAccessError(
-                f"{repo} is gated: accept its licence at https://huggingface.co/{repo} and log in "
-                f"(huggingface-cli login, or set HF_TOKEN)") from None
-    try:
-        return load_fn(repo, revision=revision, **kwargs)
-    except GatedRepoError:
-        raise ModelAccessError(f"{repo} is gated and this token has no access: accept its licence at "
-                               f"https://huggingface.co/{repo}") from None
-    except RevisionNotFoundError:
-        raise ModelUnavailableError(f"{repo} has no revision {revision!r} on the Hub") from None
-    except RepositoryNotFoundError:
-        raise ModelUnavailableError(f"{repo} does not exist on the Hub (or is private)") from None
-
-
-# ---------------------------------------------------------------------------------------------------------------------
 # Memory guard
 # ---------------------------------------------------------------------------------------------------------------------
 
@@ -774,7 +721,7 @@ def _speech_text_tokenizer(variant: str, repo: str, revision):
     if variant == "pretrained":
         from transformers import AutoTokenizer
 
-        return _from_hub(AutoTokenizer.from_pretrained, repo, revision)
+        return hub.load(AutoTokenizer.from_pretrained, repo, revision)
     return offline_tokenizer("bpe")
 
 
@@ -799,26 +746,30 @@ def _pretrained(s: ModelSpec, revision, device, dtype, attn_implementation):
     if s.remote_code:
         from transformers import AutoModel, AutoTokenizer
 
-        model = _from_hub(AutoModel.from_pretrained, repo, git_rev, gated, trust_remote_code=True, **kwargs)
-        pre = _from_hub(AutoTokenizer.from_pretrained, repo, git_rev, gated, trust_remote_code=True)
+        model = hub.load(AutoModel.from_pretrained, repo, git_rev, gated, trust_remote_code=True, **kwargs)
+        pre = hub.load(AutoTokenizer.from_pretrained, repo, git_rev, gated, trust_remote_code=True)
         return model, pre, repo
-    model = _from_hub(_class(s.architecture).from_pretrained, repo, git_rev, gated, **kwargs)
+    model = hub.load(_class(s.architecture).from_pretrained, repo, git_rev, gated, **kwargs)
     if s.modality == "text":
         from transformers import AutoTokenizer as auto
     elif s.modality == "speech":
         from transformers import AutoFeatureExtractor as auto
     else:
         from transformers import AutoImageProcessor as auto
-    return model, _from_hub(auto.from_pretrained, repo, git_rev, gated), repo
+    return model, hub.load(auto.from_pretrained, repo, git_rev, gated), repo
 
 
 def load(name_or_path: str | os.PathLike, variant: str = "pretrained", revision: str | None = None,
-         device="cpu", dtype=None, attn_implementation: str | None = None, seed: int = 0) -> Loaded:
+         device="cpu", dtype=None, attn_implementation: str | None = None, seed: int = 0,
+         release: bool = False) -> Loaded:
     """Load a registered model (or a ``save_pretrained`` folder) as ``Loaded(model, preprocessor, spec, variant)``.
 
     ``variant``: "pretrained" (hub weights, ``revision`` selects a checkpoint), "untrained" (true size, random,
     seeded by ``seed``) or "tiny" (toy size, same class). ``attn_implementation="eager"`` where attention weights are
     needed. The model is returned in eval mode on ``device`` ("auto": the GPU when there is one) in ``dtype``.
+    ``release=True`` (a checkpoint of a series, measured once): the files this call downloaded leave the Hub cache
+    once the model is in memory, unless ``ANISOTROPY_KEEP_CHECKPOINTS=1`` (a series of 145 MultiBERTs checkpoints
+    would otherwise fill a Colab disk).
     """
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
@@ -829,9 +780,13 @@ def load(name_or_path: str | os.PathLike, variant: str = "pretrained", revision:
     s = spec(str(name_or_path))
     tokenizer = None
     if variant == "pretrained":
+        location = s.hub_location(revision)
+        fresh = release and not s.local_package and not hub.keep_checkpoints() and not hub.is_cached(*location)
         model, pre, source = _pretrained(s, revision, device, dtype, attn_implementation)
         if s.layout == "whisper":
-            tokenizer = _speech_text_tokenizer(variant, *s.hub_location(revision))
+            tokenizer = _speech_text_tokenizer(variant, *location)
+        if fresh:
+            hub.delete(*location)
     else:
         if revision is not None:
             raise ValueError(f"revision={revision!r} only applies to pretrained checkpoints, not to {variant}")

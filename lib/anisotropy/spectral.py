@@ -300,7 +300,7 @@ def profile(model: str | Path, variant: str = "pretrained", revision: str | None
         dev = _device(device)
         loaded = (registry.load(folder, device=dev, dtype=_torch_dtype(dtype)) if is_folder else
                   registry.load(model, variant=variant, revision=revision, device=dev, dtype=_torch_dtype(dtype),
-                                seed=model_seed))
+                                seed=model_seed, release=revision is not None))
         try:
             fingerprint = weights_fingerprint(loaded.model)
             base = getattr(loaded.model, "base_model", loaded.model)
@@ -343,10 +343,10 @@ def profiles(models: Sequence[dict | str], skip_unavailable: bool = True, **kwar
     Returns ``(frame, skipped)``: ``skipped`` lists ``layerwise.Skipped`` (one-line reason: offline and not cached,
     gated, too large), raised instead when ``skip_unavailable`` is False.
     """
-    from . import layerwise, registry
+    from . import hub, layerwise, registry
 
     frames, skipped = [], []
-    unavailable = (registry.ModelUnavailableError, registry.ModelTooLargeError)
+    unavailable = (hub.Unavailable, registry.ModelTooLargeError)
     for entry in models:
         entry = {"model": entry} if isinstance(entry, (str, Path)) else dict(entry)
         args = {k: entry.pop(k) for k in ("model", "variant", "revision", "model_seed", "n_batches") if k in entry}
@@ -376,9 +376,17 @@ def step_of(revision: str) -> int:
     return int(m.group(1)) * (1000 if m.group(2) else 1)
 
 
-def hub_checkpoints(name: str, revisions: Sequence[str], **columns) -> list[dict]:
-    """Entries for ``series``: one per hub revision of a registry model, with its ``step`` (label: the model)."""
-    return [{"model": name, "revision": r, "step": step_of(r), "label": name, **columns} for r in revisions]
+def hub_checkpoints(name: str, revisions: Sequence[str] = (), **columns) -> tuple[list[dict], list[str]]:
+    """Entries for ``series``: one per hub revision of a registry model, with its ``step`` (label: the model), and a
+    note per requested revision the model does not have (Bloom sizes have different branches). No ``revisions``:
+    every revision the registry lists for the model."""
+    from . import registry
+
+    have = registry.spec(name).revisions
+    wanted = list(revisions) or list(have)
+    kept = [r for r in wanted if r in have or not registry.spec(name).revisions_exhaustive]
+    notes = [f"{name} has no checkpoint {r} (its checkpoints: {', '.join(have)})" for r in wanted if r not in kept]
+    return [{"model": name, "revision": r, "step": step_of(r), "label": name, **columns} for r in kept], notes
 
 
 def suite_checkpoints(suite: str, profile_name: str = "local", seeds: Sequence[int] | None = None,

@@ -1,0 +1,192 @@
+"""The one place that talks to the Hugging Face Hub: offline detection, loading from the local cache or the Hub with
+one-line failures, a repository's revisions, and clean-up of checkpoints downloaded only to be measured.
+
+``registry`` (models) and ``data`` (datasets) call it; it imports neither. The endpoint is ``HF_ENDPOINT`` (the real
+Hub, a mirror, or the tests' local stand-in), the cache ``HF_HOME`` / ``HF_HUB_CACHE``, as for every Hugging Face
+library.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from functools import lru_cache
+
+KEEP_ENV = "ANISOTROPY_KEEP_CHECKPOINTS"  # "1": keep intermediate checkpoints in the cache after measuring them
+
+
+class Unavailable(RuntimeError):
+    """A model or dataset that cannot be had here (offline and not cached, missing on the Hub, remote code...),
+    with one line saying how to fix it."""
+
+
+class AccessError(Unavailable):
+    """A gated repository without an accepted licence or a token."""
+
+
+def offline() -> bool:
+    """True when the user asked for offline mode (HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE)."""
+    flags = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    return any(os.environ.get(f, "").upper() in ("1", "ON", "YES", "TRUE") for f in flags)
+
+
+def endpoint() -> str:
+    return (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
+
+
+@lru_cache(maxsize=8)
+def _reachable(url: str, timeout: float) -> bool:
+    from urllib.parse import urlparse
+
+    parsed = urlparse(url)
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parsed.hostname, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def reachable(timeout: float = 3.0) -> bool:
+    """One TCP connection attempt to the endpoint (remembered per endpoint for the process): no retry storms when
+    it is down."""
+    return _reachable(endpoint(), timeout)
+
+
+def _why_offline() -> str:
+    return "offline (HF_HUB_OFFLINE)" if offline() else f"unreachable ({endpoint()})"
+
+
+def _cause(exc: BaseException, kind: type) -> BaseException | None:
+    """``exc`` or the first exception of type ``kind`` in its cause/context chain (transformers wraps the Hub's
+    errors in ``OSError``)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, kind):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _steps(name: str) -> int | None:
+    match = re.search(r"(\d+)(k?)$", name)
+    return None if match is None else int(match.group(1)) * (1000 if match.group(2) else 1)
+
+
+def nearest(revision: str, available, n: int = 2) -> list[str]:
+    """The ``n`` names of ``available`` closest to ``revision`` by training step (by spelling when no step)."""
+    available = list(dict.fromkeys(available))
+    target = _steps(revision)
+    if target is None or not any(_steps(a) is not None for a in available):
+        import difflib
+
+        return difflib.get_close_matches(revision, available, n=n, cutoff=0)
+    numbered = [a for a in available if _steps(a) is not None]
+    return sorted(numbered, key=lambda a: (abs(_steps(a) - target), _steps(a)))[:n]
+
+
+def refs(repo: str, repo_type: str = "model") -> list[str]:
+    """The branches and tags of a Hub repository (empty when they cannot be listed)."""
+    from huggingface_hub import HfApi
+
+    try:
+        found = HfApi().list_repo_refs(repo, repo_type=repo_type)
+    except Exception:  # noqa: BLE001 - only a hint for a message
+        return []
+    return [r.name for r in (*found.branches, *found.tags)]
+
+
+def load(load_fn, repo: str, revision: str | None = None, gated: bool = False, candidates=None, **kwargs):
+    """``load_fn(repo, revision=..., **kwargs)`` from the local cache, else from the Hub; every failure is one
+    ``Unavailable`` line: offline or unreachable and not cached, gated, a missing revision (naming the nearest that
+    exist: ``candidates``, else the repository's refs), a missing repository."""
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
+
+    what = repo + (f"@{revision}" if revision else "")
+    try:
+        return load_fn(repo, revision=revision, local_files_only=True, **kwargs)
+    except (OSError, ValueError):
+        pass  # not cached (or cached incompletely): ask the Hub below
+    if offline() or not reachable():
+        raise Unavailable(
+            f"{what} is not in the local Hugging Face cache and the Hub is {_why_offline()}: connect to the network "
+            f"(or set HF_ENDPOINT to a mirror), cache it on a machine with network (huggingface-cli download "
+            f"{repo}), or use a profile that runs offline (local)") from None
+    if gated:
+        from huggingface_hub import get_token
+
+        if get_token() is None:
+            raise AccessError(
+                f"{repo} is gated: accept its licence at {endpoint()}/{repo} and log in "
+                f"(huggingface-cli login, or set HF_TOKEN)") from None
+    try:
+        return load_fn(repo, revision=revision, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - the library wraps the Hub's answer; read it from the chain
+        if _cause(exc, GatedRepoError) is not None:
+            raise AccessError(f"{repo} is gated and this token has no access: accept its licence at "
+                              f"{endpoint()}/{repo}, then set HF_TOKEN to a token of that account") from None
+        if _cause(exc, RevisionNotFoundError) is not None:
+            close = nearest(revision or "", candidates if candidates is not None else refs(repo))
+            hint = f"; the nearest that exist: {', '.join(close)}" if close else ""
+            raise Unavailable(f"{repo} has no revision {revision!r} on the Hub{hint}") from None
+        if _cause(exc, RepositoryNotFoundError) is not None:
+            raise Unavailable(f"{repo} does not exist on the Hub (or is private)") from None
+        raise
+
+
+def is_cached(repo: str, revision: str | None = None, repo_type: str = "model") -> bool:
+    """Whether ``repo@revision`` already has its ``config.json`` in the local cache (models)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(repo, "config.json", revision=revision or "main", repo_type=repo_type)
+    return isinstance(found, str)
+
+
+def delete(repo: str, revision: str | None = None, repo_type: str = "model") -> int:
+    """Remove ``repo@revision`` from the local cache (files no other cached revision shares); returns bytes freed."""
+    from huggingface_hub import scan_cache_dir
+
+    try:
+        cache = scan_cache_dir()
+    except Exception:  # noqa: BLE001 - no cache folder yet: nothing to delete
+        return 0
+    wanted = revision or "main"
+    hashes = [rev.commit_hash for info in cache.repos if info.repo_id == repo and info.repo_type == repo_type
+              for rev in info.revisions if wanted in rev.refs or rev.commit_hash == wanted]
+    if not hashes:
+        return 0
+    strategy = cache.delete_revisions(*hashes)
+    strategy.execute()
+    return int(strategy.expected_freed_size)
+
+
+def keep_checkpoints() -> bool:
+    """Whether intermediate checkpoints stay in the cache after they are measured (``ANISOTROPY_KEEP_CHECKPOINTS``)."""
+    return os.environ.get(KEEP_ENV, "").upper() in ("1", "ON", "YES", "TRUE")
+
+
+def dataset(repo: str, what: str, config: str | None = None, split: str | None = None, **kwargs):
+    """``datasets.load_dataset(repo, config, split=split, **kwargs)`` from the cache or the Hub; every failure is one
+    ``Unavailable`` line."""
+    try:
+        import datasets
+    except Exception as err:  # a broken install (e.g. pyarrow built for another numpy) must not be a traceback wall
+        raise Unavailable(f"{what}: the datasets library failed to import ({err})") from None
+
+    dataset_offline = offline() or os.environ.get("HF_DATASETS_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE") \
+        or not reachable()
+    saved = datasets.config.HF_HUB_OFFLINE
+    datasets.config.HF_HUB_OFFLINE = saved or dataset_offline  # read the cache only: no retries against a dead Hub
+    try:
+        return datasets.load_dataset(repo, config, split=split, **kwargs)
+    except Exception as err:  # noqa: BLE001 - one line for the user, whatever the library raised
+        if dataset_offline:
+            raise Unavailable(
+                f"{what} ({repo}) is not in the local cache and the Hub is {_why_offline()}: connect to the network "
+                f"(or set HF_ENDPOINT to a mirror), or use a profile that runs offline (local)") from None
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise Unavailable(f"{what} ({repo}) could not be loaded: {first}") from None
+    finally:
+        datasets.config.HF_HUB_OFFLINE = saved
