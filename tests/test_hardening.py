@@ -41,9 +41,10 @@ mode = "ok"  # allowed: one of "ok", "fail", "die"
 ```
 
 ```{code-cell} ipython3
-from anisotropy import report
+from anisotropy import profiles, report
 
-report.provenance(profile, params=dict(n=n, mode=mode), notebook="hardening_probe")
+P = profiles.apply("hardening_probe", globals())
+report.provenance(P)
 ```
 
 ```{code-cell} ipython3
@@ -132,7 +133,7 @@ def papermill_cli(*params: str) -> Callable[[Ctx], str]:
         assert proc.returncode != 0
         out.unlink(missing_ok=True)  # the user's own output file, not ours
         plain = re.sub(r"\x1b\[[0-9;]*m", "", proc.stderr)
-        lines = [ln for ln in plain.splitlines() if ln.startswith("RunnerError: ")]
+        lines = [ln for ln in plain.splitlines() if ln.startswith("ProfileError: ")]
         assert lines, proc.stderr[-3000:]
         return lines[-1]
     return action
@@ -191,12 +192,12 @@ def load_offline_uncached(ctx: Ctx):
 def load_gated(ctx: Ctx):
     import huggingface_hub
 
-    from anisotropy import registry
+    from anisotropy import hub, registry
 
     # As on a machine with network but no token: the Hub answers, nobody is logged in, memory is plentiful.
     ctx.monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     ctx.monkeypatch.delenv("HF_TOKEN", raising=False)
-    ctx.monkeypatch.setattr(registry, "hub_reachable", lambda timeout=3.0: True)
+    ctx.monkeypatch.setattr(hub, "reachable", lambda timeout=3.0: True)
     ctx.monkeypatch.setattr(huggingface_hub, "get_token", lambda: None)
     ctx.monkeypatch.setattr(registry, "_available_bytes", lambda device: 2**50)
     registry.load("llama-2-7b")
@@ -286,7 +287,7 @@ BAD_INPUTS = [
         cli("sweep", "appendix_b_isotropic", "--profile", "smoke", "-p", "n_pairs=100,many"),
         r"parameter 'n_pairs' should be a number like 40000, got 'many'"),
     Bad("wrong-type-papermill", "a wrong kind passed to plain papermill -p (the chapter's provenance call checks)",
-        papermill_cli("-p", "n", "many"), r"RunnerError: Notebook 'hardening_probe': parameter 'n' should be a number",
+        papermill_cli("-p", "n", "many"), r"ProfileError: Notebook 'hardening_probe': parameter 'n' should be a number",
         ours=False),
     # -- the results store ------------------------------------------------------------------------------------------
     Bad("corrupted-result", "a stored Parquet file overwritten with garbage",
@@ -450,23 +451,23 @@ def test_convertible_input_is_converted(case, monkeypatch, model_cache):
 # ---- parameter rules ------------------------------------------------------------------------------------------------
 
 def test_allowed_declarations_are_read_from_the_parameters_cell(probe_repo, monkeypatch):
-    from anisotropy import runner
+    from anisotropy import paths, profiles
 
     monkeypatch.chdir(probe_repo)
-    runner.paths.project_root.cache_clear()
+    paths.project_root.cache_clear()
     try:
-        rules = runner.parameter_rules(PROBE)
+        rules = profiles.parameter_rules(PROBE)
     finally:
-        runner.paths.project_root.cache_clear()
+        paths.project_root.cache_clear()
     assert rules["n"].low == 1 and rules["n"].low_inclusive and rules["n"].high is None
     assert rules["mode"].choices == ("ok", "fail", "die")
-    interval = runner.Rule.parse("a share; allowed: in [0, 1]")
+    interval = profiles.Rule.parse("a share; allowed: in [0, 1]")
     assert interval.violation(1) is None and interval.violation([0.0, 0.5]) is None
     assert "above" in interval.violation([0.5, 1.5]) and "below" in interval.violation(-0.1)
-    open_interval = runner.Rule.parse("allowed: > 0, < 1")
+    open_interval = profiles.Rule.parse("allowed: > 0, < 1")
     assert open_interval.violation(0) and open_interval.violation(1) and open_interval.violation(0.5) is None
-    assert runner.Rule.parse("no declaration, > 5 is just prose") is None
-    at_least = runner.Rule.parse("allowed: ≥ 2")
+    assert profiles.Rule.parse("no declaration, > 5 is just prose") is None
+    at_least = profiles.Rule.parse("allowed: ≥ 2")
     assert at_least.violation([2, 16]) is None and "below" in at_least.violation([16, 1])
 
 

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from anisotropy import report, runner
+from anisotropy import profiles, report, runner
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.md"))
-PROFILES = ("smoke", "local", "paper")
+PROFILES = tuple(profiles.names())
 
 
 def test_every_ipynb_is_in_sync_with_its_myst_source():
@@ -24,11 +24,20 @@ def test_toc_chapters_and_notebooks_are_the_same_set():
 
 @pytest.mark.parametrize("profile", PROFILES)
 def test_every_chapter_has_valid_parameters_in_every_profile(profile):
-    prof = runner.load_profile(profile)
+    prof = profiles.load(profile)
     for name in runner.chapters():
-        assert name in prof["notebooks"], f"{name} has no block in profiles/{profile}.yml"
+        assert name in prof["notebooks"], f"{name} has no block in profile {profile}"
         # Raises on unknown names or values of the wrong kind.
-        runner.check_parameters(name, prof["notebooks"][name] or {}, runner.notebook_parameters(name))
+        profiles.check(name, prof["notebooks"][name] or {}, profiles.notebook_parameters(name),
+                       profiles.parameter_rules(name))
+
+
+def test_local_profile_is_exactly_what_the_parameters_cells_show():
+    # profiles.apply reads a value equal to the local one as "not set by the user": the two must be the same.
+    for name in runner.chapters():
+        cell = profiles.notebook_parameters(name)
+        cell.pop("profile")
+        assert profiles.chapter_parameters("local", name) == cell, name
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -36,6 +45,8 @@ def test_notebook_conventions(path):
     text = path.read_text()
     cells = re.findall(r"```\{code-cell\}[^\n]*\n(.*?)```", text, flags=re.S)
     assert 'if "google.colab" in sys.modules' in cells[0], "first cell installs the library on Colab only"
+    assert report.install_command() in cells[0], "the install line derives from _config.yml (make sync)"
+    assert f'profiles.apply("{path.stem}", globals())' in text, "parameters come from the named profile"
     assert any(":tags: [parameters" in c for c in cells), "a cell tagged `parameters` for papermill"
     assert "report.provenance(" in text, "every chapter shows the provenance box"
     assert re.search(r'^profile = "local"$', text, flags=re.M), "the default profile is local"
@@ -47,7 +58,7 @@ def test_notebook_conventions(path):
 
 def test_environment_yml_agrees_with_pyproject():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    wanted = set(project["dependencies"]) | set(project["optional-dependencies"]["test"])
+    wanted = set(project["dependencies"]).union(*project["optional-dependencies"].values())
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     pip_section = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
     assert set(pip_section) - {"-e ."} == wanted
@@ -56,31 +67,39 @@ def test_environment_yml_agrees_with_pyproject():
 def test_pins_that_the_papers_models_need():
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     assert "transformers==4.57.*" in deps  # 5.x removed VAN and breaks CharacterBERT/MANTa remote code
-    assert "jupyter-book>=1,<2" in deps  # 2.x ignores _config.yml/_toc.yml
+    book = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["book"]
+    assert "jupyter-book>=1,<2" in book  # 2.x ignores _config.yml/_toc.yml
     constraints = (ROOT / "constraints.txt").read_text()
     assert re.search(r"^torch==2\.13\.0$", constraints, flags=re.M)
     assert re.search(r"^transformers==4\.57\.\d+$", constraints, flags=re.M)
 
 
-def test_config_points_at_the_repository_of_the_colab_links():
+def test_colab_links_and_install_lines_derive_from_the_one_repository_setting():
     config = yaml.safe_load((ROOT / "_config.yml").read_text())
-    assert config["repository"]["url"] == report.REPOSITORY_URL
+    url, branch = config["repository"]["url"], config["repository"]["branch"]
+    assert report.repository() == (url, branch)
+    assert report.install_command() == f'%pip install -q "anisotropy[colab] @ git+{url}@{branch}"'
+    assert report.colab_url("x") == (f"https://colab.research.google.com/github/"
+                                     f"{url.removeprefix('https://github.com/')}/blob/{branch}/notebooks/x.ipynb")
+    # No other file of the project spells the URL out (the committed .ipynb copies are written by make sync).
+    spelled = [p for p in (ROOT / "lib").rglob("*.py") if url in p.read_text()]
+    assert spelled == [], spelled
     assert config["execute"]["execute_notebooks"] == "off"  # papermill executes, Jupyter Book renders
     assert not config["launch_buttons"]["colab_url"]  # its link would point at book/executed/, not notebooks/
 
 
 def test_unknown_profile_names_the_known_ones():
-    with pytest.raises(runner.RunnerError, match=r"Unknown profile 'locl'\. Did you mean 'local'\?"):
-        runner.load_profile("locl")
+    with pytest.raises(profiles.ProfileError, match=r"Unknown profile 'locl'\. Did you mean 'local'\?"):
+        profiles.load("locl")
 
 
 def test_wrong_parameter_kind_is_refused_before_running():
-    defaults = runner.notebook_parameters("appendix_b_isotropic")
+    defaults = profiles.notebook_parameters("appendix_b_isotropic")
     assert defaults["n_pairs"] == 40000 and defaults["profile"] == "local"
-    with pytest.raises(runner.RunnerError, match="'n_pairs' should be a number"):
-        runner.check_parameters("appendix_b_isotropic", {"n_pairs": "many"}, defaults)
-    with pytest.raises(runner.RunnerError, match="did you mean 'n_pairs'"):
-        runner.check_parameters("appendix_b_isotropic", {"n_pair": 10}, defaults)
+    with pytest.raises(profiles.ProfileError, match="'n_pairs' should be a number"):
+        profiles.check("appendix_b_isotropic", {"n_pairs": "many"}, defaults)
+    with pytest.raises(profiles.ProfileError, match="did you mean 'n_pairs'"):
+        profiles.check("appendix_b_isotropic", {"n_pair": 10}, defaults)
 
 
 # ---- the rendered smoke book (built once per session by the `smoke_book` fixture in conftest.py) --------------------

@@ -8,7 +8,7 @@ import sys
 
 import yaml
 
-from . import runner
+from . import profiles, runner
 
 
 def _parse_assignments(pairs: list[str], as_grid: bool = False) -> dict:
@@ -78,9 +78,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{len(changed)} notebook(s) {verb}" + (f": {', '.join(changed)}" if changed else ""))
             return 1 if (args.check and changed) else 0
         elif args.command == "profiles":
-            for name in runner.available_profiles():
-                print(f"{name:<8} {runner.load_profile(name).get('description', '')}")
-    except runner.RunnerError as exc:
+            for name in profiles.names():
+                print(f"{name:<9} {profiles.load(name).get('description', '')}")
+    except profiles.ProfileError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as exc:

@@ -1,8 +1,8 @@
-"""What every chapter page shows besides its figures: the provenance box, the Colab badge, glued numbers.
+"""What every chapter page shows besides its figures: the provenance box, the Colab badge, glued numbers, and the
+one reader of where the book is published (``repository``).
 
-The runner sets ``ANISOTROPY_NOTEBOOK`` (the chapter's name) and ``ANISOTROPY_FIGURES`` (a folder where glued
-figures are also saved as PNG, for people to look at) in the kernel's environment, and afterwards fills the wall
-time into the box from papermill's own record.
+The runner sets ``ANISOTROPY_FIGURES`` (a folder where glued figures are also saved as PNG, for people to look at) in
+the kernel's environment, and afterwards fills the wall time into the box from papermill's own record.
 """
 
 from __future__ import annotations
@@ -12,19 +12,39 @@ import html
 import os
 import platform
 import subprocess
+from functools import lru_cache
 from pathlib import Path
 
 from . import __version__, paths
 
-REPOSITORY_URL = "https://github.com/anisotropy-book/anisotropy-book"
-BRANCH = "main"
 WALL_TIME_PLACEHOLDER = "measured by the book runner"
+
+
+@lru_cache(maxsize=1)
+def repository() -> tuple[str, str]:
+    """(URL, branch) of the book's repository: ``repository.url`` and ``repository.branch`` of ``_config.yml``, the
+    one place that says where the book is published. Every Colab link, badge and install line derives from it."""
+    import yaml
+
+    root = paths.project_root()
+    if root is None:
+        raise FileNotFoundError("the repository URL lives in the checkout's _config.yml (no checkout here)")
+    config = yaml.safe_load((root / "_config.yml").read_text())["repository"]
+    return config["url"].rstrip("/"), config.get("branch", "main")
+
+
+def install_command() -> str:
+    """The Colab cell's install line: this library with the dependencies a chapter needs (the ``colab`` extra), not
+    the book-building stack, from the repository's branch."""
+    url, branch = repository()
+    return f'%pip install -q "anisotropy[colab] @ git+{url}@{branch}"'
 
 
 def colab_url(notebook: str) -> str:
     """Colab link to the committed, output-free copy ``notebooks/<notebook>.ipynb`` on GitHub."""
-    repo = REPOSITORY_URL.removeprefix("https://github.com/")
-    return f"https://colab.research.google.com/github/{repo}/blob/{BRANCH}/notebooks/{notebook}.ipynb"
+    url, branch = repository()
+    return (f"https://colab.research.google.com/github/{url.removeprefix('https://github.com/')}/blob/{branch}/"
+            f"notebooks/{notebook}.ipynb")
 
 
 def git_commit() -> str:
@@ -56,35 +76,19 @@ def _format_value(value) -> str:
     return str(value)
 
 
-def check_parameters(profile: str, params: dict, notebook: str) -> None:
-    """Check a chapter's parameters the way the runner does (profile name, kinds, ``allowed:`` ranges), for runs that
-    bypass it (plain ``papermill -p``, Jupyter). A no-op outside a checkout (e.g. on Colab without the sources)."""
-    from . import runner
+def provenance(resolved, models=(), described: dict | None = None):
+    """Display the provenance box: profile, what was measured, every parameter with where its value came from,
+    package version, commit, machine, date, wall time.
 
-    root = paths.project_root()
-    if root is None or not (root / "notebooks" / f"{notebook}.md").is_file():
-        return
-    runner.load_profile(profile)
-    defaults = runner.notebook_parameters(notebook)
-    given = {k: v for k, v in params.items() if k in defaults}
-    if "profile" in defaults:
-        given["profile"] = profile
-    runner.check_parameters(notebook, given, defaults, runner.parameter_rules(notebook))
-
-
-def provenance(profile: str, params: dict, models=(), notebook: str | None = None):
-    """Display the provenance box: profile, models, parameters, package version, commit, device, date, wall time.
-
-    ``models`` is a list of strings that say what was measured, e.g. "bert-base-uncased (untrained, true size)".
-    ``notebook`` (the chapter's name; the runner also passes it in ``ANISOTROPY_NOTEBOOK``) lets a run that bypasses
-    the runner check its parameters first (``check_parameters``). Returns the IPython HTML object (displayed when it
-    is the cell's last expression).
+    ``resolved`` is the chapter's ``profiles.apply(...)`` result. ``models`` is a list of strings that say what was
+    measured, e.g. "bert-base-uncased (untrained, true size)". ``described`` maps a parameter to the text shown
+    instead of its raw value (e.g. a data source with its description). Returns the IPython HTML object (displayed
+    when it is the cell's last expression).
     """
     from IPython.display import HTML
 
-    if notebook and os.environ.get("ANISOTROPY_RUNNER") != "1":
-        check_parameters(profile, params, notebook)
-    notebook = notebook or os.environ.get("ANISOTROPY_NOTEBOOK")
+    profile = resolved.profile
+    described = described or {}
     warning = ""
     if profile != "paper":
         warning = (
@@ -93,28 +97,53 @@ def provenance(profile: str, params: dict, models=(), notebook: str | None = Non
             "results.</p>"
         )
     rows = [
-        ("profile", profile),
-        ("models", "; ".join(models) if models else "none (no model is measured on this page)"),
-        *((name, _format_value(value)) for name, value in params.items()),
-        ("package", f"anisotropy {__version__}"),
-        ("commit", git_commit()),
-        ("device", device_description()),
+        ("profile", html.escape(profile)),
+        ("measured", html.escape("; ".join(models) if models else "nothing (no model is measured on this page)")),
+        ("parameters", _parameter_table(resolved, described)),
+        ("package", html.escape(f"anisotropy {__version__}")),
+        ("commit", html.escape(git_commit())),
+        ("machine", html.escape(device_description())),
         ("date", _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")),
         ("wall time", f'<span class="wall-time">{WALL_TIME_PLACEHOLDER}</span>'),
     ]
-    cells = "".join(
-        f"<tr><th>{html.escape(str(k))}</th><td>{v if k == 'wall time' else html.escape(str(v))}</td></tr>"
-        for k, v in rows
-    )
+    cells = "".join(f"<tr><th>{html.escape(k)}</th><td>{v}</td></tr>" for k, v in rows)
     badge = ""
-    if notebook:
-        badge = (f'<p><a class="colab-badge" href="{colab_url(notebook)}">'
-                 'Open this notebook in Colab</a> (runs the committed copy; pick the <code>paper</code> profile there)</p>')
+    try:
+        link = colab_url(resolved.chapter)
+    except FileNotFoundError:  # no checkout (e.g. already on Colab): nothing to link to
+        link = None
+    if link:
+        badge = (f'<p><a class="colab-badge" href="{link}">Open this notebook in Colab</a> (runs the committed '
+                 'copy; set <code>profile = "paper"</code> in its parameters cell)</p>')
     box = (
         '<div class="admonition note provenance"><p class="admonition-title">Provenance</p>'
         f"{warning}<table class='provenance-table'>{cells}</table>{badge}</div>"
     )
     return HTML(box)
+
+
+def _parameter_table(resolved, described: dict) -> str:
+    """The chapter's parameters: name, value (or its description), and where the value came from."""
+    rows = "".join(
+        f"<tr><td><code>{html.escape(name)}</code></td>"
+        f"<td>{html.escape(str(described.get(name, _format_value(value))))}</td>"
+        f"<td>{html.escape(resolved.origin_words(name))}</td></tr>"
+        for name, value in resolved.values.items())
+    return ("<table class='provenance-parameters'><tr><th>name</th><th>value</th><th>from</th></tr>"
+            f"{rows}</table>")
+
+
+def colab_budget(resolved):
+    """What this chapter asks of a Colab runtime under the ``paper`` profile (under a profile based on it, with this
+    run's values): glues ``paper_requests`` (what it downloads, in words) and ``colab_budget`` (time, downloads, and
+    what would not fit), and returns the budget table (``anisotropy.budget``)."""
+    from . import budget, profiles
+
+    paper_like = "paper" in (resolved.profile, profiles.load(resolved.profile).get("base"))
+    params = resolved.values if paper_like else profiles.chapter_parameters("paper", resolved.chapter)
+    glue("paper_requests", budget.describe(resolved.chapter, params))
+    glue("colab_budget", budget.summary(resolved.chapter, params))
+    return budget.table(resolved.chapter, params).style.hide(axis="index")
 
 
 def glue(name: str, value, fmt: str | None = None):
@@ -123,20 +152,35 @@ def glue(name: str, value, fmt: str | None = None):
     Formatted values are glued as strings: myst-nb evaluates glued plain text as a Python literal, so "100,000"
     would otherwise come back as the tuple (100, 0).
     """
-    from myst_nb import glue as _glue
-
-    _glue(name, fmt.format(value) if fmt else value, display=False)
+    _glue = _myst_glue()
+    if _glue is not None:
+        _glue(name, fmt.format(value) if fmt else value, display=False)
     # Returns None: a returned value would be displayed as a stray output when glue is a cell's last line.
 
 
 def glue_figure(name: str, fig, dpi: int = 110):
     """Glue a matplotlib figure for a ``{glue:figure}`` directive, save a PNG copy for people to look at, close it."""
     import matplotlib.pyplot as plt
-    from myst_nb import glue as _glue
 
     folder = os.environ.get("ANISOTROPY_FIGURES")
     if folder:
         Path(folder).mkdir(parents=True, exist_ok=True)
         fig.savefig(Path(folder) / f"{name}.png", dpi=dpi, bbox_inches="tight")
-    _glue(name, fig, display=False)
+    _glue = _myst_glue()
+    if _glue is None:  # outside the book stack (Colab): show the figure where it is made
+        from IPython.display import display
+
+        display(fig)
+    else:
+        _glue(name, fig, display=False)
     plt.close(fig)
+
+
+def _myst_glue():
+    """myst-nb's ``glue`` (part of the book stack), or None where only the chapters' own dependencies are installed
+    (the ``colab`` extra): there nothing renders glued values, and figures are shown in place."""
+    try:
+        from myst_nb import glue
+    except ImportError:
+        return None
+    return glue

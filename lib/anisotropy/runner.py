@@ -1,16 +1,16 @@
-"""Profiles, papermill execution, sweeps and the book build.
+"""Papermill execution, sweeps and the book build.
 
 A chapter is ``notebooks/<name>.md`` (MyST markdown, paired with an output-free ``notebooks/<name>.ipynb`` for
-Colab). The runner executes chapters in ``_toc.yml`` order with the parameters of a profile
-(``profiles/<profile>.yml``) into ``book/executed/<name>.ipynb``, then Jupyter Book renders them; execution inside
-Jupyter Book stays off. An executed notebook records the profile, parameters and source hash it ran with, so a build
+Colab). The runner executes chapters in ``_toc.yml`` order under a profile (``anisotropy.profiles``) into
+``book/executed/<name>.ipynb``, then Jupyter Book renders them; execution inside Jupyter Book stays off. Papermill
+injects only ``profile`` and the user's overrides: the chapter resolves every other parameter from the profile
+itself (``profiles.apply``), exactly as it does on Colab. An executed notebook records the profile, parameters and source hash it ran with, so a build
 that is interrupted resumes where it stopped and a finished chapter is not executed again.
 """
 
 from __future__ import annotations
 
 import ast
-import difflib
 import hashlib
 import itertools
 import json
@@ -22,19 +22,18 @@ import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 
 import yaml
 
-from . import paths
+from . import paths, profiles
 
 EXECUTED = Path("book") / "executed"
 SWEEPS = Path("book") / "sweeps"
 KERNEL = "python3"
 
 
-class RunnerError(RuntimeError):
+class RunnerError(profiles.ProfileError):
     """A problem the user can fix, with a message that says how; printed without a traceback by the CLI."""
 
 
@@ -49,27 +48,7 @@ def root() -> Path:
     return found
 
 
-# ---- profiles -------------------------------------------------------------------------------------------------------
-
-def available_profiles() -> list[str]:
-    return sorted(p.stem for p in (root() / "profiles").glob("*.yml"))
-
-
-def load_profile(name: str) -> dict:
-    """The profile's YAML as a dict with keys ``description``, ``env`` and ``notebooks`` (name -> parameters)."""
-    path = root() / "profiles" / f"{name}.yml"
-    if not path.is_file():
-        known = available_profiles()
-        close = difflib.get_close_matches(name, known, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise RunnerError(f"Unknown profile {name!r}.{hint} Known profiles: {', '.join(known)} (files in profiles/).")
-    profile = yaml.safe_load(path.read_text()) or {}
-    profile.setdefault("env", {})
-    profile.setdefault("notebooks", {})
-    return profile
-
-
-# ---- chapters and their sources -------------------------------------------------------------------------------------
+# ---- chapters -------------------------------------------------------------------------------------------------------
 
 def chapters() -> list[str]:
     """Chapter names in ``_toc.yml`` order: every toc entry under ``book/executed/``."""
@@ -91,31 +70,11 @@ def chapters() -> list[str]:
     return found
 
 
-def source(name: str) -> Path:
-    path = root() / "notebooks" / f"{name}.md"
-    if not path.is_file():
-        known = [p.stem for p in (root() / "notebooks").glob("*.md")]
-        close = difflib.get_close_matches(name, known, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise RunnerError(f"No notebook {name!r} in notebooks/.{hint}")
-    return path
-
-
-def read_notebook(name: str):
-    """The MyST source as an nbformat notebook with the python3 kernelspec (jupytext writes none; papermill needs one)."""
-    import jupytext
-
-    nb = jupytext.read(source(name))
-    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": KERNEL}
-    nb.metadata.setdefault("jupytext", {}).pop("text_representation", None)
-    return nb
-
-
 def paired_ipynb_text(name: str) -> str:
     """The exact text of the committed output-free ``notebooks/<name>.ipynb`` for the current source."""
     import nbformat
 
-    nb = read_notebook(name)
+    nb = profiles.read_notebook(name)
     nb.metadata.pop("jupytext", None)
     for index, cell in enumerate(nb.cells):
         cell.metadata.pop("vscode", None)
@@ -124,183 +83,33 @@ def paired_ipynb_text(name: str) -> str:
     return nbformat.writes(nb) + "\n"
 
 
-def sync(check: bool = False) -> list[str]:
-    """Write (or with ``check``, only compare) every ``notebooks/<name>.ipynb`` from its MyST source.
+_INSTALL_LINE = re.compile(r'^( *)%pip install -q "anisotropy\[colab\] @ git\+[^"]*"$', flags=re.M)
 
-    Returns the names whose .ipynb was (or would be) changed.
+
+def sync(check: bool = False) -> list[str]:
+    """Write (or with ``check``, only compare) every chapter's Colab install line, derived from the repository of
+    ``_config.yml`` (``report.install_command``), and every ``notebooks/<name>.ipynb`` from its MyST source.
+
+    Returns the names whose source or .ipynb was (or would be) changed.
     """
+    from .report import install_command
+
+    command = install_command()
     changed = []
     for md in sorted((root() / "notebooks").glob("*.md")):
-        target = md.with_suffix(".ipynb")
-        text = paired_ipynb_text(md.stem)
-        if not target.is_file() or target.read_text() != text:
+        text = md.read_text()
+        installed = _INSTALL_LINE.sub(lambda m: m.group(1) + command, text)
+        if installed != text:
             changed.append(md.stem)
             if not check:
-                target.write_text(text)
-    return changed
-
-
-# ---- parameters -----------------------------------------------------------------------------------------------------
-
-def _inspect(name: str) -> dict:
-    """The parameters cell read as Python: name -> {"default": source text of the value, "help": the line's comment}.
-
-    Read with ``ast`` rather than papermill's line pattern, which drops any parameter whose comment contains "=".
-    """
-    return _inspect_source(name, _source_hash(name))
-
-
-@lru_cache(maxsize=64)
-def _inspect_source(name: str, digest: str) -> dict:
-    import ast
-
-    cell = next((c for c in read_notebook(name).cells
-                 if c.cell_type == "code" and "parameters" in c.metadata.get("tags", [])), None)
-    if cell is None:
-        return {}
-    text = cell.source
-    try:
-        tree = ast.parse(text)
-    except SyntaxError as exc:
-        raise RunnerError(f"notebooks/{name}.md: the parameters cell is not plain Python ({exc.msg}, line "
-                          f"{exc.lineno} of the cell).") from None
-    lines = text.splitlines()
-    found = {}
-    for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) \
-            else []
-        if len(targets) != 1 or not isinstance(targets[0], ast.Name) or getattr(node, "value", None) is None:
-            continue
-        rest = lines[node.end_lineno - 1][node.end_col_offset:]
-        found[targets[0].id] = {"default": ast.get_source_segment(text, node.value),
-                                "help": rest.split("#", 1)[1].strip() if "#" in rest else ""}
-    return found
-
-
-def notebook_parameters(name: str) -> dict:
-    """The parameters cell's names and default values."""
-    params = {}
-    for pname, info in _inspect(name).items():
-        try:
-            params[pname] = yaml.safe_load(info["default"]) if info["default"] is not None else None
-        except yaml.YAMLError:
-            params[pname] = info["default"]
-        params[pname] = _python_literal(info["default"], params[pname])
-    return params
-
-
-_NUMBER = r"-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?"
-_BOUNDS = {">": ("low", False), "≥": ("low", True), "at least": ("low", True),
-           "<": ("high", False), "≤": ("high", True), "at most": ("high", True)}
-
-
-@dataclass
-class Rule:
-    """What a parameter's comment allows, e.g. ``n_pairs = 40000  # pairs per dimension; allowed: at least 100``.
-
-    After ``allowed:`` a comment may give bounds (``at least 2``, ``at most 1``, ``> 0``, ``< 1``, ``≥ 2``, ``≤ 1``,
-    ``in [0, 1]``) and/or choices (``one of "tiny", "untrained"``); for a list value every element must satisfy them.
-    No "=" in the comment: papermill's own parser (used by Colab and plain papermill) skips such lines.
-    """
-
-    low: float | None = None
-    low_inclusive: bool = True
-    high: float | None = None
-    high_inclusive: bool = True
-    choices: tuple = ()
-    text: str = ""
-
-    @classmethod
-    def parse(cls, comment: str) -> "Rule | None":
-        match = re.search(r"allowed:\s*(.*)$", comment or "")
-        if not match:
-            return None
-        text = match.group(1).strip()
-        rule = cls(text=text)
-        for op, num in re.findall(rf"(at least|at most|[<>≤≥])\s*({_NUMBER})", text):
-            side, inclusive = _BOUNDS[op]
-            setattr(rule, side, float(num))
-            setattr(rule, f"{side}_inclusive", inclusive)
-        interval = re.search(rf"\bin\s*\[\s*({_NUMBER})\s*,\s*({_NUMBER})\s*\]", text)
-        if interval:
-            rule.low, rule.high = float(interval.group(1)), float(interval.group(2))
-            rule.low_inclusive = rule.high_inclusive = True
-        choices = re.search(r"one of:?\s*(.*)", text)
-        if choices:
-            rule.choices = tuple(a or b for a, b in re.findall(r'"([^"]*)"|\'([^\']*)\'', choices.group(1)))
-        return rule
-
-    def violation(self, value) -> str | None:
-        """Why ``value`` is not allowed (None when it is)."""
-        items = value if isinstance(value, (list, tuple)) else [value]
-        for item in items:
-            if self.choices and item not in self.choices:
-                return f"{item!r} is not one of {', '.join(map(repr, self.choices))}"
-            if isinstance(item, bool) or not isinstance(item, (int, float)):
-                continue
-            if self.low is not None and (item < self.low or (item == self.low and not self.low_inclusive)):
-                return f"{item!r} is below the allowed range ({self.text})"
-            if self.high is not None and (item > self.high or (item == self.high and not self.high_inclusive)):
-                return f"{item!r} is above the allowed range ({self.text})"
-        return None
-
-
-def parameter_rules(name: str) -> dict[str, Rule]:
-    """The ``allowed:`` declarations of the parameters cell's comments (see ``Rule``)."""
-    rules = {}
-    for pname, info in _inspect(name).items():
-        rule = Rule.parse(info.get("help") or "")
-        if rule is not None:
-            rules[pname] = rule
-    return rules
-
-
-def _python_literal(text, fallback):
-    import ast
-
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError, TypeError):
-        return fallback
-
-
-def _kind(value) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, (list, tuple)):
-        return "list"
-    return type(value).__name__
-
-
-def check_parameters(name: str, given: dict, defaults: dict, rules: dict[str, Rule] | None = None) -> None:
-    """Refuse unknown names, values whose kind differs from the notebook default (bool/number/str/list/dict), and
-    values outside what the parameter's comment allows (``rules``, see ``parameter_rules``)."""
-    problems = []
-    for pname, value in given.items():
-        if pname not in defaults:
-            close = difflib.get_close_matches(pname, list(defaults), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            problems.append(f"unknown parameter {pname!r}{hint}")
-            continue
-        default = defaults[pname]
-        if default is not None and value is not None and _kind(value) != _kind(default):
-            problems.append(f"parameter {pname!r} should be a {_kind(default)} like {default!r}, got {value!r}")
-            continue
-        if isinstance(default, (list, tuple)) and default and isinstance(value, (list, tuple)):
-            wrong = [v for v in value if _kind(v) != _kind(default[0])]
-            if wrong:
-                problems.append(f"parameter {pname!r} should be a list of {_kind(default[0])}s like {default!r}, "
-                                f"got {value!r}")
-                continue
-        why = (rules or {}).get(pname) and rules[pname].violation(value)
-        if why:
-            problems.append(f"parameter {pname!r}: {why}")
-    if problems:
-        raise RunnerError(
-            f"Notebook {name!r}: " + "; ".join(problems) + f". Its parameters are: {', '.join(sorted(defaults))}."
-        )
+                md.write_text(installed)
+        target = md.with_suffix(".ipynb")
+        paired = paired_ipynb_text(md.stem)
+        if not target.is_file() or target.read_text() != paired:
+            changed.append(md.stem)
+            if not check:
+                target.write_text(paired)
+    return sorted(set(changed))
 
 
 # ---- execution ------------------------------------------------------------------------------------------------------
@@ -315,12 +124,8 @@ class Outcome:
     params: dict = field(default_factory=dict)
 
 
-def _source_hash(name: str) -> str:
-    return hashlib.sha256(source(name).read_bytes()).hexdigest()[:16]
-
-
 def _stamp(profile: str, params: dict, name: str) -> dict:
-    return {"profile": profile, "parameters": params, "source_hash": _source_hash(name)}
+    return {"profile": profile, "parameters": params, "source_hash": profiles.source_hash(name)}
 
 
 def _is_current(output: Path, stamp: dict) -> bool:
@@ -362,9 +167,9 @@ def _cell_location(name: str, cell_source: str) -> str:
     if not cell_source:
         return "a cell"
     try:
-        code = [c.source for c in read_notebook(name).cells if c.cell_type == "code"]
-        text = source(name).read_text()
-    except (OSError, RunnerError):
+        code = [c.source for c in profiles.read_notebook(name).cells if c.cell_type == "code"]
+        text = profiles.notebook_source(name).read_text()
+    except (OSError, profiles.ProfileError):
         return "a cell"
     if cell_source not in code:
         return "the injected parameters cell" if "# Parameters" in cell_source.splitlines()[0] else "a cell"
@@ -408,8 +213,9 @@ def _stderr_to(path: Path):
 
 def execute(name: str, profile: str, overrides: dict | None = None, output: Path | None = None,
             force: bool = False, quiet: bool = False) -> Outcome:
-    """Execute chapter ``name`` with the profile's parameters (plus ``overrides``) into ``output``.
+    """Execute chapter ``name`` under ``profile`` (plus ``overrides``) into ``output``.
 
+    Papermill injects ``profile`` and the overrides; the chapter takes the rest from the profile (``profiles.apply``).
     A finished notebook whose stamp (profile, parameters, source hash) matches is reused, not executed again. The
     notebook is executed into a hidden ``.<stem>.partial.ipynb`` and renamed to ``output`` only once complete, so an
     interrupted run never leaves an output that a later run takes for finished.
@@ -417,11 +223,11 @@ def execute(name: str, profile: str, overrides: dict | None = None, output: Path
     import nbformat
     import papermill
 
-    prof = load_profile(profile)
-    defaults = notebook_parameters(name)
-    given = {**(prof["notebooks"].get(name) or {}), **(overrides or {})}
-    check_parameters(name, given, defaults, parameter_rules(name))
+    defaults = profiles.notebook_parameters(name)
+    given = {**profiles.chapter_parameters(profile, name), **(overrides or {})}
+    profiles.check(name, given, defaults, profiles.parameter_rules(name))
     params = {"profile": profile, **given} if "profile" in defaults else dict(given)
+    injected = {"profile": profile, **(overrides or {})} if "profile" in defaults else dict(given)
     output = output or root() / EXECUTED / f"{name}.ipynb"
     stamp = _stamp(profile, params, name)
     if not force and _is_current(output, stamp):
@@ -429,9 +235,7 @@ def execute(name: str, profile: str, overrides: dict | None = None, output: Path
 
     output.parent.mkdir(parents=True, exist_ok=True)
     env_backup = dict(os.environ)
-    os.environ.update({k: str(v) for k, v in prof["env"].items()})
-    os.environ["ANISOTROPY_NOTEBOOK"] = name
-    os.environ["ANISOTROPY_RUNNER"] = "1"  # parameters are checked here; report.provenance need not check again
+    os.environ["ANISOTROPY_RUNNER"] = "1"  # parameters are checked here; profiles.apply need not check again
     os.environ["ANISOTROPY_FIGURES"] = str(root() / "_build" / "figures" / name)
     partial = output.with_name(f".{output.stem}.partial.ipynb")
     log = root() / "_build" / "logs" / f"{output.stem}.log"
@@ -439,10 +243,10 @@ def execute(name: str, profile: str, overrides: dict | None = None, output: Path
     try:
         with tempfile.TemporaryDirectory() as tmp:
             src = Path(tmp) / f"{name}.ipynb"
-            nbformat.write(read_notebook(name), src)
+            nbformat.write(profiles.read_notebook(name), src)
             try:
                 with _stderr_to(log):
-                    papermill.execute_notebook(str(src), str(partial), parameters=params, kernel_name=KERNEL,
+                    papermill.execute_notebook(str(src), str(partial), parameters=injected, kernel_name=KERNEL,
                                                cwd=str(root()), progress_bar=False, log_output=False)
             except Exception as exc:  # noqa: BLE001 - every failure becomes one report, never a traceback
                 message = _failure_message(name, exc, partial, log)
@@ -465,21 +269,6 @@ def _progress(outcome: Outcome, profile: str, index: int, total: int, label: str
     print(f"[{index}/{total}] {label or outcome.name:<32} profile={profile:<6} {status}", flush=True)
 
 
-def check_profile(profile: str, names: list[str], overrides: dict | None = None) -> None:
-    """Check every chapter's parameters under ``profile`` before anything runs: a typo in chapter 9's block must
-    not surface after chapters 1 to 8 have run. Raises one ``RunnerError`` listing every problem."""
-    prof = load_profile(profile)
-    problems = []
-    for name in names:
-        try:
-            given = {**(prof["notebooks"].get(name) or {}), **(overrides or {})}
-            check_parameters(name, given, notebook_parameters(name), parameter_rules(name))
-        except RunnerError as exc:
-            problems.append(str(exc))
-    if problems:
-        raise RunnerError(f"profiles/{profile}.yml: " + " ".join(problems))
-
-
 def execute_all(profile: str, only: list[str] | None = None, force: bool = False) -> list[Outcome]:
     names = chapters()
     if only:
@@ -487,7 +276,7 @@ def execute_all(profile: str, only: list[str] | None = None, force: bool = False
         if unknown:
             raise RunnerError(f"Not chapters of the book: {', '.join(unknown)}. Chapters: {', '.join(names)}.")
         names = [n for n in names if n in only]
-    check_profile(profile, names)
+    profiles.check_profile(profile, names)
     outcomes = []
     for i, name in enumerate(names, 1):
         outcome = execute(name, profile, force=force)
@@ -589,10 +378,10 @@ def sweep(name: str, profile: str, grid: dict[str, list]) -> Path:
     folder = root() / SWEEPS / name
     rows = []
     points = list(itertools.product(*(grid[k] for k in keys)))
-    given = load_profile(profile)["notebooks"].get(name) or {}
-    defaults, rules = notebook_parameters(name), parameter_rules(name)
+    given = profiles.chapter_parameters(profile, name)
+    defaults, rules = profiles.notebook_parameters(name), profiles.parameter_rules(name)
     for values in points:  # every point is checked before the first one runs
-        check_parameters(name, {**given, **dict(zip(keys, values))}, defaults, rules)
+        profiles.check(name, {**given, **dict(zip(keys, values))}, defaults, rules)
     for i, values in enumerate(points, 1):
         point = dict(zip(keys, values))
         stem = "__".join([name, *(f"{k}={_slug(v)}" for k, v in point.items())])

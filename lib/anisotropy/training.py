@@ -149,12 +149,12 @@ def recipes(name: str, spec: dict) -> list[Recipe]:
 
 
 def suite_specs(profile: str = "local") -> dict[str, dict]:
-    """The suites of a profile: ``notebooks.checkpoint_suites.suites`` in ``profiles/<profile>.yml``."""
-    from .runner import load_profile
+    """The suites of a profile: the ``suites`` parameter of its ``checkpoint_suites`` chapter."""
+    from . import profiles
 
-    block = load_profile(profile)["notebooks"].get("checkpoint_suites") or {}
+    block = profiles.chapter_parameters(profile, "checkpoint_suites")
     if "suites" not in block:
-        raise KeyError(f"profiles/{profile}.yml has no notebooks.checkpoint_suites.suites block")
+        raise KeyError(f"profile {profile!r} sets no suites for the checkpoint_suites chapter")
     return block["suites"]
 
 
@@ -234,10 +234,7 @@ def split_paragraphs(corpus: str = "prose") -> tuple[list[str], list[str]]:
     """(train, validation) paragraphs. Prose: every ``VALIDATION_EVERY``-th distinct paragraph is held out.
     WikiText-103: its train and validation splits (lines of >= 80 characters, headings dropped)."""
     if corpus == "wikitext-103":
-        def lines(split):
-            ds = data._hub_dataset("Salesforce/wikitext", "wikitext-103-raw-v1", split, "WikiText-103")
-            return [t.strip() for t in ds["text"] if len(t.strip()) >= 80 and not t.strip().startswith("=")]
-        return lines("train"), lines("validation")
+        return data.wikitext_lines("train"), data.wikitext_lines("validation")
     # pydoc repeats some paragraphs under several topics: deduplicate first, or the held-out text leaks into training
     paragraphs = list(dict.fromkeys(data.prose_paragraphs()))
     train = [p for i, p in enumerate(paragraphs) if i % VALIDATION_EVERY != VALIDATION_EVERY - 1]

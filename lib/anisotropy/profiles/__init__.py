@@ -1,0 +1,341 @@
+"""Profiles: named sets of chapter parameters shipped with the package, the rules a parameters cell declares, and how
+a chapter's parameters are resolved from a profile name (the one line a Colab user changes).
+
+A profile is ``<name>.yml`` in this folder: ``description`` and ``notebooks`` (chapter -> parameters). A profile with
+``base: <other>`` starts from the other profile and overrides some values (``paper-sim`` is ``paper`` with its sizes
+shrunk; nested dicts such as a suite's recipe are merged key by key). The ``local`` profile holds exactly the values
+written in every chapter's parameters cell (a test keeps them equal), so inside a kernel a value that still equals
+the ``local`` one was not set by the user and is taken from the named profile (``apply``).
+
+Chapter sources (``notebooks/<name>.md``) are read here too, for their parameters cell: defaults and the ``allowed:``
+rules of its comments (``Rule``). That needs a checkout; on Colab the packaged profiles alone check kinds.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import difflib
+import hashlib
+import os
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+from .. import paths
+
+FOLDER = Path(__file__).resolve().parent
+DEFAULT = "local"  # the profile whose values every parameters cell shows
+
+
+class ProfileError(RuntimeError):
+    """A problem the user can fix (unknown profile, chapter or parameter), with a message that says how; the CLI
+    prints it without a traceback."""
+
+
+# ---- profiles -------------------------------------------------------------------------------------------------------
+
+def names() -> list[str]:
+    """The profiles shipped with the package."""
+    return sorted(p.stem for p in FOLDER.glob("*.yml"))
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+@lru_cache(maxsize=None)
+def _load(name: str) -> dict:
+    path = FOLDER / f"{name}.yml"
+    if not path.is_file():
+        known = names()
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ProfileError(f"Unknown profile {name!r}.{hint} Known profiles: {', '.join(known)}.")
+    profile = yaml.safe_load(path.read_text()) or {}
+    profile.setdefault("notebooks", {})
+    base = profile.pop("base", None)
+    if base:
+        merged = _load(base)
+        profile["notebooks"] = {chapter: _merge(merged["notebooks"].get(chapter) or {}, block or {})
+                                for chapter, block in {**merged["notebooks"], **profile["notebooks"]}.items()}
+        profile["base"] = base
+    return profile
+
+
+def load(name: str) -> dict:
+    """The profile as a dict: ``description``, ``notebooks`` (chapter -> parameters), ``base`` when it extends one."""
+    return copy.deepcopy(_load(name))
+
+
+def chapter_parameters(profile: str, chapter: str) -> dict:
+    """The parameters ``chapter`` runs with under ``profile`` (its block of the profile; may be empty)."""
+    return copy.deepcopy(_load(profile)["notebooks"].get(chapter) or {})
+
+
+# ---- chapter sources and their parameters cell ----------------------------------------------------------------------
+
+def checkout() -> Path | None:
+    """The checkout holding ``notebooks/`` (None on a plain install, e.g. Colab)."""
+    return paths.project_root()
+
+
+def notebook_source(name: str) -> Path:
+    root = checkout()
+    if root is None:
+        raise ProfileError("Chapter sources need a checkout of the book (a folder with _toc.yml and notebooks/).")
+    path = root / "notebooks" / f"{name}.md"
+    if not path.is_file():
+        known = [p.stem for p in (root / "notebooks").glob("*.md")]
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ProfileError(f"No notebook {name!r} in notebooks/.{hint}")
+    return path
+
+
+def read_notebook(name: str):
+    """The MyST source as an nbformat notebook with the python3 kernelspec (jupytext writes none; papermill needs one)."""
+    import jupytext
+
+    nb = jupytext.read(notebook_source(name))
+    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
+    nb.metadata.setdefault("jupytext", {}).pop("text_representation", None)
+    return nb
+
+
+def source_hash(name: str) -> str:
+    return hashlib.sha256(notebook_source(name).read_bytes()).hexdigest()[:16]
+
+
+def _assignments(text: str) -> dict[str, dict]:
+    """Top-level ``name = value  # comment`` lines of a cell: name -> {"default": value source, "help": comment}.
+
+    Read with ``ast`` rather than papermill's line pattern, which drops any parameter whose comment contains "=".
+    """
+    tree = ast.parse(text)
+    lines = text.splitlines()
+    found = {}
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) \
+            else []
+        if len(targets) != 1 or not isinstance(targets[0], ast.Name) or getattr(node, "value", None) is None:
+            continue
+        rest = lines[node.end_lineno - 1][node.end_col_offset:]
+        found[targets[0].id] = {"default": ast.get_source_segment(text, node.value),
+                                "help": rest.split("#", 1)[1].strip() if "#" in rest else ""}
+    return found
+
+
+@lru_cache(maxsize=64)
+def _inspect_source(name: str, digest: str) -> dict:
+    cell = next((c for c in read_notebook(name).cells
+                 if c.cell_type == "code" and "parameters" in c.metadata.get("tags", [])), None)
+    if cell is None:
+        return {}
+    try:
+        return _assignments(cell.source)
+    except SyntaxError as exc:
+        raise ProfileError(f"notebooks/{name}.md: the parameters cell is not plain Python ({exc.msg}, line "
+                           f"{exc.lineno} of the cell).") from None
+
+
+def _inspect(name: str) -> dict:
+    return _inspect_source(name, source_hash(name))
+
+
+def notebook_parameters(name: str) -> dict:
+    """The parameters cell's names and default values (Python literals)."""
+    return {pname: ast.literal_eval(info["default"]) for pname, info in _inspect(name).items()}
+
+
+_NUMBER = r"-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?"
+_BOUNDS = {">": ("low", False), "≥": ("low", True), "at least": ("low", True),
+           "<": ("high", False), "≤": ("high", True), "at most": ("high", True)}
+
+
+@dataclass
+class Rule:
+    """What a parameter's comment allows, e.g. ``n_pairs = 40000  # pairs per dimension; allowed: at least 100``.
+
+    After ``allowed:`` a comment may give bounds (``at least 2``, ``at most 1``, ``> 0``, ``< 1``, ``≥ 2``, ``≤ 1``,
+    ``in [0, 1]``) and/or choices (``one of "tiny", "untrained"``); for a list value every element must satisfy them.
+    No "=" in the comment: papermill's own parser (used by Colab and plain papermill) skips such lines.
+    """
+
+    low: float | None = None
+    low_inclusive: bool = True
+    high: float | None = None
+    high_inclusive: bool = True
+    choices: tuple = ()
+    text: str = ""
+
+    @classmethod
+    def parse(cls, comment: str) -> "Rule | None":
+        match = re.search(r"allowed:\s*(.*)$", comment or "")
+        if not match:
+            return None
+        text = match.group(1).strip()
+        rule = cls(text=text)
+        for op, num in re.findall(rf"(at least|at most|[<>≤≥])\s*({_NUMBER})", text):
+            side, inclusive = _BOUNDS[op]
+            setattr(rule, side, float(num))
+            setattr(rule, f"{side}_inclusive", inclusive)
+        interval = re.search(rf"\bin\s*\[\s*({_NUMBER})\s*,\s*({_NUMBER})\s*\]", text)
+        if interval:
+            rule.low, rule.high = float(interval.group(1)), float(interval.group(2))
+            rule.low_inclusive = rule.high_inclusive = True
+        choices = re.search(r"one of:?\s*(.*)", text)
+        if choices:
+            rule.choices = tuple(a or b for a, b in re.findall(r'"([^"]*)"|\'([^\']*)\'', choices.group(1)))
+        return rule
+
+    def violation(self, value) -> str | None:
+        """Why ``value`` is not allowed (None when it is)."""
+        items = value if isinstance(value, (list, tuple)) else [value]
+        for item in items:
+            if self.choices and item not in self.choices:
+                return f"{item!r} is not one of {', '.join(map(repr, self.choices))}"
+            if isinstance(item, bool) or not isinstance(item, (int, float)):
+                continue
+            if self.low is not None and (item < self.low or (item == self.low and not self.low_inclusive)):
+                return f"{item!r} is below the allowed range ({self.text})"
+            if self.high is not None and (item > self.high or (item == self.high and not self.high_inclusive)):
+                return f"{item!r} is above the allowed range ({self.text})"
+        return None
+
+
+def parameter_rules(name: str) -> dict[str, Rule]:
+    """The ``allowed:`` declarations of the parameters cell's comments (see ``Rule``)."""
+    rules = {}
+    for pname, info in _inspect(name).items():
+        rule = Rule.parse(info.get("help") or "")
+        if rule is not None:
+            rules[pname] = rule
+    return rules
+
+
+def _kind(value) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, (list, tuple)):
+        return "list"
+    return type(value).__name__
+
+
+def check(name: str, given: dict, defaults: dict, rules: dict[str, Rule] | None = None) -> None:
+    """Refuse unknown names, values whose kind differs from the notebook default (bool/number/str/list/dict), and
+    values outside what the parameter's comment allows (``rules``, see ``parameter_rules``)."""
+    problems = []
+    for pname, value in given.items():
+        if pname not in defaults:
+            close = difflib.get_close_matches(pname, list(defaults), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            problems.append(f"unknown parameter {pname!r}{hint}")
+            continue
+        default = defaults[pname]
+        if default is not None and value is not None and _kind(value) != _kind(default):
+            problems.append(f"parameter {pname!r} should be a {_kind(default)} like {default!r}, got {value!r}")
+            continue
+        if isinstance(default, (list, tuple)) and default and isinstance(value, (list, tuple)):
+            wrong = [v for v in value if _kind(v) != _kind(default[0])]
+            if wrong:
+                problems.append(f"parameter {pname!r} should be a list of {_kind(default[0])}s like {default!r}, "
+                                f"got {value!r}")
+                continue
+        why = (rules or {}).get(pname) and rules[pname].violation(value)
+        if why:
+            problems.append(f"parameter {pname!r}: {why}")
+    if problems:
+        raise ProfileError(
+            f"Notebook {name!r}: " + "; ".join(problems) + f". Its parameters are: {', '.join(sorted(defaults))}."
+        )
+
+
+def check_profile(profile: str, chapters: list[str], overrides: dict | None = None) -> None:
+    """Check every chapter's parameters under ``profile`` before anything runs: a typo in chapter 9's block must
+    not surface after chapters 1 to 8 have run. Raises one ``ProfileError`` listing every problem."""
+    problems = []
+    for name in chapters:
+        try:
+            check(name, {**chapter_parameters(profile, name), **(overrides or {})}, notebook_parameters(name),
+                  parameter_rules(name))
+        except ProfileError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise ProfileError(f"profile {profile!r}: " + " ".join(problems))
+
+
+# ---- resolution inside a kernel -------------------------------------------------------------------------------------
+
+FROM_PROFILE, SET_HERE, DEFAULTED = "profile", "set here", "notebook"
+
+
+@dataclass
+class Resolved:
+    """A chapter's parameters after ``apply``: their ``values`` and, per name, where each came from
+    (``origins``: "profile" = the named profile's value, "set here" = the parameters cell or papermill ``-p``,
+    "notebook" = the cell's default, which the profile does not set)."""
+
+    chapter: str
+    profile: str
+    values: dict = field(default_factory=dict)
+    origins: dict = field(default_factory=dict)
+
+    def origin_words(self, name: str) -> str:
+        origin = self.origins.get(name)
+        if origin == FROM_PROFILE:
+            return f"profile {self.profile}"
+        return {SET_HERE: "set in this run (parameters cell or papermill -p)", DEFAULTED: "notebook default"}.get(
+            origin, "")
+
+
+def _papermill_injected(namespace: dict) -> set[str]:
+    """Names assigned by papermill's injected-parameters cell ("# Parameters" ...), read from IPython's input
+    history; empty outside papermill."""
+    for cell in reversed(namespace.get("In") or []):
+        if cell.lstrip().startswith("# Parameters"):
+            try:
+                return set(_assignments(cell))
+            except SyntaxError:
+                return set()
+    return set()
+
+
+def apply(chapter: str, namespace: dict) -> Resolved:
+    """Resolve ``chapter``'s parameters in ``namespace`` (a notebook's ``globals()``) from its ``profile`` value.
+
+    A parameter keeps its value when the user set it: papermill injected it (``-p``, the book runner's overrides) or
+    it differs from the ``local`` value printed in the parameters cell (an edit on Colab). Every other parameter takes
+    the named profile's value. The namespace is updated in place; outside the book runner the values are checked as
+    the runner checks them (kinds, and the ``allowed:`` rules where the chapter's source is at hand).
+    """
+    profile = namespace.get("profile", DEFAULT)
+    wanted = chapter_parameters(profile, chapter)  # raises for an unknown profile
+    has_source = checkout() is not None and (checkout() / "notebooks" / f"{chapter}.md").is_file()
+    defaults = chapter_parameters(DEFAULT, chapter) or (notebook_parameters(chapter) if has_source else {})
+    defaults.pop("profile", None)
+    injected = _papermill_injected(namespace)
+    resolved = Resolved(chapter, profile)
+    for name, default in defaults.items():
+        current = namespace.get(name, default)
+        if name in injected or current != default:
+            value, origin = current, SET_HERE
+        elif name in wanted:
+            value, origin = wanted[name], FROM_PROFILE
+        else:
+            value, origin = current, DEFAULTED
+        namespace[name] = resolved.values[name] = value
+        resolved.origins[name] = origin
+    if os.environ.get("ANISOTROPY_RUNNER") != "1":  # the runner has checked them already
+        reference = notebook_parameters(chapter) if has_source else {"profile": DEFAULT, **defaults}
+        check(chapter, {"profile": profile, **resolved.values}, reference,
+              parameter_rules(chapter) if has_source else {})
+    return resolved
