@@ -480,7 +480,7 @@ def test_failing_cell_gives_one_report_and_the_build_keeps_going(repo_copy):
     # The probe first, a real chapter after it: the build must run the second one before reporting the first.
     (repo_copy / "_toc.yml").write_text(toc.replace("chapters:\n", f"chapters:\n      - file: book/executed/{PROBE}\n",
                                                     1))
-    with open(repo_copy / "profiles" / "smoke.yml", "a") as fh:
+    with open(repo_copy / "lib" / "anisotropy" / "profiles" / "smoke.yml", "a") as fh:
         fh.write(f"  {PROBE}:\n    n: 7\n    mode: fail\n")
     proc = run_cli(repo_copy, "build", "--profile", "smoke")
     assert proc.returncode == 1

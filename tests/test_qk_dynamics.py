@@ -215,7 +215,7 @@ def test_second_run_reads_the_store_instead_of_loading_checkpoints(suite, store,
     first = qk_dynamics.step_statistics(suite["stages"][:2], store=store, **KW)  # "interrupted" after two steps
     loads = []
     original = qk_dynamics.Stage.load
-    monkeypatch.setattr(qk_dynamics.Stage, "load", lambda self, device="cpu": loads.append(self.step) or
+    monkeypatch.setattr(qk_dynamics.Stage, "load", lambda self, device="cpu", release=False: loads.append(self.step) or
                         original(self, device))
     full = qk_dynamics.step_statistics(suite["stages"], store=store, **KW)
     assert loads == list(STEPS[2:])  # resumed: only the checkpoints not yet stored were loaded

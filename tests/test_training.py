@@ -210,9 +210,9 @@ def test_trained_suite_is_reused_not_retrained(tmp_path):
 
 def test_chapter_defaults_are_the_local_profile():
     """The chapter's parameters cell shows the local recipes; the profile is what every chapter trains from."""
-    from anisotropy import runner
+    from anisotropy import profiles
 
-    assert runner.notebook_parameters("checkpoint_suites")["suites"] == training.suite_specs("local")
-    for profile in ("smoke", "local", "paper"):
+    assert profiles.notebook_parameters("checkpoint_suites")["suites"] == training.suite_specs("local")
+    for profile in profiles.names():
         for name in training.suite_specs(profile):
             assert training.suite(name, profile)  # every spec builds valid recipes

@@ -262,6 +262,7 @@ def check(name: str, given: dict, defaults: dict, rules: dict[str, Rule] | None 
 def check_profile(profile: str, chapters: list[str], overrides: dict | None = None) -> None:
     """Check every chapter's parameters under ``profile`` before anything runs: a typo in chapter 9's block must
     not surface after chapters 1 to 8 have run. Raises one ``ProfileError`` listing every problem."""
+    load(profile)  # an unknown profile is one problem, not one per chapter
     problems = []
     for name in chapters:
         try:
