@@ -145,23 +145,30 @@ def _store(ctx: Ctx):
     return results.Store(ctx.tmp / "results")
 
 
+def _stored(store, key: dict, frame: pd.DataFrame) -> Path:
+    """Store ``frame`` under ``key`` as a chapter does, and return the Parquet file written."""
+    before = set(store.root.rglob("*.parquet"))
+    store.cached("chapter", key, lambda: frame)
+    return (set(store.root.rglob("*.parquet")) - before).pop()
+
+
 def corrupt_result(ctx: Ctx):
     store = _store(ctx)
-    path = store.save("chapter", {"model": "m", "layer": 1}, pd.DataFrame({"x": [1.0, 2.0]}))
+    path = _stored(store, {"model": "m", "layer": 1}, pd.DataFrame({"x": [1.0, 2.0]}))
     path.write_bytes(b"not a parquet file")
     store.cached("chapter", {"model": "m", "layer": 1}, lambda: pytest.fail("a corrupted result was recomputed"))
 
 
 def truncated_result(ctx: Ctx):
     store = _store(ctx)
-    path = store.save("chapter", {"model": "m", "layer": 2}, pd.DataFrame({"x": np.arange(1000.0)}))
+    path = _stored(store, {"model": "m", "layer": 2}, pd.DataFrame({"x": np.arange(1000.0)}))
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
     store.cached("chapter", {"model": "m", "layer": 2}, lambda: pytest.fail("a corrupted result was recomputed"))
 
 
 def corrupt_sidecar(ctx: Ctx):
     store = _store(ctx)
-    path = store.save("chapter", {"model": "m", "layer": 3}, pd.DataFrame({"x": [1.0]}))
+    path = _stored(store, {"model": "m", "layer": 3}, pd.DataFrame({"x": [1.0]}))
     path.with_suffix(".json").write_text('{"key": {"model": "m", "lay')
     store.frames("chapter")
 
@@ -627,13 +634,13 @@ if stage == "data":
     pd.DataFrame.to_parquet = to_parquet
 else:
     pathlib.Path.write_text = lambda self, text, *a, **k: stuck(self, text.encode())
-results.Store(root).save("chapter", {"model": "m", "layer": 4}, frame)
+results.Store(root).cached("chapter", {"model": "m", "layer": 4}, lambda: frame)
 '''
 
 
 @pytest.mark.parametrize("stage", ["data", "sidecar"])
 def test_result_killed_mid_write_is_never_taken_for_complete(stage, tmp_path):
-    from anisotropy import results
+    from anisotropy import fingerprint, results
 
     root = tmp_path / "results"
     script = tmp_path / "writer.py"
@@ -646,12 +653,13 @@ def test_result_killed_mid_write_is_never_taken_for_complete(stage, tmp_path):
     proc.send_signal(signal.SIGKILL)
     proc.communicate()
     store, key = results.Store(root), {"model": "m", "layer": 4}
-    assert not store.has("chapter", key)
+    assert not store.has("chapter", {**key, "_code": fingerprint.package()})  # the key the writer's result has
     assert store.frames("chapter").empty
     calls = []
     frame = store.cached("chapter", key, lambda: calls.append(1) or pd.DataFrame({"x": range(1000)}))
     assert calls == [1] and frame["x"].tolist() == list(range(1000))
-    pd.testing.assert_frame_equal(results.Store(root).load("chapter", key), frame)
+    pd.testing.assert_frame_equal(results.Store(root).cached("chapter", key, lambda: calls.append(2)), frame)
+    assert calls == [1]  # read back, not recomputed
 
 
 TRAINER = r'''

@@ -1,4 +1,4 @@
-"""Command line: ``python -m anisotropy {build,run,sweep,sync,profiles}``; errors print as one paragraph."""
+"""Command line: ``python -m anisotropy {build,run,sweep,sync,clean,profiles}``; errors print as one paragraph."""
 
 from __future__ import annotations
 
@@ -36,15 +36,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="anisotropy", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
+    force_help = "recompute: execute again and recompute every stored result the chapter reads (not training)"
+    rerun_help = "execute again, reading the results store as usual"
     p = sub.add_parser("build", help="execute every chapter under a profile and render the book")
     p.add_argument("--profile", default="local")
-    p.add_argument("--force", action="store_true", help="re-execute chapters even if up to date")
+    p.add_argument("--force", action="store_true", help=force_help)
+    p.add_argument("--rerun", action="store_true", help=rerun_help)
 
     p = sub.add_parser("run", help="execute one chapter into book/executed/")
     p.add_argument("name")
     p.add_argument("--profile", default="local")
     p.add_argument("-p", "--param", action="append", metavar="NAME=VALUE")
-    p.add_argument("--force", action="store_true")
+    p.add_argument("--force", action="store_true", help=force_help)
+    p.add_argument("--rerun", action="store_true", help=rerun_help)
+
+    p = sub.add_parser("clean", help="remove stored results, trained runs and notebooks no current code reaches")
+    p.add_argument("--dry-run", action="store_true", help="only list what would be removed")
 
     p = sub.add_parser("sweep", help="run one chapter over a grid of parameters (cartesian product)")
     p.add_argument("name")
@@ -63,9 +70,14 @@ def main(argv: list[str] | None = None) -> int:
         previous = None
     try:
         if args.command == "build":
-            runner.build(args.profile, force=args.force)
+            if args.force:
+                print("--force: every chapter is executed again and recomputes the results it reads from the store")
+            runner.build(args.profile, force=args.rerun, recompute=args.force)
         elif args.command == "run":
-            outcome = runner.execute(args.name, args.profile, _parse_assignments(args.param), force=args.force)
+            if args.force:
+                print(f"--force: {args.name} recomputes every result it reads from the store")
+            outcome = runner.execute(args.name, args.profile, _parse_assignments(args.param), force=args.rerun,
+                                     recompute=args.force)
             if outcome.error:
                 raise runner.ChapterFailed(outcome.error)
             print(f"{args.name}: {'reused' if outcome.reused else f'{outcome.seconds:.1f} s'} -> {outcome.path}")
@@ -77,6 +89,12 @@ def main(argv: list[str] | None = None) -> int:
             verb = "out of sync" if args.check else "written"
             print(f"{len(changed)} notebook(s) {verb}" + (f": {', '.join(changed)}" if changed else ""))
             return 1 if (args.check and changed) else 0
+        elif args.command == "clean":
+            removed, size = runner.clean(dry_run=args.dry_run)
+            for path in removed:
+                print(path)
+            verb = "would free" if args.dry_run else "freed"
+            print(f"{len(removed)} stale item(s); {verb} {size / 2**20:.1f} MiB")
         elif args.command == "profiles":
             for name in profiles.names():
                 print(f"{name:<9} {profiles.load(name).get('description', '')}")

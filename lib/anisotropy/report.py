@@ -15,7 +15,7 @@ import subprocess
 from functools import lru_cache
 from pathlib import Path
 
-from . import __version__, paths
+from . import __version__, fingerprint, paths
 
 WALL_TIME_PLACEHOLDER = "measured by the book runner"
 
@@ -78,7 +78,7 @@ def _format_value(value) -> str:
 
 def provenance(resolved, models=(), described: dict | None = None):
     """Display the provenance box: profile, what was measured, every parameter with where its value came from,
-    package version, commit, machine, date, wall time.
+    code (package version and fingerprint, package versions), commit, machine, date, wall time.
 
     ``resolved`` is the chapter's ``profiles.apply(...)`` result. ``models`` is a list of strings that say what was
     measured, e.g. "bert-base-uncased (untrained, true size)". ``described`` maps a parameter to the text shown
@@ -100,7 +100,8 @@ def provenance(resolved, models=(), described: dict | None = None):
         ("profile", html.escape(profile)),
         ("measured", html.escape("; ".join(models) if models else "nothing (no model is measured on this page)")),
         ("parameters", _parameter_table(resolved, described)),
-        ("package", html.escape(f"anisotropy {__version__}")),
+        ("code", html.escape(f"anisotropy {__version__}, code fingerprint {fingerprint.package()} ("
+                             + ", ".join(f"{k} {v}" for k, v in fingerprint.versions().items()) + ")")),
         ("commit", html.escape(git_commit())),
         ("machine", html.escape(device_description())),
         ("date", _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")),

@@ -1,8 +1,13 @@
-"""The results store: one Parquet file per result, keyed by everything that determines it.
+"""The results store: one Parquet file per result, keyed by everything that determines it, the code included.
 
 ``results/<chapter>/<hash>.parquet`` holds the rows, ``<hash>.json`` beside it the key and provenance (written last:
 a Parquet file without its JSON sidecar is an unfinished write and is ignored). Writes go to a temporary name and are
 renamed into place, so a run killed at any moment never leaves a file that a later run takes for complete.
+
+``cached`` adds to every key the fingerprint of the code that computes it (``fingerprint``): the library modules the
+computation depends on and the versions of the packages that shape numbers, so a changed metric recomputes and a
+changed plot does not. ``ANISOTROPY_RECOMPUTE=1`` (the runner's ``--force``) recomputes and overwrites instead of
+reading; ``stale`` lists what no current code reaches (``anisotropy clean`` removes it).
 """
 
 from __future__ import annotations
@@ -17,17 +22,25 @@ from typing import Callable
 
 import pandas as pd
 
-from . import __version__, paths
+from . import fingerprint, paths
 
 
 class CorruptResultError(RuntimeError):
     """A stored result that cannot be read back."""
 
 
+RECOMPUTE_ENV = "ANISOTROPY_RECOMPUTE"
+
+
 def key_hash(key: dict) -> str:
-    """A stable 16-hex-digit hash of a JSON-serialisable key (sorted keys; the package version is added)."""
-    payload = json.dumps({**key, "_package_version": __version__}, sort_keys=True, default=str)
+    """A stable 16-hex-digit hash of a JSON-serialisable key (sorted keys)."""
+    payload = json.dumps(key, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def recomputing() -> bool:
+    """Whether stored results are to be recomputed rather than read (``ANISOTROPY_RECOMPUTE``)."""
+    return os.environ.get(RECOMPUTE_ENV, "").upper() in ("1", "ON", "YES", "TRUE")
 
 
 # Fields (of a training_state.json, or columns of a stored frame) that record how long something took and on how many
@@ -91,13 +104,14 @@ class Store:
                 f"Delete it (and {meta.name}) to recompute it."
             ) from None
 
-    def save(self, chapter: str, key: dict, frame: pd.DataFrame, seconds: float | None = None) -> Path:
+    def save(self, chapter: str, key: dict, frame: pd.DataFrame, seconds: float | None = None,
+             code: dict | None = None) -> Path:
         data, meta = self._paths(chapter, key)
         _atomic_write(data, lambda p: frame.to_parquet(p, index=False))
         sidecar = {
             "chapter": chapter,
             "key": key,
-            "package_version": __version__,
+            "code": code,
             "rows": len(frame),
             "seconds": seconds,
             "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -105,33 +119,71 @@ class Store:
         _atomic_write(meta, lambda p: p.write_text(json.dumps(sidecar, indent=1, sort_keys=True, default=str)))
         return data
 
-    def cached(self, chapter: str, key: dict, compute: Callable[[], pd.DataFrame]) -> pd.DataFrame:
-        """The stored frame for ``key``, computing and storing it first if absent."""
-        if self.has(chapter, key):
+    def cached(self, chapter: str, key: dict, compute: Callable[[], pd.DataFrame],
+               code: tuple[str, ...] | None = None) -> pd.DataFrame:
+        """The stored frame for ``key`` computed by the current code, computing and storing it first if absent.
+
+        ``code`` names the package modules the result depends on; by default those of ``compute``
+        (``fingerprint.modules_of``: its own module, or the modules a notebook's lambda refers to).
+        """
+        modules = tuple(code) if code else fingerprint.modules_of(compute)
+        stamp = fingerprint.package() if modules == ("__all__",) else fingerprint.of(*modules)
+        key = {**key, "_code": stamp}
+        if self.has(chapter, key) and not recomputing():
             return self.load(chapter, key)
         start = time.perf_counter()
         frame = compute()
         if not isinstance(frame, pd.DataFrame):
             raise TypeError(f"compute() for chapter {chapter!r} must return a pandas DataFrame, got {type(frame)}")
-        self.save(chapter, key, frame, seconds=time.perf_counter() - start)
+        self.save(chapter, key, frame, seconds=time.perf_counter() - start,
+                  code={"modules": list(modules), "fingerprint": stamp})
         return frame
 
-    def frames(self, chapter: str) -> pd.DataFrame:
-        """Every complete stored frame of ``chapter`` concatenated, with its key fields as extra columns."""
-        parts = []
-        for meta in sorted((self.root / chapter).glob("*.json")):
+    def _sidecars(self, chapter: str | None = None):
+        """(sidecar path, its content) of every complete stored result (of one chapter, or all)."""
+        pattern = f"{chapter}/*.json" if chapter else "*/*.json"
+        for meta in sorted(self.root.glob(pattern)):
             data = meta.with_suffix(".parquet")
             if not data.is_file():
                 continue
             try:
-                key = json.loads(meta.read_text())["key"]
+                content = json.loads(meta.read_text())
+                content["key"]
             except (ValueError, KeyError, TypeError) as exc:
                 raise CorruptResultError(
                     f"The sidecar {meta} of a stored result cannot be read ({type(exc).__name__}: {exc}). "
                     f"Delete it (and {data.name}) to recompute that result.") from None
+            yield meta, content
+
+    def frames(self, chapter: str) -> pd.DataFrame:
+        """Every complete frame of ``chapter`` stored by the current code, concatenated, with its key fields as extra
+        columns (results of older code are left out: ``stale``)."""
+        parts = []
+        for meta, content in self._sidecars(chapter):
+            if _is_stale(content):
+                continue
+            key = content["key"]
             frame = self.load(chapter, key)
             for name, value in key.items():
-                if name not in frame.columns and not isinstance(value, (list, dict)):
+                if name not in frame.columns and not name.startswith("_") and not isinstance(value, (list, dict)):
                     frame[name] = value
             parts.append(frame)
         return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+    def stale(self) -> list[Path]:
+        """Stored results (Parquet and sidecar) that no key of the current code reaches: computed by other code (a
+        changed module or package version) or by a version of the book before code fingerprints."""
+        return [p for meta, content in self._sidecars() if _is_stale(content)
+                for p in (meta.with_suffix(".parquet"), meta)]
+
+
+def _is_stale(content: dict) -> bool:
+    code = content.get("code")
+    if not code:
+        return True
+    modules = tuple(code["modules"])
+    try:
+        current = fingerprint.package() if modules == ("__all__",) else fingerprint.of(*modules)
+    except ValueError:  # a module that no longer exists
+        return True
+    return current != code["fingerprint"]

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import yaml
 
-from . import paths, profiles
+from . import fingerprint, paths, profiles, results
 
 EXECUTED = Path("book") / "executed"
 SWEEPS = Path("book") / "sweeps"
@@ -125,7 +125,10 @@ class Outcome:
 
 
 def _stamp(profile: str, params: dict, name: str) -> dict:
-    return {"profile": profile, "parameters": params, "source_hash": profiles.source_hash(name)}
+    """What an executed notebook is keyed by: profile, parameters, its source, and the library's code (every module:
+    figures and text depend on them all; the numbers themselves come from the results store, keyed more finely)."""
+    return {"profile": profile, "parameters": params, "source_hash": profiles.source_hash(name),
+            "code": fingerprint.package()}
 
 
 def _is_current(output: Path, stamp: dict) -> bool:
@@ -212,10 +215,12 @@ def _stderr_to(path: Path):
 
 
 def execute(name: str, profile: str, overrides: dict | None = None, output: Path | None = None,
-            force: bool = False, quiet: bool = False) -> Outcome:
+            force: bool = False, recompute: bool = False, quiet: bool = False) -> Outcome:
     """Execute chapter ``name`` under ``profile`` (plus ``overrides``) into ``output``.
 
     Papermill injects ``profile`` and the overrides; the chapter takes the rest from the profile (``profiles.apply``).
+    ``force`` executes it again even if a current notebook exists; ``recompute`` also recomputes every result the
+    chapter reads from the results store (``ANISOTROPY_RECOMPUTE``) instead of reading it.
     A finished notebook whose stamp (profile, parameters, source hash) matches is reused, not executed again. The
     notebook is executed into a hidden ``.<stem>.partial.ipynb`` and renamed to ``output`` only once complete, so an
     interrupted run never leaves an output that a later run takes for finished.
@@ -230,12 +235,14 @@ def execute(name: str, profile: str, overrides: dict | None = None, output: Path
     injected = {"profile": profile, **(overrides or {})} if "profile" in defaults else dict(given)
     output = output or root() / EXECUTED / f"{name}.ipynb"
     stamp = _stamp(profile, params, name)
-    if not force and _is_current(output, stamp):
+    if not (force or recompute) and _is_current(output, stamp):
         return Outcome(name, output, 0.0, reused=True, params=params)
 
     output.parent.mkdir(parents=True, exist_ok=True)
     env_backup = dict(os.environ)
     os.environ["ANISOTROPY_RUNNER"] = "1"  # parameters are checked here; profiles.apply need not check again
+    if recompute:
+        os.environ[results.RECOMPUTE_ENV] = "1"
     os.environ["ANISOTROPY_FIGURES"] = str(root() / "_build" / "figures" / name)
     partial = output.with_name(f".{output.stem}.partial.ipynb")
     log = root() / "_build" / "logs" / f"{output.stem}.log"
@@ -269,7 +276,8 @@ def _progress(outcome: Outcome, profile: str, index: int, total: int, label: str
     print(f"[{index}/{total}] {label or outcome.name:<32} profile={profile:<6} {status}", flush=True)
 
 
-def execute_all(profile: str, only: list[str] | None = None, force: bool = False) -> list[Outcome]:
+def execute_all(profile: str, only: list[str] | None = None, force: bool = False, recompute: bool = False
+                ) -> list[Outcome]:
     names = chapters()
     if only:
         unknown = [n for n in only if n not in names]
@@ -279,7 +287,7 @@ def execute_all(profile: str, only: list[str] | None = None, force: bool = False
     profiles.check_profile(profile, names)
     outcomes = []
     for i, name in enumerate(names, 1):
-        outcome = execute(name, profile, force=force)
+        outcome = execute(name, profile, force=force, recompute=recompute)
         _progress(outcome, profile, i, len(names))
         outcomes.append(outcome)
     return outcomes
@@ -320,10 +328,10 @@ def build_html(strict: bool = True) -> Path:
     return root() / "_build" / "html" / "index.html"
 
 
-def build(profile: str = "local", force: bool = False) -> Path:
+def build(profile: str = "local", force: bool = False, recompute: bool = False) -> Path:
     """Execute every chapter under ``profile``, then render the book. Raises ``ChapterFailed`` with one report."""
     start = time.perf_counter()
-    outcomes = execute_all(profile, force=force)
+    outcomes = execute_all(profile, force=force, recompute=recompute)
     failed = [o for o in outcomes if o.error]
     ran = sum(o.seconds for o in outcomes)
     print(f"{len(outcomes) - len(failed)} of {len(outcomes)} chapters executed ({ran:.0f} s of execution).")
@@ -333,6 +341,30 @@ def build(profile: str = "local", force: bool = False) -> Path:
     index = build_html()
     print(f"Book built in {time.perf_counter() - start:.0f} s: open {index}")
     return index
+
+
+def clean(dry_run: bool = False) -> tuple[list[Path], int]:
+    """Remove what no key of the current code reaches: stored results computed by other code, trained runs and
+    tokenizers of another trainer, executed notebooks stamped with other code. Returns (paths, bytes freed)."""
+    import shutil
+
+    from . import training
+
+    stale = results.Store().stale() + training.stale_runs()
+    code = fingerprint.package()
+    for folder in (root() / EXECUTED, root() / SWEEPS):
+        for nb in sorted(folder.rglob("*.ipynb")) if folder.is_dir() else []:
+            try:
+                stamp = json.loads(nb.read_text())["metadata"].get("anisotropy", {}).get("stamp", {})
+            except (OSError, ValueError, KeyError):
+                stamp = {}
+            if stamp.get("code") != code:
+                stale.append(nb)
+    size = sum(f.stat().st_size for p in stale for f in ([p] if p.is_file() else p.rglob("*")) if f.is_file())
+    if not dry_run:
+        for p in stale:
+            shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
+    return stale, size
 
 
 # ---- sweeps ---------------------------------------------------------------------------------------------------------

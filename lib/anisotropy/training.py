@@ -33,9 +33,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from . import data, paths
+from . import data, fingerprint, paths
 
-TRAINER_VERSION = 2  # bump when a change to this module changes the weights a recipe produces
 KINDS = ("mlm", "clm", "char-mlm", "vit", "cnn")
 TEXT_KINDS = ("mlm", "clm", "char-mlm")
 # The attention block of the transformer kinds. Each variant names the `transformers` attention implementation the
@@ -124,9 +123,10 @@ class Recipe:
     @property
     def hash(self) -> str:
         """12 hex digits identifying the weights-determining content (every field but ``suite`` and ``seed``), the
-        trainer version and the training data."""
+        trainer's code (``fingerprint.of("training")``: this module, the modules it computes with, package versions)
+        and the training data."""
         content = {k: v for k, v in asdict(self).items() if k not in ("suite", "seed")}
-        payload = {"recipe": content, "trainer": TRAINER_VERSION,
+        payload = {"recipe": content, "trainer": fingerprint.of("training"),
                    "data": _data_fingerprint(self.kind, self.image_size, self.corpus)}
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 
@@ -187,6 +187,22 @@ class Checkpoint:
 def run_dir(recipe: Recipe, out_dir: str | Path | None = None) -> Path:
     root = Path(out_dir) if out_dir is not None else paths.cache_dir() / "checkpoints"
     return root / recipe.suite / recipe.hash / f"seed-{recipe.seed}"
+
+
+def stale_runs(out_dir: str | Path | None = None) -> list[Path]:
+    """Trained runs and tokenizers in the cache that no recipe of the current code reaches: their trainer
+    fingerprint (recorded in ``training_state.json``, or in a tokenizer folder's name) is not the current one."""
+    current = fingerprint.of("training")
+    root = Path(out_dir) if out_dir is not None else paths.cache_dir() / "checkpoints"
+    stale = []
+    for run in sorted(root.glob("*/*")):  # <suite>/<recipe hash>
+        states = sorted(run.glob("seed-*/step-*/training_state.json"))
+        trainer = json.loads(states[0].read_text()).get("versions", {}).get("trainer") if states else None
+        if trainer != current:
+            stale.append(run)
+    if out_dir is None:
+        stale += [t for t in sorted((paths.cache_dir() / "tokenizers").glob("*")) if not t.name.endswith(f"-t{current}")]
+    return stale
 
 
 def _step_of(folder: Path) -> int:
@@ -288,7 +304,7 @@ def tokenizer(recipe: Recipe):
     vocab = recipe.vocab_size if recipe.kind != "char-mlm" else 256
     folder = paths.cache_dir() / "tokenizers" / (
         f"{recipe.kind}-v{vocab}-len{recipe.seq_len}-{recipe.corpus}-{_data_fingerprint(recipe.kind, 0, recipe.corpus)}"
-        f"-t{TRAINER_VERSION}")
+        f"-t{fingerprint.of('training')}")
     if not (folder / "tokenizer.json").is_file():
         _atomic_folder(folder, lambda tmp: _build_tokenizer(recipe.kind, vocab, recipe.seq_len, recipe.corpus)
                        .save_pretrained(tmp))
@@ -582,7 +598,7 @@ def _fresh_state(recipe: Recipe, task, threads: int) -> dict:
             "baselines": task.baselines, "data": task.sizes, "train_loss": [], "validation": [],
             "seconds": 0.0, "cpu_seconds": 0.0, "threads": threads,
             "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
-                         "trainer": TRAINER_VERSION},
+                         "trainer": fingerprint.of("training")},
             "rng": "update k draws its batch, masks and dropout from SeedSequence([seed, k])"}
 
 

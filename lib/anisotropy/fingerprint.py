@@ -1,0 +1,133 @@
+"""Fingerprints of the code that produces a result, so that a changed library never leaves old numbers on a page.
+
+``of(module)`` hashes the source of a module of this package and of every package module it imports (read with
+``ast``, at any depth of the file), plus the versions of the packages that shape numbers (``PACKAGES``). Two kinds of
+edges are not followed:
+
+- modules that never change a number (``NOT_NUMERIC``): they present, schedule, locate or transport results;
+- ``training``, from any module but itself: a self-trained checkpoint enters a measurement as an input with its own
+  key (its training record holds the trainer's fingerprint), so measuring it does not depend on the trainer's code.
+
+So an edit to ``metrics.py`` changes the fingerprint of every measurement, an edit to ``plots.py`` changes none, and
+an edit to ``training.py`` changes the trained checkpoints (hence the measurements of those checkpoints only).
+``package()`` covers every module: what an executed notebook shows depends on all of them.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.metadata
+import json
+import types
+from functools import lru_cache
+from pathlib import Path
+
+FOLDER = Path(__file__).resolve().parent
+PACKAGES = ("torch", "transformers", "tokenizers", "numpy", "scipy")
+NOT_NUMERIC = frozenset({"report", "plots", "runner", "cli", "budget", "profiles", "paths", "hub", "results",
+                         "fingerprint", "__main__"})
+TRAINER = "training"
+
+
+def _path(module: str) -> Path:
+    parts = module.split(".")
+    file = FOLDER.joinpath(*parts).with_suffix(".py")
+    return file if file.is_file() else FOLDER.joinpath(*parts, "__init__.py")
+
+
+def _name(module: str) -> str:
+    name = module.removeprefix("anisotropy").lstrip(".")
+    if not _path(name).is_file():
+        raise ValueError(f"{module!r} is not a module of the anisotropy package")
+    return name
+
+
+@lru_cache(maxsize=None)
+def imports(module: str) -> frozenset[str]:
+    """The package modules ``module`` imports anywhere in its file (``from . import x``, ``from .x import y``)."""
+    tree = ast.parse(_path(module).read_text())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level > 0:
+            if node.module:
+                found.add(node.module.split(".")[0])
+            else:
+                found.update(alias.name for alias in node.names if _path(alias.name).is_file())
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("anisotropy."):
+            found.add(node.module.split(".")[1])
+    return frozenset(m for m in found if m != module and _path(m).is_file())
+
+
+def closure(*modules: str) -> tuple[str, ...]:
+    """The modules whose code determines what ``modules`` compute (see the module docstring for the edges skipped)."""
+    roots = {_name(m) for m in modules}
+    seen, todo = set(), list(roots)
+    while todo:
+        module = todo.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        for dep in imports(module):
+            if dep in NOT_NUMERIC or (dep == TRAINER and TRAINER not in roots):
+                continue
+            todo.append(dep)
+    return tuple(sorted(seen))
+
+
+@lru_cache(maxsize=1)
+def versions() -> dict[str, str]:
+    """Installed versions of the packages that shape numbers."""
+    out = {}
+    for name in PACKAGES:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = "absent"
+    return out
+
+
+@lru_cache(maxsize=None)
+def _digest(modules: tuple[str, ...]) -> str:
+    h = hashlib.sha256(json.dumps(versions(), sort_keys=True).encode())
+    for module in modules:
+        h.update(module.encode() + b"\0" + _path(module).read_bytes() + b"\0")
+    return h.hexdigest()[:12]
+
+
+def of(*modules: str) -> str:
+    """12 hex digits naming the code that ``modules`` compute with (their ``closure``) and the package versions."""
+    return _digest(closure(*modules))
+
+
+def package() -> str:
+    """The fingerprint of every module of the package (what an executed notebook depends on)."""
+    names = sorted(".".join(p.relative_to(FOLDER).with_suffix("").parts).removesuffix(".__init__")
+                   for p in FOLDER.rglob("*.py") if "__pycache__" not in p.parts)
+    return _digest(tuple(n for n in names if n != "__init__"))
+
+
+def modules_of(fn) -> tuple[str, ...]:
+    """The package modules a function computes with: its own module when it is defined in the package (a closure in
+    ``layerwise.measure``), else the package modules its code refers to by name (a notebook's
+    ``lambda: block.reference_norms(...)``), else every module."""
+    module = getattr(fn, "__module__", "") or ""
+    if module == "anisotropy" or module.startswith("anisotropy."):
+        return (_name(module),)
+    found = set()
+    code, scope = getattr(fn, "__code__", None), getattr(fn, "__globals__", {})
+    codes = [code] if code is not None else []
+    while codes:
+        current = codes.pop()
+        for name in current.co_names:
+            value = scope.get(name)
+            if isinstance(value, types.ModuleType) and value.__name__.startswith("anisotropy."):
+                found.add(_name(value.__name__))
+        codes += [c for c in current.co_consts if isinstance(c, types.CodeType)]
+    return tuple(sorted(found)) or ("__all__",)
+
+
+def of_function(fn) -> tuple[tuple[str, ...], str]:
+    """(modules, fingerprint) of the code a function computes with (``modules_of``)."""
+    modules = modules_of(fn)
+    return modules, package() if modules == ("__all__",) else of(*modules)
