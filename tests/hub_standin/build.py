@@ -259,17 +259,23 @@ def wikitext_lines(paragraphs, seed: int) -> list[str]:
     return lines
 
 
+WIKITEXT_SPLITS = {"test": slice(0, 90), "validation": slice(90, 180), "train": slice(180, None)}  # paragraphs
+
+
+def wikitext_split(split: str) -> list[str]:
+    """The ``text`` column of one WikiText split, in order (distinct prose paragraphs per split)."""
+    from anisotropy.data import prose_paragraphs
+
+    return wikitext_lines(prose_paragraphs()[WIKITEXT_SPLITS[split]], _seed("wikitext", split))
+
+
 def _wikitext() -> _Repo:
     from datasets import Features, Value
 
-    from anisotropy.data import prose_paragraphs
-
-    paragraphs = prose_paragraphs()
     features = Features({"text": Value("string")})
-    splits = {"test": paragraphs[:90], "validation": paragraphs[90:180], "train": paragraphs[180:]}
     files = {}
-    for split, pars in splits.items():
-        lines = wikitext_lines(pars, _seed("wikitext", split))
+    for split in WIKITEXT_SPLITS:
+        lines = wikitext_split(split)
         shards = 2 if split == "train" else 1  # as in the real repository: train in two shards
         step = -(-len(lines) // shards)
         for k in range(shards):
