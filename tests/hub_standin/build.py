@@ -548,6 +548,12 @@ def ensure_built(manifest: dict | None = None, keep: int = 2) -> Path:
 
     Builds into a temporary folder and renames it, so concurrent sessions never see half a build; keeps the ``keep``
     most recently used builds and removes older ones."""
+    try:
+        import soundfile  # noqa: F401
+    except ImportError:
+        raise RuntimeError("the Hub stand-in's builder writes FLAC with soundfile, which this environment lacks: "
+                           "rm .venv/.installed-* && make env (the Makefile installs it), or pip install "
+                           "soundfile==0.14.0") from None
     manifest = manifest or paper_manifest()
     cache = cache_root()
     root = cache / build_key(manifest)
