@@ -435,6 +435,10 @@ def enwik8(n: int, seed: int = 0, chars: int = 512, path: str | os.PathLike | No
 LIBRISPEECH_FILES = {"validation": "clean/validation/*.parquet"}
 
 
+# Imagenette's 320-pixel validation images in the Hub's Parquet conversion (data_dir="320px" would fetch train too).
+IMAGENETTE_FILES = {"validation": "320px/validation/*.parquet"}
+
+
 def librispeech(n: int, seed: int = 0) -> list[dict]:
     """``n`` utterances of LibriSpeech clean validation as ``{"array", "sampling_rate", "text"}`` (16 kHz).
 
@@ -499,9 +503,9 @@ def load(source: str, n: int, seed: int = 0, **options) -> list:
         return images(n, seed, **options)
     if source == "imagenette":
         # The repo's main branch holds a loading script (refused by datasets >= 4); the Hub's Parquet conversion has
-        # one folder per resolution, not a config of that name.
+        # one folder per resolution, not a config of that name. Only its validation files are fetched.
         return _hub_images("frgfm/imagenette", "Imagenette", n, seed, revision="refs/convert/parquet",
-                           data_dir="320px")
+                           data_files=IMAGENETTE_FILES)
     return _hub_images("ILSVRC/imagenet-1k", "ImageNet-1k (gated: accept its terms on the Hub and log in)", n, seed)
 
 

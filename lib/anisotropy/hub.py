@@ -107,8 +107,8 @@ def load(load_fn, repo: str, revision: str | None = None, gated: bool = False, c
     what = repo + (f"@{revision}" if revision else "")
     try:
         return load_fn(repo, revision=revision, local_files_only=True, **kwargs)
-    except (OSError, ValueError):
-        pass  # not cached (or cached incompletely): ask the Hub below
+    except Exception:  # noqa: BLE001 - not cached, or cached incompletely (a model without its tokenizer makes
+        pass  # AutoTokenizer raise TypeError or AttributeError, not OSError): ask the Hub below
     if offline() or not reachable():
         raise Unavailable(
             f"{what} is not in the local Hugging Face cache and the Hub is {_why_offline()}: connect to the network "

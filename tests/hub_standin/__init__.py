@@ -4,7 +4,7 @@ unmodified without network.
 
 Layout
 ------
-- ``build.py`` (runs in ``.venv``): ``paper_manifest()`` derives the repositories from ``profiles/paper.yml``;
+- ``build.py`` (runs in ``.venv``): ``paper_manifest()`` derives the repositories from the ``paper`` profile;
   ``populate(root, manifest)`` writes them as bare git repositories in olah's mirror layout::
 
       <root>/models/<org>/<name>       e.g. models/EleutherAI/pythia-410m (branches main, step0 ... step143000)

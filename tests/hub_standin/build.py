@@ -1,6 +1,6 @@
 """Repository builder of the Hub stand-in: the ``paper`` profile's models and data as tiny git repositories.
 
-``paper_manifest()`` derives what to serve from ``profiles/paper.yml`` (never by hand); ``populate(root, manifest)``
+``paper_manifest()`` derives what to serve from the ``paper`` profile (never by hand); ``populate(root, manifest)``
 writes it in olah's mirror layout, ``root/{models|datasets}/{org}/{repo}`` (bare git repositories, files committed
 directly, no LFS), plus ``root/files/dc/enwik8.zip`` and ``root/manifest.json`` (what was served, what was not and
 why, and the commit of every branch). ``ensure_built()`` keys a cached build by a hash of this file, the manifest and
@@ -59,9 +59,9 @@ def paper_manifest(profile: str = "paper") -> dict:
     gated Llama-2 ids (served, marked gated, to exercise access errors). A ``<x>_revisions`` list names the revisions
     of the models in ``<x>_models`` that get weights of their own; the other branches share the final weights.
     """
-    from anisotropy import registry, runner
+    from anisotropy import profiles, registry
 
-    chapters = runner.load_profile(profile)["notebooks"]
+    chapters = profiles.load(profile)["notebooks"]
     wanted: dict[str, set[str]] = {}  # registry name -> chapters
     explicit: dict[str, set[str]] = {}  # registry name -> revisions the profile names
     multiberts: dict[str, set[str]] = {}
