@@ -33,7 +33,8 @@ CNN_MB_PER_IMAGE = 50.0  # float32 feature maps of one 224 x 224 image through a
 @dataclass(frozen=True)
 class Checkpoint:
     """One download-and-measure: a registry model at a revision, ``examples`` of ``positions`` each, read in
-    ``dtype`` in batches of ``batch``; ``release``: deleted from the cache once measured; ``passes``: times loaded."""
+    ``dtype`` in batches of ``batch``; ``release``: deleted from the cache once measured; ``passes``: times it is
+    loaded and run (downloaded once: a checkpoint loaded twice stays in the cache until its last pass)."""
 
     model: str
     revision: str | None = None
@@ -217,7 +218,7 @@ def estimate(p: Plan) -> dict:
     data), peak ``gpu_gib`` and ``ram_gib`` (one model at a time), and ``t4_minutes``."""
     from . import data
 
-    downloads = [download_gib(c.model) * c.passes for c in p.checkpoints if not _local(c.model)]
+    downloads = [download_gib(c.model) for c in p.checkpoints if not _local(c.model)]
     data_gib = sum((data.SOURCES[s].download_mb if n else data.SOURCES[s].train_mb + data.SOURCES[s].download_mb)
                    for s, n in dict.fromkeys(p.data) if s in data.SOURCES) / 1024  # n = 0: a training corpus
     kept = sum(download_gib(c.model) for c in p.checkpoints if not c.release and not _local(c.model))

@@ -162,6 +162,25 @@ def delete(repo: str, revision: str | None = None, repo_type: str = "model") -> 
     return int(strategy.expected_freed_size)
 
 
+_FETCHED: set[tuple[str, str | None, str]] = set()  # what this process downloaded: (repo, revision, repo type)
+
+
+def fetching(repo: str, revision: str | None = None, repo_type: str = "model") -> None:
+    """Note, before loading ``repo@revision``, whether this process is about to download it (not in the cache)."""
+    if not is_cached(repo, revision, repo_type):
+        _FETCHED.add((repo, revision, repo_type))
+
+
+def release(repo: str, revision: str | None = None, repo_type: str = "model") -> int:
+    """Delete ``repo@revision`` from the cache if this process downloaded it (``fetching``) and the user does not
+    keep checkpoints (``ANISOTROPY_KEEP_CHECKPOINTS``); what the user had cached before is never touched. Returns
+    the bytes freed."""
+    if keep_checkpoints() or (repo, revision, repo_type) not in _FETCHED:
+        return 0
+    _FETCHED.discard((repo, revision, repo_type))
+    return delete(repo, revision, repo_type)
+
+
 def keep_checkpoints() -> bool:
     """Whether intermediate checkpoints stay in the cache after they are measured (``ANISOTROPY_KEEP_CHECKPOINTS``)."""
     return os.environ.get(KEEP_ENV, "").upper() in ("1", "ON", "YES", "TRUE")

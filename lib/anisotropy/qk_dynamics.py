@@ -59,6 +59,19 @@ class Stage:
                              attn_implementation="eager", release=release and self.revision is not None)
 
 
+def describe(stages: list[Stage], kind: str) -> str:
+    """One line for the provenance box: the run, where its checkpoints come from (hub id and revisions, or folders)
+    and the steps they span."""
+    steps = [s.step for s in stages]
+    if stages[0].revision:
+        first, last = (registry.spec(stages[0].source).hub_location(s.revision)[0] for s in (stages[0], stages[-1]))
+        where = (f"{len(stages)} checkpoints, {first} … {last}" if first != last else
+                 f"{first} at {len(stages)} revisions {stages[0].revision} … {stages[-1].revision}")
+    else:
+        where = f"{len(stages)} checkpoints"
+    return f"{stages[0].run}: {where}, steps {steps[0]:,} to {steps[-1]:,} ({kind})"
+
+
 def revision_step(revision: str) -> int:
     """Training step of a hub revision name: "step_20k" -> 20000 (MultiBERTs), "step1000" -> 1000 (Pythia)."""
     match = re.fullmatch(r"(?:global_)?step_?(\d+)(k?)", revision)

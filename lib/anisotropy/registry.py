@@ -767,9 +767,9 @@ def load(name_or_path: str | os.PathLike, variant: str = "pretrained", revision:
     ``variant``: "pretrained" (hub weights, ``revision`` selects a checkpoint), "untrained" (true size, random,
     seeded by ``seed``) or "tiny" (toy size, same class). ``attn_implementation="eager"`` where attention weights are
     needed. The model is returned in eval mode on ``device`` ("auto": the GPU when there is one) in ``dtype``.
-    ``release=True`` (a checkpoint of a series, measured once): the files this call downloaded leave the Hub cache
-    once the model is in memory, unless ``ANISOTROPY_KEEP_CHECKPOINTS=1`` (a series of 145 MultiBERTs checkpoints
-    would otherwise fill a Colab disk).
+    ``release=True`` (a checkpoint of a series, measured for the last time): once the model is in memory, its files
+    leave the Hub cache if this process downloaded them (``hub.release``), unless ``ANISOTROPY_KEEP_CHECKPOINTS=1``
+    (a series of 145 MultiBERTs checkpoints would otherwise fill a Colab disk).
     """
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
@@ -781,12 +781,13 @@ def load(name_or_path: str | os.PathLike, variant: str = "pretrained", revision:
     tokenizer = None
     if variant == "pretrained":
         location = s.hub_location(revision)
-        fresh = release and not s.local_package and not hub.keep_checkpoints() and not hub.is_cached(*location)
+        if not s.local_package:
+            hub.fetching(*location)
         model, pre, source = _pretrained(s, revision, device, dtype, attn_implementation)
         if s.layout == "whisper":
             tokenizer = _speech_text_tokenizer(variant, *location)
-        if fresh:
-            hub.delete(*location)
+        if release:
+            hub.release(*location)
     else:
         if revision is not None:
             raise ValueError(f"revision={revision!r} only applies to pretrained checkpoints, not to {variant}")

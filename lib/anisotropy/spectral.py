@@ -368,6 +368,35 @@ def series(checkpoints: Sequence[dict], **kwargs):
     return (flag_identical(frame) if len(frame) else frame), skipped
 
 
+def describe(entries: Sequence[dict]) -> list[str]:
+    """One line per model of a chapter's entries for the provenance box: display name, hub id (with its revisions
+    when several are measured) or folder, and what the weights are."""
+    from . import layerwise
+
+    groups: dict[tuple, list[dict]] = {}
+    for e in entries:
+        groups.setdefault((str(e["model"]), e.get("variant", "pretrained"), e.get("label")), []).append(e)
+    lines = []
+    for (model, variant, label), group in groups.items():
+        folder = Path(model).is_dir() and model not in _registry_names()
+        ref = layerwise.ModelRef(model, "self-trained" if folder else variant, label=label)
+        line = layerwise.describe(ref)
+        revisions = [e["revision"] for e in group if e.get("revision")]
+        if revisions:
+            shown = revisions[0] if len(revisions) == 1 else f"{revisions[0]} … {revisions[-1]}"
+            line += f", {len(revisions)} revision{'s' if len(revisions) > 1 else ''} ({shown})"
+        elif folder and len(group) > 1:
+            line += f", {len(group)} checkpoints"
+        lines.append(line)
+    return lines
+
+
+def _registry_names():
+    from . import registry
+
+    return registry.MODELS
+
+
 def step_of(revision: str) -> int:
     """Training step of a hub revision name: 'step1000' (Pythia), 'global_step1000' (Bloom), 'step_20k' (MultiBERTs)."""
     m = re.search(r"(\d+)(k?)$", revision)

@@ -1,0 +1,228 @@
+"""The paper profile's code path, end to end, against the local Hub stand-in (tests/hub_standin).
+
+The ``paper-sim`` profile is the ``paper`` profile with its sizes shrunk and nothing else changed; its whole book is
+built here with ``HF_HUB_OFFLINE`` unset and ``HF_ENDPOINT`` at the stand-in, which serves tiny weights of the exact
+classes under the real hub ids and revisions, and the datasets in the real repositories' layouts. The stand-in's
+request log says what every chapter asked the Hub for; the plans of ``anisotropy.budget`` say what they should have.
+A second route runs the committed ``.ipynb`` files the way a Colab user does: only ``profile`` changed in the
+parameters cell, executed by plain papermill.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+from conftest import PYTHON, book_env, copy_repo, run_cli
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from hub_standin import serve  # noqa: E402
+
+from anisotropy import budget, profiles, registry, runner  # noqa: E402
+
+PROFILE = "paper-sim"
+WEIGHTS = ("model.safetensors", "pytorch_model.bin")
+
+
+def _client_env(hub, root: Path, hf_home: Path) -> dict[str, str]:
+    env = hub.env(base=book_env(root), hf_home=hf_home)
+    for flag in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        env.pop(flag, None)
+    return env
+
+
+@pytest.fixture(scope="module")
+def standin():
+    with serve() as hub:
+        yield hub
+
+
+@pytest.fixture(scope="module")
+def book(standin, tmp_path_factory):
+    """The whole paper-sim book, built in a copy of the repository against the stand-in."""
+    root = copy_repo(tmp_path_factory.mktemp("paper_sim") / "repo")
+    hf_home = root.parent / "hf_home"
+    start = len(standin.requests())
+    proc = run_cli(root, "build", "--profile", PROFILE, env=_client_env(standin, root, hf_home))
+    log = root.parent / "build.log"
+    log.write_text(proc.stdout + "\n--- stderr ---\n" + proc.stderr)
+    if proc.returncode != 0:
+        pytest.fail(f"the paper-sim build failed (exit {proc.returncode}); log: {log}\n{proc.stdout[-3000:]}"
+                    f"\n{proc.stderr[-3000:]}", pytrace=False)
+    return {"root": root, "hf_home": hf_home, "requests": standin.requests()[start:], "stdout": proc.stdout}
+
+
+def _planned() -> dict[str, list[tuple[str, str | None]]]:
+    """Per chapter, the (repo, revision) every checkpoint it plans to load from the Hub."""
+    return {ch: budget.plan(ch, profiles.chapter_parameters(PROFILE, ch)).requests for ch in runner.chapters()}
+
+
+def _weights_requests(requests, method: str = "HEAD") -> dict[tuple[str, str], int]:
+    """How often each (repo, revision)'s weights file was asked for: ``HEAD`` resolves it (every load from the Hub),
+    ``GET`` downloads it (not when the cache holds the same file already, e.g. a branch that shares main's weights)."""
+    counts: dict[tuple[str, str], int] = {}
+    for r in requests:
+        if r["method"] == method and r["status"] == 200 and r["repo_type"] == "model" and r["file"] in WEIGHTS:
+            key = (r["repo_id"], r["revision"])
+            counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def test_paper_sim_is_the_paper_profile_with_only_sizes_changed():
+    paper, sim = profiles.load("paper"), profiles.load(PROFILE)
+    assert sim["base"] == "paper" and sim["notebooks"].keys() == paper["notebooks"].keys()
+
+    def leaves(a, b, where=""):
+        if isinstance(a, dict):
+            for k in a:
+                yield from leaves(a[k], b[k], f"{where}.{k}")
+        elif a != b:
+            yield where, a, b
+
+    for chapter in paper["notebooks"]:
+        for where, was, now in leaves(paper["notebooks"][chapter], sim["notebooks"][chapter], chapter):
+            numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                          for v in (was if isinstance(was, list) else [was]) + (now if isinstance(now, list) else [now]))
+            assert numbers or (where.endswith(".device") and now in ("cpu", "auto")), (where, was, now)
+    # The same checkpoints and data, chapter by chapter.
+    for chapter in paper["notebooks"]:
+        a = budget.plan(chapter, profiles.chapter_parameters("paper", chapter))
+        b = budget.plan(chapter, profiles.chapter_parameters(PROFILE, chapter))
+        assert a.requests == b.requests and [s for s, _ in a.data] == [s for s, _ in b.data], chapter
+
+
+@pytest.mark.slow
+def test_every_chapter_executed(book):
+    for name in runner.chapters():
+        nb = book["root"] / "book" / "executed" / f"{name}.ipynb"
+        meta = json.loads(nb.read_text())["metadata"]["anisotropy"]
+        assert meta["complete"] and meta["stamp"]["profile"] == PROFILE, name
+    assert f"{len(runner.chapters())} of {len(runner.chapters())} chapters executed" in book["stdout"]
+
+
+@pytest.mark.slow
+def test_every_planned_checkpoint_was_downloaded_once_from_the_stand_in(book, standin):
+    planned = {(repo, rev or "main") for reqs in _planned().values() for repo, rev in reqs}
+    served = {e["repo"] for e in standin.manifest["models"]}
+    not_simulated = {e["repo"] for e in standin.manifest["not_served"]}
+    asked = _weights_requests(book["requests"])
+    missing = {p for p in planned if p[0] in served and p not in asked}
+    assert not missing, sorted(missing)[:10]
+    # Downloaded at most once: a checkpoint that a chapter measures twice stays in the cache until its last pass.
+    downloads = _weights_requests(book["requests"], "GET")
+    assert {k: n for k, n in downloads.items() if n > 1} == {}
+    # Nothing beyond the plans (the stand-in's counts confirm the budget's).
+    assert set(asked) <= planned
+    # The remote-code models were asked for, and answered as absent (not simulated: their code is on the Hub only).
+    assert not_simulated == {"helboukkouri/character-bert", "almanach/manta-lm-base"}
+    assert not_simulated <= {r["repo_id"] for r in book["requests"]}
+    # Every model and revision named in the paper profile was requested (all of them are planned).
+    for chapter, params in profiles.load("paper")["notebooks"].items():
+        for key in ("pythia_revisions", "bloom_revisions"):
+            for name in params.get(key.replace("revisions", "models"), []):
+                for rev in params[key]:
+                    assert (registry.spec(name).hub_id, rev) in asked, (chapter, name, rev)
+
+
+@pytest.mark.slow
+def test_checkpoint_series_leave_the_cache_and_final_models_stay(book):
+    hub = book["hf_home"] / "hub"
+
+    def snapshots(repo: str) -> list[Path]:
+        return list((hub / f"models--{repo.replace('/', '--')}" / "snapshots").glob("*/*"))
+
+    # The 145 MultiBERTs checkpoints and the Pythia and Bloom revisions were deleted once measured (the last Pythia
+    # revision shares its files with the final model, which stays); the final models of the other chapters stay.
+    left = [p.name for p in hub.glob("models--google--multiberts-seed_*-step_*")
+            if snapshots(p.name.removeprefix("models--").replace("--", "/"))]
+    assert left == []
+    assert len([k for k in _weights_requests(book["requests"], "GET") if "-step_" in k[0]]) == 145  # all were there
+    assert not snapshots("bigscience/bloom-560m-intermediate")
+    assert len({p.parent for p in snapshots("EleutherAI/pythia-410m")}) <= 1
+    for repo in ("bert-base-uncased", "gpt2", "EleutherAI/pythia-160m", "google/vit-base-patch16-224"):
+        assert snapshots(repo), repo
+
+
+@pytest.mark.slow
+def test_datasets_are_read_the_way_the_real_repositories_allow(book):
+    fetched = [(r["repo_id"], r["revision"], r["file"]) for r in book["requests"]
+               if r["repo_type"] == "dataset" and r["method"] == "GET" and r["status"] == 200 and r["file"]]
+    files = {f for _, _, f in fetched}
+    # Imagenette: its 320px validation Parquet files from the conversion branch, never its loading script or train.
+    assert any(f.startswith("320px/validation/") for f in files)
+    assert not any(f.startswith(("320px/train/", "160px/", "full_size/")) or f.endswith(".py") for f in files)
+    # LibriSpeech: its clean validation shards only (the whole config is about 30 GB).
+    libri = {f for repo, _, f in fetched if repo == "openslr/librispeech_asr" and f.endswith(".parquet")}
+    assert libri and all(f.startswith("clean/validation/") for f in libri)
+    # WikiText-103 validation for the measurements, and its train split for the self-trained suites.
+    assert any("wikitext-103-raw-v1/validation" in f for f in files)
+    # enwik8: downloaded once from its page, with its checksum checked.
+    assert [r["path"] for r in book["requests"] if r["path"].endswith("enwik8.zip")] == ["/dc/enwik8.zip"]
+
+
+@pytest.mark.slow
+def test_every_page_names_what_it_measured(book):
+    for chapter, requests in _planned().items():
+        nb = nbformat.read(book["root"] / "book" / "executed" / f"{chapter}.ipynb", as_version=4)
+        box = next(o["data"]["text/html"] for c in nb.cells for o in c.get("outputs", [])
+                   if "provenance" in o.get("data", {}).get("text/html", ""))
+        measured = re.search(r"<th>measured</th><td>(.*?)</td>", box, flags=re.S).group(1)
+        assert "paper-sim" in box
+        for repo, revision in dict.fromkeys(requests):
+            spec = next(s for s in registry.MODELS.values() if s.hub_id == repo or any(
+                s.hub_location(r)[0] == repo for r in s.revisions if s.revision_in_repo))
+            assert spec.hub_id in measured or spec.hub_location(spec.revisions[0])[0] in measured, (chapter, repo)
+
+
+@pytest.mark.slow
+def test_the_colab_route_gives_the_same_pages(book, standin, tmp_path):
+    """Each committed .ipynb with only `profile = "paper-sim"` in its parameters cell, run by plain papermill (as on
+    Colab), resolves the same parameters as the book runner: it glues the same numbers, reading the same stored
+    results."""
+    root = book["root"]
+    env = _client_env(standin, root, book["hf_home"])
+    for name in runner.chapters():
+        nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
+        cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+        assert re.search(r'^profile = "local"$', cell.source, flags=re.M)
+        cell.source = cell.source.replace('profile = "local"', f'profile = "{PROFILE}"', 1)
+        src, out = tmp_path / f"{name}.ipynb", tmp_path / f"{name}.out.ipynb"
+        nbformat.write(nb, src)
+        proc = subprocess.run([PYTHON, "-m", "papermill", str(src), str(out), "--cwd", str(root), "-k", "python3"],
+                              cwd=root, env=env, capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, (name, proc.stderr[-2000:])
+        colab = runner.glued_values(out, wall_clock=False)
+        book_values = runner.glued_values(root / "book" / "executed" / f"{name}.ipynb", wall_clock=False)
+        assert colab == book_values, name
+
+
+@pytest.mark.slow
+def test_a_colab_run_on_a_fresh_runtime_fetches_from_the_hub(standin, tmp_path):
+    """One chapter through the Colab route on a fresh runtime (empty caches and store): its models and data come from
+    the stand-in, as its plan says."""
+    root = copy_repo(tmp_path / "repo")
+    env = _client_env(standin, root, tmp_path / "hf_home")
+    name = "p1_s3_token_level"
+    nb = nbformat.read(root / "notebooks" / f"{name}.ipynb", as_version=4)
+    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    cell.source = cell.source.replace('profile = "local"', f'profile = "{PROFILE}"', 1)
+    nbformat.write(nb, tmp_path / "in.ipynb")
+    start = len(standin.requests())
+    proc = subprocess.run([PYTHON, "-m", "papermill", str(tmp_path / "in.ipynb"), str(tmp_path / "out.ipynb"),
+                           "--cwd", str(root)], cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = set(_weights_requests(standin.requests()[start:], "GET"))
+    want = {(repo, rev or "main") for repo, rev in
+            budget.plan(name, profiles.chapter_parameters(PROFILE, name)).requests}
+    assert got == want
+    glued = runner.glued_values(tmp_path / "out.ipynb")
+    assert glued["not_measured"] == "none"
