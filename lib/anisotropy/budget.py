@@ -147,11 +147,11 @@ def _paper2(p: dict, plan: Plan) -> None:
     plan.checkpoints += _text(p, names, p["n_texts"], p["max_length"], dtype, EXTRACTION_BATCH)
     for key in ("pythia", "bloom"):
         for name in p.get(f"{key}_models", []):
-            from . import spectral
+            from . import registry
 
-            entries, _ = spectral.hub_checkpoints(name, p[f"{key}_revisions"])
-            plan.checkpoints += [Checkpoint(name, e["revision"], p["n_texts"], p["max_length"], dtype,
-                                            EXTRACTION_BATCH, True) for e in entries]
+            revisions, _ = registry.checkpoint_revisions(name, p[f"{key}_revisions"])
+            plan.checkpoints += [Checkpoint(name, r, p["n_texts"], p["max_length"], dtype, EXTRACTION_BATCH, True)
+                                 for r in revisions]
     plan.data.append((p["source"], p["n_texts"]))
 
 

@@ -490,6 +490,15 @@ def spec(name: str) -> ModelSpec:
     raise UnknownModelError(f"unknown model {name!r}{_suggest(name, pool)}; registry.names() lists them")
 
 
+def checkpoint_revisions(name: str, wanted=()) -> tuple[list[str], list[str]]:
+    """(revisions to measure, requested revisions the model does not have) of a registry model: ``wanted`` filtered
+    to the model's own checkpoints (Bloom sizes have different branches), or all of them when nothing is asked."""
+    s = spec(name)
+    wanted = list(wanted) or list(s.revisions)
+    kept = [r for r in wanted if r in s.revisions or not s.revisions_exhaustive]
+    return kept, [r for r in wanted if r not in kept]
+
+
 def names(paper: int | None = None, family: str | None = None, modality: str | None = None,
           stack: str | None = None) -> list[str]:
     """Short names of the entries matching every given filter, in registry order."""

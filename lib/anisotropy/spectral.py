@@ -411,10 +411,9 @@ def hub_checkpoints(name: str, revisions: Sequence[str] = (), **columns) -> tupl
     every revision the registry lists for the model."""
     from . import registry
 
-    have = registry.spec(name).revisions
-    wanted = list(revisions) or list(have)
-    kept = [r for r in wanted if r in have or not registry.spec(name).revisions_exhaustive]
-    notes = [f"{name} has no checkpoint {r} (its checkpoints: {', '.join(have)})" for r in wanted if r not in kept]
+    kept, missing = registry.checkpoint_revisions(name, revisions)
+    have = ", ".join(registry.spec(name).revisions)
+    notes = [f"{name} has no checkpoint {r} (its checkpoints: {have})" for r in missing]
     return [{"model": name, "revision": r, "step": step_of(r), "label": name, **columns} for r in kept], notes
 
 
