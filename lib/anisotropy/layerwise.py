@@ -155,8 +155,7 @@ class FirstMoments:
     def mean_cosine(self) -> float:
         if self.n < 2:
             raise ValueError(f"mean_cosine needs at least 2 valid rows, got {self.n}")
-        s = self._sum_unit.numpy()
-        return float((s @ s - self.n) / (self.n * (self.n - 1)))
+        return metrics.mean_cosine_from_sums(self._sum_unit.numpy(), self.n)
 
     @property
     def drift_norm(self) -> float:

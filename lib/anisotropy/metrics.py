@@ -213,7 +213,8 @@ def _first_moments(x, mask, unit=False, total=False) -> dict:
     return {"n": n, "n_excluded": n_bad, "sum_unit": s_unit, "sum": s_tot, "sum_norm": s_norm}
 
 
-def _mean_cosine_from(sum_unit: torch.Tensor | np.ndarray, n: int) -> float:
+def mean_cosine_from_sums(sum_unit: torch.Tensor | np.ndarray, n: int) -> float:
+    """Mean cosine over ordered pairs i != j from the sum of the n unit vectors: (||sum u_i||^2 - n) / (n (n - 1))."""
     s = np.asarray(sum_unit, dtype=np.float64)
     return float((s @ s - n) / (n * (n - 1)))
 
@@ -227,7 +228,7 @@ def mean_cosine(x, mask=None) -> float:
     m = _first_moments(x, mask, unit=True)
     if m["n"] < 2:
         raise _too_few("mean_cosine", m["n"], 2, m["n_excluded"])
-    return _mean_cosine_from(m["sum_unit"], m["n"])
+    return mean_cosine_from_sums(m["sum_unit"], m["n"])
 
 
 def drift_norm(x, mask=None) -> float:
@@ -662,7 +663,7 @@ class LayerStats:
         """Exact mean cosine over ordered pairs i != j, (||sum u_i||^2 - n) / (n (n - 1)), from float64 sums."""
         if self._n < 2:
             raise _too_few("mean_cosine", self._n, 2, self._n_excluded)
-        return _mean_cosine_from(self._sum_unit.numpy(), self._n)
+        return mean_cosine_from_sums(self._sum_unit.numpy(), self._n)
 
     @property
     def drift_norm(self) -> float:
@@ -816,7 +817,7 @@ def bootstrap_mean_cosine(x, n_boot: int = 1000, level: float = 0.95, seed: int 
         raise _too_few("bootstrap_mean_cosine", n, 2, n_bad)
     norms = torch.linalg.vector_norm(rows, dim=1, keepdim=True)
     unit = (rows / norms).to(torch.float32)
-    estimate = _mean_cosine_from(unit.sum(dim=0, dtype=torch.float64).numpy(), n)
+    estimate = mean_cosine_from_sums(unit.sum(dim=0, dtype=torch.float64).numpy(), n)
     rng = np.random.default_rng(seed)
     reps = np.empty(n_boot)
     step = max(1, min(n_boot, (64 << 20) // (4 * n)))  # bound the counts block to 64 MiB

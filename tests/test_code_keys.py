@@ -1,0 +1,140 @@
+"""A rebuild never shows numbers computed by other code: results, executed notebooks and trained suites are keyed by
+the fingerprint of the code that produced them (``anisotropy.fingerprint``).
+
+On a copy of the repository, one chapter is built under ``smoke``, then the library is edited and the chapter
+rebuilt: a changed metric changes the numbers, a changed plot function reruns no measurement and no training, a
+changed trainer retrains the suites and re-measures their checkpoints only. ``--force`` recomputes; ``clean`` removes
+what no current code reaches.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import copy_repo, run_cli
+
+from anisotropy import fingerprint, runner
+
+CHAPTER = "p1_s3_token_level"
+
+
+def _sidecars(root: Path) -> dict[str, dict]:
+    """Stored results: sidecar path -> its content."""
+    return {str(p.relative_to(root)): json.loads(p.read_text()) for p in (root / "results").rglob("*.json")}
+
+
+def _runs(root: Path) -> set[str]:
+    """Trained runs in the checkpoint cache (suite/recipe hash/seed)."""
+    return {str(p.relative_to(root)) for p in (root / ".cache" / "checkpoints").glob("*/*/seed-*")}
+
+
+def _build(root: Path, *extra: str) -> dict:
+    proc = run_cli(root, "run", CHAPTER, "--profile", "smoke", *extra, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    glued = runner.glued_values(root / "book" / "executed" / f"{CHAPTER}.ipynb", wall_clock=False)
+    return {"stdout": proc.stdout, "glued": glued, "results": _sidecars(root), "runs": _runs(root)}
+
+
+def _edit(root: Path, module: str, old: str, new: str) -> None:
+    path = root / "lib" / "anisotropy" / module
+    text = path.read_text()
+    assert text.count(old) == 1, f"{module}: {old!r}"
+    path.write_text(text.replace(old, new))
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    root = copy_repo(tmp_path_factory.mktemp("code_keys") / "repo")
+    return root, _build(root)
+
+
+def test_fingerprints_follow_the_import_graph():
+    assert "metrics" in fingerprint.closure("layerwise") and "taps" in fingerprint.closure("layerwise")
+    for never in ("plots", "report", "runner", "results", "hub"):
+        assert never not in fingerprint.closure("layerwise", "spectral", "qk_dynamics", "block", "training")
+    # A measurement does not depend on the trainer's code (a self-trained checkpoint carries its own key) ...
+    assert "training" not in fingerprint.closure("layerwise", "spectral", "qk_dynamics")
+    # ... but training does, and on what it computes with.
+    assert {"training", "data", "registry"} <= set(fingerprint.closure("training"))
+    assert fingerprint.of("metrics") != fingerprint.of("baseline")
+
+
+@pytest.mark.slow
+def test_a_changed_metric_changes_the_numbers(repo, tmp_path):
+    root, first = repo
+    copy = copy_repo(tmp_path / "repo")
+    for folder in ("results", ".cache"):
+        import shutil
+
+        shutil.copytree(root / folder, copy / folder)
+    _edit(copy, "metrics.py", "    return float((s @ s - n) / (n * (n - 1)))", "    return 0.5 * float((s @ s - n) / (n * (n - 1)))")
+    again = _build(copy)
+    assert float(again["glued"]["top_peak"]) == pytest.approx(float(first["glued"]["top_peak"]) / 2, abs=0.006)
+    assert again["runs"] == first["runs"]  # metrics.py does not change what the trainer computes
+    new = set(again["results"]) - set(first["results"])
+    assert len(new) == sum(1 for v in first["results"].values() if v["chapter"] == "p1_layerwise")
+
+
+@pytest.mark.slow
+def test_a_changed_plot_reruns_no_measurement_and_no_training(repo, tmp_path):
+    root, first = repo
+    copy = copy_repo(tmp_path / "repo")
+    import shutil
+
+    for folder in ("results", ".cache", "book"):
+        shutil.copytree(root / folder, copy / folder, dirs_exist_ok=True)
+    _edit(copy, "plots.py", "def use_style(", "# an edit that changes no number\ndef use_style(")
+    again = _build(copy)
+    assert "reused" not in again["stdout"]  # the notebook's stamp holds the library's code: executed again
+    assert again["results"] == first["results"]  # the same stored results, none recomputed
+    assert again["runs"] == first["runs"]
+    assert again["glued"] == first["glued"]
+
+
+@pytest.mark.slow
+def test_a_changed_trainer_retrains_its_suites_and_nothing_else(repo, tmp_path):
+    root, first = repo
+    copy = copy_repo(tmp_path / "repo")
+    import shutil
+
+    for folder in ("results", ".cache"):
+        shutil.copytree(root / folder, copy / folder)
+    _edit(copy, "training.py", "def train(recipe: Recipe,", "# a trainer edit\ndef train(recipe: Recipe,")
+    again = _build(copy)
+    retrained = again["runs"] - first["runs"]
+    assert len(retrained) == len(first["runs"]) == 2  # the chapter's two suites (mlm, clm: seed 0), trained anew
+    new = [again["results"][k] for k in set(again["results"]) - set(first["results"])]
+    # Only the self-trained checkpoints are measured again; the untrained and tiny models' rows are reused.
+    assert new and all(v["key"]["model"]["variant"] == "self-trained" for v in new)
+    assert len(new) == 2
+
+
+@pytest.mark.slow
+def test_force_recomputes_and_clean_removes_what_no_code_reaches(repo, tmp_path):
+    root, first = repo
+    copy = copy_repo(tmp_path / "repo")
+    import shutil
+
+    for folder in ("results", ".cache"):
+        shutil.copytree(root / folder, copy / folder)
+    forced = _build(copy, "--force")
+    assert "recomputes every result it reads from the store" in forced["stdout"]
+    assert set(forced["results"]) == set(first["results"])  # the same keys ...
+    assert all(forced["results"][k]["written"] >= first["results"][k]["written"] for k in first["results"])
+    assert forced["glued"] == first["glued"]  # ... and the same numbers, recomputed
+    assert forced["runs"] == first["runs"]  # --force recomputes results, it does not retrain
+    # Old code's results are stale once the code changes; clean removes them and says how much it freed.
+    _edit(copy, "taps.py", "def extract(", "# a taps edit\ndef extract(")
+    edited = _build(copy)
+    proc = run_cli(copy, "clean", "--dry-run")
+    listed = [line for line in proc.stdout.splitlines() if line.endswith((".json", ".parquet"))]
+    stale = {k for k in first["results"] if first["results"][k]["chapter"] == "p1_layerwise"}
+    assert {Path(p).relative_to(copy).as_posix() for p in listed if p.endswith(".json")} == stale
+    assert set(_sidecars(copy)) == set(edited["results"])  # a dry run removes nothing
+    proc = run_cli(copy, "clean")
+    assert proc.returncode == 0 and "freed" in proc.stdout
+    assert set(_sidecars(copy)) == set(edited["results"]) - stale
+    assert _build(copy)["glued"] == edited["glued"]  # what is left is what the current code reads
