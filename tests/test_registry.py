@@ -57,8 +57,18 @@ def test_checkpoint_revisions():
     assert mb.hub_location("step_20k") == ("google/multiberts-seed_3-step_20k", None)
     assert registry.spec("bloom-560m").hub_location("global_step1000") == (
         "bigscience/bloom-560m-intermediate", "global_step1000")
-    with pytest.raises(ValueError, match="step143000"):
+    with pytest.raises(hub.MissingRevision, match=r"pythia-160m has no revision 'step1430000'; the nearest that "
+                                                   r"exist: step142000, step143000"):
         pythia.hub_location("step1430000")
+    # Bloom's checkpoints differ by size (defect 6 of the paper-profile issue): the lists of the model cards.
+    big, small = registry.spec("bloom-7b1"), registry.spec("bloom-560m")
+    assert big.revisions[-1] == "global_step300000" and "global_step50000" in big.revisions
+    assert small.revisions[-1] == "global_step600000" and "global_step50000" not in small.revisions
+    assert big.hub_location("global_step300000") == ("bigscience/bloom-7b1-intermediate", "global_step300000")
+    with pytest.raises(hub.MissingRevision, match="nearest that exist: global_step250000, global_step300000"):
+        big.hub_location("global_step600000")
+    assert registry.checkpoint_revisions("bloom-7b1", ["global_step1000", "global_step600000"]) == (
+        ["global_step1000"], ["global_step600000"])
     with pytest.raises(ValueError, match="no intermediate checkpoints"):
         registry.spec("gpt2").hub_location("step1")
 

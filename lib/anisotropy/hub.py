@@ -8,10 +8,13 @@ library.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import shutil
 import socket
 from functools import lru_cache
+from pathlib import Path
 
 KEEP_ENV = "ANISOTROPY_KEEP_CHECKPOINTS"  # "1": keep intermediate checkpoints in the cache after measuring them
 
@@ -23,6 +26,58 @@ class Unavailable(RuntimeError):
 
 class AccessError(Unavailable):
     """A gated repository without an accepted licence or a token."""
+
+
+class Offline(Unavailable):
+    """The Hub cannot be reached (or offline mode is on) and the thing is not cached: nothing else will load either,
+    so a chapter stops at the first one instead of skipping them one by one."""
+
+
+class MissingRevision(Unavailable):
+    """A revision the model does not have (named with the nearest that exist)."""
+
+
+class NoSpace(RuntimeError):
+    """The disk filled while a checkpoint was downloaded or a result written: what was in progress is discarded."""
+
+
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def no_space(exc: BaseException) -> OSError | None:
+    """The disk-full ``OSError`` (no space, quota, file size limit) in ``exc``'s cause chain, if any."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, OSError) and exc.errno in _NO_SPACE:
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def cache_folder() -> Path:
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HUB_CACHE)
+
+
+def _discard_partial(repo: str, repo_type: str = "model") -> None:
+    """Delete the unfinished downloads (``*.incomplete`` blobs) of a repository from the cache."""
+    folder = cache_folder() / f"{repo_type}s--{repo.replace('/', '--')}" / "blobs"
+    for partial in folder.glob("*.incomplete"):
+        partial.unlink(missing_ok=True)
+
+
+def no_space_error(what: str, exc: OSError, folder: Path) -> NoSpace:
+    """The one line for a full disk: what was in progress, how much is free where, what to do."""
+    try:
+        free = shutil.disk_usage(folder if folder.exists() else folder.parent).free / 2**30
+        room = f"{free:.1f} GiB free on {folder}"
+    except OSError:
+        room = f"no room on {folder}"
+    return NoSpace(f"the disk filled while {what} ({exc.strerror or exc}); {room}: the unfinished part was "
+                   f"discarded and what was measured before is kept. Free space (or point HF_HOME and "
+                   f"ANISOTROPY_RESULTS at a larger disk) and run again: it continues where it stopped")
 
 
 def offline() -> bool:
@@ -76,15 +131,19 @@ def _steps(name: str) -> int | None:
 
 
 def nearest(revision: str, available, n: int = 2) -> list[str]:
-    """The ``n`` names of ``available`` closest to ``revision`` by training step (by spelling when no step)."""
+    """The names of ``available`` around ``revision`` by training step: the closest before and the closest after
+    (then the next closest, up to ``n``), in step order; by spelling when the names carry no step."""
     available = list(dict.fromkeys(available))
     target = _steps(revision)
     if target is None or not any(_steps(a) is not None for a in available):
         import difflib
 
         return difflib.get_close_matches(revision, available, n=n, cutoff=0)
-    numbered = [a for a in available if _steps(a) is not None]
-    return sorted(numbered, key=lambda a: (abs(_steps(a) - target), _steps(a)))[:n]
+    numbered = sorted((a for a in available if _steps(a) is not None), key=_steps)
+    below = [a for a in numbered if _steps(a) < target][-1:]
+    above = [a for a in numbered if _steps(a) > target][:1]
+    rest = sorted((a for a in numbered if a not in below + above), key=lambda a: abs(_steps(a) - target))
+    return sorted((below + above + rest)[:n], key=_steps)
 
 
 def refs(repo: str, repo_type: str = "model") -> list[str]:
@@ -110,7 +169,7 @@ def load(load_fn, repo: str, revision: str | None = None, gated: bool = False, c
     except Exception:  # noqa: BLE001 - not cached, or cached incompletely (a model without its tokenizer makes
         pass  # AutoTokenizer raise TypeError or AttributeError, not OSError): ask the Hub below
     if offline() or not reachable():
-        raise Unavailable(
+        raise Offline(
             f"{what} is not in the local Hugging Face cache and the Hub is {_why_offline()}: connect to the network "
             f"(or set HF_ENDPOINT to a mirror), cache it on a machine with network (huggingface-cli download "
             f"{repo}), or use a profile that runs offline (local)") from None
@@ -124,13 +183,17 @@ def load(load_fn, repo: str, revision: str | None = None, gated: bool = False, c
     try:
         return load_fn(repo, revision=revision, **kwargs)
     except Exception as exc:  # noqa: BLE001 - the library wraps the Hub's answer; read it from the chain
+        full = no_space(exc)
+        if full is not None:
+            _discard_partial(repo)
+            raise no_space_error(f"downloading {what}", full, cache_folder()) from None
         if _cause(exc, GatedRepoError) is not None:
             raise AccessError(f"{repo} is gated and this token has no access: accept its licence at "
                               f"{endpoint()}/{repo}, then set HF_TOKEN to a token of that account") from None
         if _cause(exc, RevisionNotFoundError) is not None:
             close = nearest(revision or "", candidates if candidates is not None else refs(repo))
             hint = f"; the nearest that exist: {', '.join(close)}" if close else ""
-            raise Unavailable(f"{repo} has no revision {revision!r} on the Hub{hint}") from None
+            raise MissingRevision(f"{repo} has no revision {revision!r} on the Hub{hint}") from None
         if _cause(exc, RepositoryNotFoundError) is not None:
             raise Unavailable(f"{repo} does not exist on the Hub (or is private)") from None
         raise
@@ -201,8 +264,11 @@ def dataset(repo: str, what: str, config: str | None = None, split: str | None =
     try:
         return datasets.load_dataset(repo, config, split=split, **kwargs)
     except Exception as err:  # noqa: BLE001 - one line for the user, whatever the library raised
+        full = no_space(err)
+        if full is not None:
+            raise no_space_error(f"downloading {what}", full, cache_folder()) from None
         if dataset_offline:
-            raise Unavailable(
+            raise Offline(
                 f"{what} ({repo}) is not in the local cache and the Hub is {_why_offline()}: connect to the network "
                 f"(or set HF_ENDPOINT to a mirror), or use a profile that runs offline (local)") from None
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]

@@ -324,6 +324,9 @@ def measure(ref: ModelRef, examples, *, source: str, n: int, seed: int = 0, max_
                                       keep_special=keep_special, seed=seed, device=dev, part=part,
                                       stats_factory=stats_factory(stats, reservoir_size, seed))
             return frame_of(extraction, loaded, ref.label, time.perf_counter() - start, ref.family)
+        except torch.cuda.OutOfMemoryError:
+            torch.cuda.empty_cache()
+            raise registry.out_of_memory(ref.name, _dtype(dtype), batch_size) from None
         except ValueError as exc:
             # taps refuses a model with a layer where no vector survives (e.g. an untrained CNN whose activations
             # underflow to exactly zero): a property of these weights, stored so that a rebuild does not redo it.
@@ -350,9 +353,10 @@ def measure_models(refs: Iterable[ModelRef], *, source: str, n: int, seed: int =
     """Measure every ref on the same ``n`` examples of ``source`` (``data.load(source, n, seed, **data_options)``,
     loaded once and only if some model is not in the store). ``part`` is one part name for every model, or ``{model name: part}``.
 
-    Returns the concatenated rows and the models that could not be measured here (remote code offline, not cached,
-    gated, too large, or a layer where every vector is zero or not finite), each with its one-line reason; with
-    ``skip_unavailable=False`` those raise instead.
+    Returns the concatenated rows and the models that could not be measured here (remote code, gated, a missing
+    revision, too large for the device, or a layer where every vector is zero or not finite), each with its one-line
+    reason; with ``skip_unavailable=False`` those raise instead. The Hub unreachable (``hub.Offline``) stops at the
+    first model, and so does a chapter none of whose models could be measured (``stop_if_nothing_measured``).
     """
     from . import data, hub, registry
 
@@ -372,13 +376,26 @@ def measure_models(refs: Iterable[ModelRef], *, source: str, n: int, seed: int =
                                   batch_size=batch_size, keep_special=keep_special, part=ref_part,
                                   stats=stats, reservoir_size=reservoir_size, data_options=data_options,
                                   device=device, dtype=dtype, store=store))
+        except hub.Offline:
+            raise  # nothing else will load either: stop at the first, naming it
         except unavailable as exc:
             if not skip_unavailable:
                 raise
             skipped.append(Skipped(ref, str(exc).splitlines()[0]))
-
+    stop_if_nothing_measured(frames, skipped)
     frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     return frame, skipped
+
+
+def stop_if_nothing_measured(frames: list, skipped: Sequence[Skipped]) -> None:
+    """A chapter that could measure none of its models stops with one line naming the first and why, rather than
+    going on with an empty frame."""
+    from . import hub
+
+    if skipped and not frames:
+        first = skipped[0]
+        raise hub.Unavailable(f"none of the {len(skipped)} models could be measured here; the first, "
+                              f"{first.ref.name}: {first.reason}")
 
 
 def skipped_table(skipped: Sequence[Skipped]) -> pd.DataFrame:

@@ -275,8 +275,13 @@ def _per_stage(stages: list[Stage], what: dict, extra_key: dict, measure, datase
             loaded = stage.load(device, release=release)
             if inputs is None:
                 inputs = examples(dataset, n_samples, sample_seed, _image_size(loaded))
-            with torch.no_grad():
-                frame = measure(_body(loaded), batches(loaded, inputs, batch_size, max_length, device))
+            try:
+                with torch.no_grad():
+                    frame = measure(_body(loaded), batches(loaded, inputs, batch_size, max_length, device))
+            except torch.cuda.OutOfMemoryError:
+                del loaded
+                torch.cuda.empty_cache()
+                raise registry.out_of_memory(stage.source, None, batch_size) from None
             del loaded
             return frame
 

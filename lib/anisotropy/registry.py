@@ -108,13 +108,13 @@ class ModelSpec:
         if revision is None:
             return self.hub_id, None
         if revision not in self.revisions:
-            hint = _suggest(revision, self.revisions)
-            msg = f"{self.name}: unknown revision {revision!r}{hint}"
             if not self.revisions:
                 raise ValueError(f"{self.name} has no intermediate checkpoints (revision must be None)")
+            msg = (f"{self.name} has no revision {revision!r}; the nearest that exist: "
+                   f"{', '.join(hub.nearest(revision, self.revisions))}")
             if self.revisions_exhaustive:
-                raise ValueError(msg)
-            warnings.warn(msg + "; asking the Hub anyway", stacklevel=3)
+                raise hub.MissingRevision(msg)
+            warnings.warn(msg + " (the list may be incomplete: asking the Hub anyway)", stacklevel=3)
         if self.revision_in_repo:
             return f"{self.hub_id}-{revision}", None
         return self.hub_id, revision
@@ -656,6 +656,20 @@ def check_fits(s: ModelSpec, device="cpu", dtype=None) -> None:
             f"model")
 
 
+def out_of_memory(name: str, dtype=None, batch_size: int | None = None) -> ModelTooLargeError:
+    """The one line for a model that ran out of GPU memory: its name, its weights' size in the dtype it ran in, and
+    the settings to change."""
+    import torch
+
+    s = spec(name) if name in MODELS else None
+    dtype = dtype or torch.float32
+    size = (f"its weights alone take {s.n_params * torch.empty(0, dtype=dtype).element_size() / 2**30:.1f} GiB in "
+            f"{dtype}" if s is not None and s.n_params else f"it ran in {dtype}")
+    batch = f"a smaller batch_size (now {batch_size})" if batch_size else "a smaller batch_size"
+    return ModelTooLargeError(f"{name} ran out of GPU memory: {size}; use dtype float16 (or bfloat16), {batch}, or "
+                              f"a smaller model")
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Loading
 # ---------------------------------------------------------------------------------------------------------------------
@@ -780,6 +794,8 @@ def load(name_or_path: str | os.PathLike, variant: str = "pretrained", revision:
     leave the Hub cache if this process downloaded them (``hub.release``), unless ``ANISOTROPY_KEEP_CHECKPOINTS=1``
     (a series of 145 MultiBERTs checkpoints would otherwise fill a Colab disk).
     """
+    import torch
+
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
     device = resolve_device(device)
@@ -811,7 +827,12 @@ def load(name_or_path: str | os.PathLike, variant: str = "pretrained", revision:
         source = f"{s.hub_id} config ({variant})"
     for t in (pre, tokenizer):
         _ensure_pad(t)
-    model = model.to(device=device, **({"dtype": dtype} if dtype is not None else {}))
+    try:
+        model = model.to(device=device, **({"dtype": dtype} if dtype is not None else {}))
+    except torch.cuda.OutOfMemoryError:
+        del model
+        torch.cuda.empty_cache()
+        raise out_of_memory(s.name, dtype) from None
     model.eval()
     return Loaded(model, pre, s, variant, revision, source, tokenizer)
 

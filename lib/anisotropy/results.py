@@ -22,7 +22,7 @@ from typing import Callable
 
 import pandas as pd
 
-from . import fingerprint, paths
+from . import fingerprint, hub, paths
 
 
 class CorruptResultError(RuntimeError):
@@ -74,6 +74,11 @@ def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
         with open(tmp, "rb") as fh:  # on disk before it carries the final name
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        full = hub.no_space(exc)
+        if full is None:
+            raise
+        raise hub.no_space_error(f"writing the result {path.name}", full, path.parent) from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

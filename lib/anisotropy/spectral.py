@@ -309,9 +309,13 @@ def profile(model: str | Path, variant: str = "pretrained", revision: str | None
                 # computing logits over the vocabulary for every token would only cost time.
                 loaded.model = base
             texts = by_length_within(data.load(source, n_texts, seed=data_seed), 8 * extraction_batch)
-            frame = measure(loaded, texts, batch_size=batch_size, n_batches=n_batches, metric_names=metric_names,
-                            max_length=max_length, extraction_batch=extraction_batch,
-                            split_final_norm=split_final_norm, device=dev)
+            try:
+                frame = measure(loaded, texts, batch_size=batch_size, n_batches=n_batches, metric_names=metric_names,
+                                max_length=max_length, extraction_batch=extraction_batch,
+                                split_final_norm=split_final_norm, device=dev)
+            except torch.cuda.OutOfMemoryError:
+                torch.cuda.empty_cache()
+                raise registry.out_of_memory(str(model), _torch_dtype(dtype), extraction_batch) from None
             head = {"model": key["model"]["folder"] if is_folder else str(model), "label": loaded.label,
                     "display": loaded.spec.display,
                     "variant": loaded.variant, "revision": revision or "", "stack": loaded.spec.stack}
@@ -352,12 +356,15 @@ def profiles(models: Sequence[dict | str], skip_unavailable: bool = True, **kwar
         args = {k: entry.pop(k) for k in ("model", "variant", "revision", "model_seed", "n_batches") if k in entry}
         try:
             frames.append(profile(**{**kwargs, **args}, extra=entry))
+        except hub.Offline:
+            raise  # nothing else will load either: stop at the first, naming it
         except unavailable as exc:
             if not skip_unavailable:
                 raise
             ref = layerwise.ModelRef(str(args["model"]), args.get("variant", "pretrained"), args.get("revision"),
                                      entry.get("label"))
             skipped.append(layerwise.Skipped(ref, str(exc).splitlines()[0]))
+    layerwise.stop_if_nothing_measured(frames, skipped)
     return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()), skipped
 
 
@@ -409,11 +416,11 @@ def hub_checkpoints(name: str, revisions: Sequence[str] = (), **columns) -> tupl
     """Entries for ``series``: one per hub revision of a registry model, with its ``step`` (label: the model), and a
     note per requested revision the model does not have (Bloom sizes have different branches). No ``revisions``:
     every revision the registry lists for the model."""
-    from . import registry
+    from . import hub, registry
 
     kept, missing = registry.checkpoint_revisions(name, revisions)
-    have = ", ".join(registry.spec(name).revisions)
-    notes = [f"{name} has no checkpoint {r} (its checkpoints: {have})" for r in missing]
+    notes = [f"{name} has no checkpoint {r}; the nearest that exist: "
+             f"{', '.join(hub.nearest(r, registry.spec(name).revisions))}" for r in missing]
     return [{"model": name, "revision": r, "step": step_of(r), "label": name, **columns} for r in kept], notes
 
 

@@ -310,14 +310,34 @@ def _papermill_injected(namespace: dict) -> set[str]:
     return set()
 
 
+def one_line_errors() -> None:
+    """In a notebook kernel, show the failures a reader can fix (a parameter, a model or dataset that cannot be had
+    here, a full disk, a model too large for the device) as their one-line message instead of a traceback; the cell
+    still fails, so papermill and the book runner report it."""
+    try:
+        shell = get_ipython()  # noqa: F821 - defined inside IPython only
+    except NameError:
+        return
+    from .. import hub, registry
+
+    def show(shell, etype, value, tb, tb_offset=None):
+        stb = [f"{etype.__name__}: {value}"]
+        shell._showtraceback(etype, value, stb)  # the cell's error output (what IPython's showtraceback sends)
+        return stb
+
+    shell.set_custom_exc((ProfileError, hub.Unavailable, hub.NoSpace, registry.ModelTooLargeError), show)
+
+
 def apply(chapter: str, namespace: dict) -> Resolved:
     """Resolve ``chapter``'s parameters in ``namespace`` (a notebook's ``globals()``) from its ``profile`` value.
 
     A parameter keeps its value when the user set it: papermill injected it (``-p``, the book runner's overrides) or
     it differs from the ``local`` value printed in the parameters cell (an edit on Colab). Every other parameter takes
     the named profile's value. The namespace is updated in place; outside the book runner the values are checked as
-    the runner checks them (kinds, and the ``allowed:`` rules where the chapter's source is at hand).
+    the runner checks them (kinds, and the ``allowed:`` rules where the chapter's source is at hand). From here on,
+    the failures a reader can fix show as one line (``one_line_errors``).
     """
+    one_line_errors()
     profile = namespace.get("profile", DEFAULT)
     wanted = chapter_parameters(profile, chapter)  # raises for an unknown profile
     has_source = checkout() is not None and (checkout() / "notebooks" / f"{chapter}.md").is_file()
