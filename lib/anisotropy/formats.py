@@ -578,15 +578,17 @@ def suppressed_tokens(model, begin: bool = False) -> list[int]:
 
 
 @torch.inference_mode()
-def transcribe(loaded, waveforms: Sequence[np.ndarray], max_new_tokens: int = 120) -> list[list[int]]:
+def transcribe(loaded, waveforms: Sequence[np.ndarray], max_new_tokens: int = 120,
+               encoded: torch.Tensor | None = None) -> list[list[int]]:
     """Greedy decoding with the converted Whisper (``transformers``), as CTranslate2 decodes with ``beam_size=1``:
     prompt <|startoftranscript|><|notimestamps|>, the model's suppressed tokens masked at every step and its
     begin-suppressed tokens (blank, end of text) at the first, until <|endoftext|>. Returns the generated token ids
-    (without the prompt and the end token)."""
+    (without the prompt and the end token). ``encoded``: the encoder output of these waveforms, if already computed."""
     model, tok = loaded.model, loaded.tokenizer
     config = model.config
-    features = whisper_features(loaded, waveforms).to(model.dtype)
-    encoded = model.get_encoder()(features).last_hidden_state
+    if encoded is None:
+        features = whisper_features(loaded, waveforms).to(model.dtype)
+        encoded = model.get_encoder()(features).last_hidden_state
     prompt = _prompt_ids(tok)
     eos = config.eos_token_id
     suppress = torch.tensor(suppressed_tokens(model), dtype=torch.long)
@@ -652,12 +654,13 @@ def whisper_against_ct2(loaded, examples: Sequence[dict], model_dir: str | os.Pa
     model, tok = loaded.model, loaded.tokenizer
     with torch.inference_mode():
         enc_hf = model.get_encoder()(features.to(model.dtype)).last_hidden_state.float().numpy()
-    enc_ct2 = np.asarray(ct2.encode(storage, to_cpu=True))
+    encoded_ct2 = ct2.encode(storage, to_cpu=True)
+    enc_ct2 = np.asarray(encoded_ct2)
     prompt = _prompt_ids(tok)
-    results = ct2.generate(storage, [prompt] * len(waves), beam_size=1, max_length=max_new_tokens,
+    results = ct2.generate(encoded_ct2, [prompt] * len(waves), beam_size=1, max_length=max_new_tokens,
                            return_logits_vocab=True)
     logit_diffs, masked_agree, logits_scale = [], True, 0.0
-    hf_tokens = transcribe(loaded, waves, max_new_tokens)
+    hf_tokens = transcribe(loaded, waves, max_new_tokens, encoded=torch.from_numpy(enc_hf).to(model.dtype))
     ct2_tokens = []
     suppressed = np.zeros(model.config.vocab_size, dtype=bool)
     suppressed[suppressed_tokens(model)] = True
@@ -729,3 +732,90 @@ def vgg_against_craft(pixel_values: torch.Tensor, path: str | os.PathLike | None
     score, _ = reference(x)
     return {"maps": rows, "max_abs": max(r["max_abs"] for r in rows.values()),
             "craft_score_range": (float(score.min()), float(score.max()))}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The checks as a table for the chapters (cached in the results store)
+# ---------------------------------------------------------------------------------------------------------------------
+
+CHECKS_CHAPTER = "formats_checks"  # results-store namespace of the conversion checks
+RELATIVE_TOLERANCE = 1e-3  # max |difference| / max |value| accepted for a float32 conversion against its reference
+CHECK_COLUMNS = ["model", "compared with", "what", "n", "max_abs", "scale", "relative", "tolerance", "passed",
+                 "wer_converted", "wer_reference", "same_transcripts", "status"]
+CLIP_COLUMNS = ["voice", "spoken", "transcribed", "transcribed_reference", "words", "errors"]
+
+
+def _not_checked(name: str, reference: str, why: str):
+    import pandas as pd
+
+    return pd.DataFrame([{"kind": "check", "model": name, "compared with": reference, "what": "-", "n": 0,
+                          "status": why}], columns=["kind", *CHECK_COLUMNS])
+
+
+def check_conversion(name: str, source: str, n: int, seed: int = 0, data_options: dict | None = None,
+                     store=None, threads: int = 1):
+    """The check of a converted registry entry (``PACKAGES``) on ``n`` examples of a data source, as rows of
+    ``CHECK_COLUMNS`` (``max_abs`` against ``scale`` = max |reference value|, ``passed`` = relative difference within
+    ``RELATIVE_TOLERANCE``), cached in the results store under the source file's hash. Whisper: encoder output and
+    decoder logits against ``ctranslate2`` (rows say "not checked" when it is not installed), and the word error
+    rates of both on the clips' transcripts, plus one row per clip (``kind`` "clip", columns ``CLIP_COLUMNS``: voice,
+    spoken text, both transcripts, words and word errors of the converted model); the check rows have ``kind``
+    "check". VGG16-BN: CRAFT's four backbone maps against the original module."""
+    import pandas as pd
+
+    from . import data, registry, results
+
+    pkg = PACKAGES[name]
+    if pkg.fmt == "ct2":
+        reference = "ctranslate2 runtime"
+        try:
+            import ctranslate2
+        except ImportError:
+            return _not_checked(name, reference, "not checked here: ctranslate2 is not installed "
+                                                 "(pip install ctranslate2==4.8.5)")
+        version = ctranslate2.__version__
+        source_file = pkg.path() / "model.bin"
+    else:
+        reference, version, source_file = "original CRAFT module (craft_reference)", "CRAFT-pytorch", pkg.path()
+    key = {"what": "conversion check", "model": name, "sha256": source_hash(source_file), "reference": reference,
+           "reference_version": version, "data": {"source": source, "n": n, "seed": seed,
+                                                  "options": dict(data_options or {})}}
+
+    def compute() -> pd.DataFrame:
+        examples = data.load(source, n, seed, **dict(data_options or {}))
+        loaded = registry.load(name)
+        rows = []
+        if pkg.fmt == "ct2":
+            r = whisper_against_ct2(loaded, examples, threads=threads)
+            common = {"model": name, "compared with": f"{reference} {version}", "n": r["n_examples"],
+                      "wer_converted": r["wer_converted"], "wer_reference": r["wer_ctranslate2"],
+                      "same_transcripts": r["same_transcripts"], "status": "checked"}
+            rows.append({**common, "what": "encoder output", "max_abs": r["encoder_max_abs"],
+                         "scale": r["encoder_scale"]})
+            rows.append({**common, "what": f"decoder logits ({r['n_logit_steps']} steps)",
+                         "max_abs": r["logits_max_abs"], "scale": r["logits_scale"],
+                         "status": "checked" if r["suppressed_as_configured"] else
+                         "checked; suppressed tokens differ"})
+        else:
+            pixels = loaded.preprocessor(examples, return_tensors="pt", input_data_format="channels_last")
+            r = vgg_against_craft(pixels["pixel_values"], model=loaded.model)
+            for map_name, m in r["maps"].items():
+                rows.append({"model": name, "compared with": reference, "what": f"{map_name} {m['shape']}",
+                             "n": len(examples), "max_abs": m["max_abs"], "scale": m["scale"], "status": "checked"})
+        frame = pd.DataFrame(rows, columns=CHECK_COLUMNS)
+        frame["relative"] = frame["max_abs"] / frame["scale"]
+        frame["tolerance"] = RELATIVE_TOLERANCE
+        frame["passed"] = frame["relative"] <= RELATIVE_TOLERANCE
+        frame["kind"] = "check"
+        if pkg.fmt == "ct2":
+            from .metrics import word_errors
+
+            clips = pd.DataFrame([{"kind": "clip", "model": name, "voice": e.get("voice", ""), "spoken": e["text"],
+                                   "transcribed": a.strip(), "transcribed_reference": b.strip(),
+                                   "words": len(normalise_text(e["text"])),
+                                   "errors": word_errors(normalise_text(e["text"]), normalise_text(a))}
+                                  for e, a, b in zip(examples, r["transcripts"], r["transcripts_ctranslate2"])])
+            frame = pd.concat([frame, clips], ignore_index=True)
+        return frame
+
+    return (store or results.Store()).cached(CHECKS_CHAPTER, key, compute)
