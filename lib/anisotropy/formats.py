@@ -235,8 +235,8 @@ def _count_layers(ct2: CT2Model, stack: str) -> int:
 
 def whisper_config(ct2: CT2Model, extra: dict | None = None, tokenizer_file: str | os.PathLike | None = None):
     """The ``WhisperConfig`` of a CTranslate2 ``WhisperSpec``: sizes from the variables' shapes, heads from the
-    stored scalars, special-token ids from ``tokenizer_file`` (``tokenizer.json``), and the token suppression lists
-    from the model folder's ``config.json`` (``extra``)."""
+    stored scalars and special-token ids from ``tokenizer_file`` (``tokenizer.json``); the token suppression lists of
+    the model folder's ``config.json`` (``extra``) go to the generation config (``convert_whisper_ct2``)."""
     from transformers import WhisperConfig
 
     if ct2.spec != "WhisperSpec":
@@ -261,10 +261,8 @@ def whisper_config(ct2: CT2Model, extra: dict | None = None, tokenizer_file: str
         decoder_ffn_dim=ct2["decoder/layer_0/ffn/linear_0/weight"].shape[0],
         max_source_positions=ct2["encoder/position_encodings/encodings"].shape[0],
         max_target_positions=ct2["decoder/position_encodings/encodings"].shape[0],
-        pad_token_id=ids.get("eos", 50256), bos_token_id=ids.get("eos", 50256), eos_token_id=ids.get("eos", 50256),
-        decoder_start_token_id=ids.get("start", 50257),
-        suppress_tokens=list(extra.get("suppress_ids", [])) or None,
-        begin_suppress_tokens=list(extra.get("suppress_ids_begin", [])) or None,
+        pad_token_id=ids.get("eos"), bos_token_id=ids.get("eos"), eos_token_id=ids.get("eos"),
+        decoder_start_token_id=ids.get("start"),
         scale_embedding=False, activation_function="gelu", tie_word_embeddings=True)
 
 
