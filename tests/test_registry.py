@@ -79,8 +79,9 @@ def test_unknown_model_suggests_close_names():
 def test_untrained_config_is_the_true_size(name):
     """The stored config builds the real architecture: its parameter count (on the meta device, no memory) matches
     the count registered for it, itself checked against the model cards (see ModelSpec.n_params)."""
-    import transformers
     from transformers import AutoConfig
+
+    from anisotropy import formats  # noqa: F401  (registers the config of this library's VGG16-BN)
 
     s = MODELS[name]
     kwargs = dict(s.config)
