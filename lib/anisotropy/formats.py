@@ -607,11 +607,12 @@ def transcribe(loaded, waveforms: Sequence[np.ndarray], max_new_tokens: int = 12
     out: list[list[int]] = [[] for _ in waveforms]
     past = None
     step_input = ids
+    decoder, head = model.get_decoder(), model.get_output_embeddings()
     for step in range(max_new_tokens):
-        result = model(encoder_outputs=(encoded,), decoder_input_ids=step_input, past_key_values=past,
-                       use_cache=True)
+        # the decoder and the output projection, as WhisperForConditionalGeneration.forward calls them
+        result = decoder(input_ids=step_input, encoder_hidden_states=encoded, past_key_values=past, use_cache=True)
         past = result.past_key_values
-        logits = result.logits[:, -1].float()
+        logits = head(result.last_hidden_state[:, -1]).float()
         logits[:, suppress] = -float("inf")
         if step == 0:
             logits[:, begin] = -float("inf")
