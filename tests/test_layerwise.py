@@ -10,7 +10,7 @@ import pytest
 import torch
 from scipy import stats
 
-from anisotropy import baseline, data, layerwise, metrics, registry, results
+from anisotropy import baseline, data, hub, layerwise, metrics, registry, results
 
 TEXTS = data.load("prose", 3, seed=1)
 MAX_LENGTH = 24
@@ -193,16 +193,24 @@ def test_a_model_with_an_empty_layer_is_skipped_and_the_reason_is_stored(store, 
 
     calls = []
 
-    def empty_layer(*args, **kwargs):
+    extract = taps.extract
+
+    def empty_layer(loaded, *args, **kwargs):
+        if loaded.spec.name != "resnet-50":
+            return extract(loaded, *args, **kwargs)
         calls.append(1)
         raise ValueError("resnet-50: no vector was kept in layers [3, 4] of 4 examples: 8 vectors were zero")
 
     monkeypatch.setattr(taps, "extract", empty_layer)
-    refs = [layerwise.ModelRef("resnet-50", "tiny")]
+    refs = [layerwise.ModelRef("resnet-50", "tiny"), layerwise.ModelRef("vit-base", "tiny")]
     for _ in range(2):
         frame, skipped = layerwise.measure_models(refs, source="synthetic-shapes", n=4, store=store)
-        assert frame.empty and "no vector was kept in layers [3, 4]" in skipped[0].reason
+        assert set(frame["model"]) == {"vit-base"} and "no vector was kept in layers [3, 4]" in skipped[0].reason
     assert calls == [1]  # the second build read the stored reason instead of loading the model again
+    # With no other model, the chapter stops in one line instead of going on with an empty frame.
+    with pytest.raises(hub.Unavailable, match=r"none of the 1 models could be measured here; the first, resnet-50: "
+                                              r"resnet-50: no vector was kept"):
+        layerwise.measure_models(refs[:1], source="synthetic-shapes", n=4, store=store)
     monkeypatch.setattr(taps, "extract", lambda *a, **k: (_ for _ in ()).throw(ValueError("another problem")))
     with pytest.raises(ValueError, match="another problem"):
         layerwise.measure_models(refs, source="synthetic-shapes", n=5, store=store)

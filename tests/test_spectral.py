@@ -239,3 +239,38 @@ def test_by_length_within_keeps_the_texts_and_groups_lengths():
         window = out[start:start + 16]
         assert [len(t) for t in window] == sorted(len(t) for t in window)
         assert sorted(window) == sorted(texts[start:start + 16])
+
+
+@pytest.mark.parametrize("part", ["encoder", "decoder"])
+def test_one_stack_of_whisper_is_measured_on_its_own_vectors(part):
+    """part= measures the encoder on audio frames or the decoder on transcript tokens, numbered from 0 within the
+    stack; each layer's value equals the metric on the first batch of that stack's valid vectors."""
+    from anisotropy import taps
+
+    loaded = registry.load("whisper-base", "tiny", seed=0)
+    clips = data.load("synthetic-speech", 3, seed=0, seconds=(0.5, 1.0), transcripts=True)
+    batch = 8 if part == "decoder" else 40
+    frame = spectral.measure(loaded, clips, batch_size=batch, n_batches=1, max_length=64, extraction_batch=3,
+                             part=part)
+    assert sorted(frame["layer"].unique()) == [0, 1, 2]  # embeddings + 2 blocks of the tiny model
+    assert frame["relative_depth"].tolist() == [0.0, 0.5, 1.0]
+    rows = {}
+
+    def keep(dim):
+        rows[len(rows)] = metrics_rows = []
+
+        class Collect:
+            n = 1
+
+            def update(self, x, mask=None):
+                x = torch.as_tensor(x).reshape(-1, x.shape[-1])
+                metrics_rows.append(x if mask is None else x[torch.as_tensor(mask).reshape(-1) != 0])
+                return self
+
+        return Collect()
+
+    result = taps.extract(loaded, clips, batch_size=3, max_length=64, part=part, stats_factory=keep)
+    for i, layer in enumerate(sorted(result)):
+        vectors = torch.cat(rows[i])[:batch]
+        value = frame.loc[frame["layer"] == i, "sigma1_share"].item()
+        assert value == pytest.approx(metrics.sigma1_share(vectors), rel=1e-5)

@@ -220,6 +220,14 @@ def _cnn_maps(name, config):
         return [(h[0], 8), (h[1], 4), (h[2], 2), (h[3], 1)]
     if name == "cvt-13":  # stage embeddings with strides 4, 2, 2
         return [(config.embed_dim[0], 8), (config.embed_dim[1], 4), (config.embed_dim[2], 2)]
+    if name == "craft-vgg16-bn":  # VGG: one map per conv block (after its ReLU), 2x2 max pools at "M"
+        maps, side = [], 32
+        for v in config.cfg:
+            if v == "M":
+                side //= 2
+            else:
+                maps.append((v, side))
+        return maps
     return None
 
 
@@ -230,7 +238,7 @@ CNN_MODELS = [n for n, s in MODELS.items() if s.layout == "cnn"]
 def test_cnn_maps_are_flattened_to_one_vector_per_image(name, images):
     loaded = registry.load(name, variant="tiny")
     result = taps.extract(loaded, images, batch_size=2)
-    first = 1 if name in ("van-base", "cvt-13") else 0
+    first = 1 if name in ("van-base", "cvt-13", "craft-vgg16-bn") else 0
     maps = _cnn_maps(name, loaded.model.config)
     if maps is None:  # EfficientNet: stem + one map per block
         c = loaded.model.config

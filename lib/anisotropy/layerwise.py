@@ -79,6 +79,11 @@ def describe(ref: ModelRef) -> str:
     where = f"{s.hub_id}" + (f"@{ref.revision}" if ref.revision else "")
     extra = ", loaded offline from the PyPI package " + s.local_package if (
         ref.variant == "pretrained" and s.local_package) else ""
+    if ref.variant == "pretrained" and s.converter:
+        from .formats import PACKAGES
+
+        pkg = PACKAGES[s.name]
+        extra = f", converted offline from the {pkg.fmt} file of the PyPI package {pkg.package}=={pkg.version}"
     return f"{s.display}: {where} ({_VARIANT_WORDS.get(ref.variant, ref.variant)}{extra})"
 
 

