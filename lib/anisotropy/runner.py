@@ -125,7 +125,11 @@ class Outcome:
 
 
 def _stamp(profile: str, params: dict, name: str) -> dict:
-    return {"profile": profile, "parameters": params, "source_hash": profiles.source_hash(name)}
+    stamp = {"profile": profile, "parameters": params, "source_hash": profiles.source_hash(name)}
+    from .claims import stamp_inputs  # a chapter that gathers other chapters' stored rows reruns when they change
+
+    inputs = stamp_inputs(name, profile)
+    return stamp if inputs is None else {**stamp, "inputs": inputs}
 
 
 def _is_current(output: Path, stamp: dict) -> bool:
