@@ -311,7 +311,7 @@ def test_pretrained_claims_are_not_testable_on_untrained_models_and_name_the_dec
     row = rows.set_index("id").loc["p1-f1-token-anisotropic"]
     assert row["verdict"] == UNTESTABLE
     assert "needs the pretrained bert-base-uncased, roberta-base, gpt2, t5-base" in row["why"]
-    assert "bert-base-uncased (untrained)" in row["why"]
+    assert "this profile measured 1 of them untrained (bert-base-uncased)" in row["why"]
     pretrained = layers({"BERT": [0.4, 0.5]}).assign(model="bert-base-uncased")
     row = claims.verdict_rows("p1_s3_token_level", "paper", {"layers": pretrained}).iloc[0]
     assert row["verdict"] == HOLDS and "not measured: roberta-base, gpt2, t5-base" in row["tested_on"]
@@ -324,7 +324,7 @@ def test_training_claims_fall_back_to_the_self_trained_stand_in_and_say_so():
     stand_in = qk().assign(origin="self-trained", model="mlm")
     rows = claims.verdict_rows("p1_s5_qk_training", "local", {"qk": stand_in}).set_index("id")
     assert rows.loc["p1-s5-alignment-grows", "verdict"] == HOLDS
-    assert rows.loc["p1-s5-alignment-grows", "tested_on"].startswith("stand-in: the book's self-trained mlm seed 0")
+    assert rows.loc["p1-s5-alignment-grows", "tested_on"].startswith("stand-in (the book's self-trained runs): mlm seed 0")
     assert bool(rows.loc["p1-s5-alignment-grows", "stand_in"])
     paper = pd.concat([stand_in, qk(runs=("MultiBERTs seed 0",), grow=False).assign(origin="pretrained",
                                                                                       model="multiberts-seed-0")])

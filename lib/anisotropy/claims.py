@@ -25,6 +25,7 @@ the chapters that measure models, ``gather_measured`` in Appendix B).
 from __future__ import annotations
 
 import hashlib
+import html
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -669,17 +670,22 @@ def _names(frame: pd.DataFrame) -> list[str]:
 
 
 def _measured_words(frames: list[pd.DataFrame], models) -> str:
-    seen = {}
+    """"this profile measured 3 of them, untrained (bert-base-uncased, ...)" and the like."""
+    seen: dict[str, set] = {}
     for frame in frames:
         if "model" not in frame.columns:
             continue
-        origin = _origin(frame)
-        for model, o in zip(frame["model"], origin):
+        for model, o in zip(frame["model"], _origin(frame)):
             if model in models:
-                seen.setdefault(model, set()).add(str(o))
+                seen.setdefault(str(o), set()).add(model)
     if not seen:
         return "none of them was measured under this profile"
-    return "this profile measured " + ", ".join(f"{m} ({'/'.join(sorted(o))})" for m, o in seen.items())
+    parts = []
+    for origin, names in seen.items():
+        listed = [m for m in models if m in names]
+        shown = ", ".join(listed[:4]) + (" …" if len(listed) > 4 else "")
+        parts.append(f"{len(listed)} of them {'as tiny random models' if origin == 'tiny' else origin} ({shown})")
+    return "this profile measured " + "; ".join(parts)
 
 
 def _select(c: Claim, frames: list[pd.DataFrame]) -> tuple[list[pd.DataFrame] | None, str, str]:
@@ -704,7 +710,7 @@ def _select(c: Claim, frames: list[pd.DataFrame]) -> tuple[list[pd.DataFrame] | 
         stand_in = [f[_origin(f) == "self-trained"] if "model" in f.columns else f for f in frames]
         if all(len(f) for f in stand_in):
             runs = sorted({n for f in stand_in for n in _names(f)})
-            return stand_in, "stand-in: the book's self-trained " + ", ".join(runs), ""
+            return stand_in, "stand-in (the book's self-trained runs): " + ", ".join(runs), ""
         return None, "", (f"needs the checkpoints of {', '.join(c.models[:3])}{' …' if len(c.models) > 3 else ''} "
                           f"(paper profile) or the book's self-trained runs; neither was measured")
     return None, "", (f"needs the pretrained {', '.join(c.models[:5])}{' …' if len(c.models) > 5 else ''} "
@@ -809,6 +815,11 @@ def tally(frame: pd.DataFrame) -> dict:
 def show(frame: pd.DataFrame, columns=("source", "claim", "evidence", "verdict", "why")):
     """The claims table a chapter page shows: the claim, the paper's evidence, this profile's verdict and why
     (the value that decided it, or why it is not testable, with what it was tested on)."""
+    if frame.empty:
+        from IPython.display import HTML
+
+        return HTML("<p><em>No claim of the ledger is decided on this page: its results serve the chapters that "
+                    "decide them.</em></p>")
     shown = frame.copy()
     reason = []
     for r in shown.itertuples():
@@ -817,6 +828,9 @@ def show(frame: pd.DataFrame, columns=("source", "claim", "evidence", "verdict",
         else:
             reason.append(f"{r.value}" + (f" [tested on: {r.tested_on}]" if r.tested_on else ""))
     shown["why"] = reason
+    for column in columns:  # text may hold "<" (p < 0.05); the chapter column may hold a link built by the caller
+        if column != "chapter":
+            shown[column] = shown[column].astype(str).map(html.escape)
     names = {"source": "source", "claim": "claim", "evidence": "paper's evidence", "verdict": "verdict here",
              "why": "why (value, or what would decide it)", "chapter": "chapter", "id": "id"}
     table = shown[list(columns)].rename(columns=names)
