@@ -199,7 +199,7 @@ def test_common_first_opposite_last_and_onset():
     assert claims.common_first_opposite_last(frame).holds
     assert claims.opposite_onset_share(frame) == pytest.approx(100 / 1250)
     out = claims.opposite_onset(frame, share=0.08, factor=2.0)
-    assert out.holds and "onset at 8%" in out.value
+    assert out.holds and "from 8% of training on" in out.value
     late = qk(opposite_from=1250)  # only the last checkpoint: 100%
     assert claims.opposite_onset(late, share=0.08, factor=2.0).holds is False
     never = qk(opposite_from=10**9)
@@ -260,6 +260,7 @@ def test_training_dynamics_rules():
                         "step": [0, 1, 64, 1000, 143000], "twonn_dimension": [10, 14, 20, 15, 12]})
     assert claims.rise_then_fall(dim).holds
     assert claims.rise_then_fall(dim.assign(twonn_dimension=[10, 12, 14, 16, 18])).holds is False
+    assert claims.rise_then_fall(dim.assign(twonn_dimension=[10, 10.2, 10.3, 9, 8]), min_change=0.05).holds is False
     aniso = pd.DataFrame({"label": "run", "step": range(7), "sigma1_share": [0.05, 0.2, 0.4, 0.5, 0.52, 0.51, 0.52]})
     assert claims.grows_then_stabilises(aniso, min_growth=1.2, max_late_change=0.25).holds
     assert claims.grows_then_stabilises(aniso.assign(sigma1_share=[0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5])).holds \
@@ -363,7 +364,8 @@ def test_a_chapter_run_alone_and_the_closing_chapter_see_the_same_rows(tmp_path)
     assert len(gathered) == len(claims.ledger())
     assert (others["verdict"] == UNTESTABLE).all() and others["why"].str.contains("has not run under").all()
     assert claims.stamp_inputs("what_holds_up", profile, store) != before  # the closing chapter reruns
-    assert claims.stamp_inputs("p1_s3_drift", profile, store) is None
+    assert claims.stamp_inputs("p1_s3_drift", profile, store) is not None  # it owns claims
+    assert claims.stamp_inputs("appendix_performance", profile, store) is None  # it neither owns nor gathers
     # A run with other parameters (a sweep point) does not stand for the profile.
     other = Resolved(chapter, profile, {**resolved.values, "seed": 123})
     claims.evaluate(chapter, other, store=store, block=block(crossing=False))
@@ -387,3 +389,12 @@ def test_figure_18_points_are_gathered_per_profile(tmp_path):
     assert local.loc["MiniLM", "null_q95"] == pytest.approx(float(isotropic_cosine_quantile(0.95, 384)))
     assert len(claims.gather_measured("smoke", store=store)) == 1
     assert claims.gather_measured("paper", store=store).empty
+
+
+def test_a_changed_rule_or_claim_changes_the_owning_chapters_stamp(monkeypatch):
+    before = {c: claims.stamp_inputs(c, "local") for c in ("p1_s3_drift", "p2_training_dynamics")}
+    changed = [c if c.id != "p2-f2-dimension-rises-then-falls" else
+               claims.Claim(**{**c.__dict__, "params": {"min_change": 0.2}}) for c in claims.ledger()]
+    monkeypatch.setattr(claims, "_read_ledger", lambda: tuple(changed))
+    assert claims.stamp_inputs("p2_training_dynamics", "local") != before["p2_training_dynamics"]
+    assert claims.stamp_inputs("p1_s3_drift", "local") == before["p1_s3_drift"]

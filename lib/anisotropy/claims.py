@@ -497,7 +497,8 @@ def opposite_onset(qk: pd.DataFrame, share: float = 0.08, factor: float = 2.0) -
         return Outcome(False, f"the last layer does not end with opposite means ({words})")
     median = float(np.median(found))
     return Outcome(share / factor <= median <= share * factor and len(found) > len(shares) / 2,
-                   f"onset at {median:.0%} of training (median; {words}); the paper's is about {share:.0%}")
+                   f"{len(found)} of {len(shares)} runs end with opposite means in the last layer, from {median:.0%} "
+                   f"of training on (median; {words}); the paper's onset is about {share:.0%}")
 
 
 @rule
@@ -582,12 +583,14 @@ def decoders_above_encoders(profiles: pd.DataFrame) -> Outcome:
 
 
 @rule
-def rise_then_fall(dimension: pd.DataFrame) -> Outcome:
+def rise_then_fall(dimension: pd.DataFrame, min_change: float = 0.05) -> Outcome:
+    """Per run: the peak lies strictly inside the run and is at least ``min_change`` (relative) above the first
+    checkpoint and above the last."""
     def test(part):
         part = part.sort_values("step")
         v = part["twonn_dimension"].to_numpy(float)
         i = int(np.argmax(v))
-        ok = bool(0 < i < len(v) - 1 and v[i] > v[0] and v[-1] < v[i])
+        ok = bool(0 < i < len(v) - 1 and v[i] >= (1 + min_change) * v[0] and v[i] >= (1 + min_change) * v[-1])
         return ok, f"{v[0]:.1f} → {v[i]:.1f} (step {int(part['step'].iloc[i]):,}) → {v[-1]:.1f}"
 
     return _over_runs(dimension.rename(columns={"label": "run"}), test)
@@ -834,8 +837,12 @@ def show(frame: pd.DataFrame, columns=("source", "claim", "evidence", "verdict",
     names = {"source": "source", "claim": "claim", "evidence": "paper's evidence", "verdict": "verdict here",
              "why": "why (value, or what would decide it)", "chapter": "chapter", "id": "id"}
     table = shown[list(columns)].rename(columns=names)
+    widths = {"source": "6.5em", "claim": "14em", "paper's evidence": "10em", "verdict here": "6em",
+              "why (value, or what would decide it)": "14em", "chapter": "6em"}
+    styles = {name: [{"selector": "td, th", "props": f"min-width: {width}"}]
+              for name, width in widths.items() if name in table.columns}
     return (table.style.hide(axis="index").set_table_attributes('class="claims-table"')
-            .map(_verdict_style, subset=["verdict here"]))
+            .set_table_styles(styles, overwrite=False).map(_verdict_style, subset=["verdict here"]))
 
 
 def _verdict_style(value: str) -> str:
@@ -886,28 +893,48 @@ def record_measured(resolved, layers: pd.DataFrame, store: results.Store | None 
 
 
 def gather_measured(profile: str, store: results.Store | None = None) -> pd.DataFrame:
-    """Every model the measuring chapters stored under ``profile`` (one row per label; the first chapter wins)."""
+    """Every model the measuring chapters stored under ``profile``, once (the same weights measured by two chapters,
+    same registry name or checkpoint folder and origin: the first chapter in the book's order wins)."""
     store = store or results.Store()
     parts = [f for chapter in MEASURING_CHAPTERS
              if (f := _stored(MEASURED, chapter, profile, "measured", store)) is not None]
     if not parts:
         return measured_summary(pd.DataFrame())
-    return pd.concat(parts, ignore_index=True).drop_duplicates("label").reset_index(drop=True)
+    frame = pd.concat(parts, ignore_index=True).drop_duplicates("label")
+    return frame.drop_duplicates(["model", "origin"]).reset_index(drop=True)
 
 
-# ---- the runner's stamp for a gathering chapter ------------------------------------------------------------------
+# ---- the runner's stamp for a chapter that owns or gathers claims ----------------------------------------------------
+
+def _owned_digest(chapter: str) -> str | None:
+    """A digest of the ledger entries ``chapter`` owns and of the source of their rules: a changed claim or rule
+    changes the chapter's stamp, so its verdicts are computed again (its measurements come back from the store)."""
+    import inspect
+
+    owned = for_chapter(chapter)
+    if not owned:
+        return None
+    digest = hashlib.sha256()
+    for c in owned:
+        digest.update(repr(c).encode() + repr(sorted(c.params.items())).encode())
+        digest.update(inspect.getsource(RULES[c.rule]).encode())
+    digest.update(inspect.getsource(_select).encode() + inspect.getsource(verdict_rows).encode())
+    return digest.hexdigest()[:16]
+
 
 def stamp_inputs(chapter: str, profile: str, store: results.Store | None = None) -> str | None:
-    """For a chapter that gathers other chapters' stored rows (``GATHERERS``), a digest of those rows under
-    ``profile``: the runner puts it in the chapter's stamp, so the page is executed again when they change. None for
-    every other chapter."""
+    """What the runner adds to a chapter's stamp besides its source and parameters, so that the chapter is executed
+    again when it changes: for a chapter that owns claims, its ledger entries and their rules (``_owned_digest``);
+    for a chapter that gathers other chapters' stored rows (``GATHERERS``), a digest of those rows under
+    ``profile``. None for every other chapter."""
     namespace = GATHERERS.get(chapter)
+    owned = _owned_digest(chapter)
     if namespace is None:
-        return None
+        return owned
     store = store or results.Store()
     owners = MEASURING_CHAPTERS if namespace == MEASURED else _chapters()
     what = "measured" if namespace == MEASURED else "verdicts"
-    digest = hashlib.sha256()
+    digest = hashlib.sha256((owned or "").encode())
     for owner in owners:
         key = _key(owner, profile, expected_parameters(owner, profile), what)
         path = store.root / namespace / f"{results.key_hash(key)}.parquet"

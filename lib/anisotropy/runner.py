@@ -126,7 +126,7 @@ class Outcome:
 
 def _stamp(profile: str, params: dict, name: str) -> dict:
     stamp = {"profile": profile, "parameters": params, "source_hash": profiles.source_hash(name)}
-    from .claims import stamp_inputs  # a chapter that gathers other chapters' stored rows reruns when they change
+    from .claims import stamp_inputs  # a chapter reruns when its claims change, or what it gathers from others
 
     inputs = stamp_inputs(name, profile)
     return stamp if inputs is None else {**stamp, "inputs": inputs}
