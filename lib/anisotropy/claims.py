@@ -837,8 +837,8 @@ def show(frame: pd.DataFrame, columns=("source", "claim", "evidence", "verdict",
     names = {"source": "source", "claim": "claim", "evidence": "paper's evidence", "verdict": "verdict here",
              "why": "why (value, or what would decide it)", "chapter": "chapter", "id": "id"}
     table = shown[list(columns)].rename(columns=names)
-    widths = {"source": "6.5em", "claim": "14em", "paper's evidence": "10em", "verdict here": "6em",
-              "why (value, or what would decide it)": "14em", "chapter": "6em"}
+    widths = {"source": "5.5em", "claim": "12em", "paper's evidence": "8em", "verdict here": "5em",
+              "why (value, or what would decide it)": "13em", "chapter": "5em"}
     styles = {name: [{"selector": "td, th", "props": f"min-width: {width}"}]
               for name, width in widths.items() if name in table.columns}
     return (table.style.hide(axis="index").set_table_attributes('class="claims-table"')
@@ -847,7 +847,7 @@ def show(frame: pd.DataFrame, columns=("source", "claim", "evidence", "verdict",
 
 def _verdict_style(value: str) -> str:
     colour = {HOLDS: "#1b7837", FAILS: "#b2182b"}.get(value, "#555555")
-    return f"color: {colour}; font-weight: bold; white-space: nowrap"
+    return f"color: {colour}; font-weight: bold"
 
 
 def glue_tally(prefix: str, frame: pd.DataFrame) -> None:

@@ -78,8 +78,8 @@ def cosine_null_quantiles(quantiles: pd.DataFrame, measured: pd.DataFrame | None
     exact = quantiles.sort_values("d")
     top = int(max(exact["d"].max(), measured["dim"].max() if measured is not None and len(measured) else 0))
     grid = np.unique(np.geomspace(max(2, exact["d"].min()), top, 200).round().astype(int))
-    ax.plot(grid, [float(baseline.isotropic_cosine_quantile(0.95, int(d))) for d in grid], color="0.2", lw=1.5,
-            label="isotropic 95th percentile (exact)")
+    line = [float(baseline.isotropic_cosine_quantile(0.95, int(d))) for d in grid]
+    ax.plot(grid, line, color="0.2", lw=1.5, label="isotropic 95th percentile (exact)")
     ax.scatter(exact["d"], exact["monte_carlo_q95"], color="0.55", zorder=3, s=22, marker="D",
                label="isotropic 95th percentile (Monte Carlo)")
     if measured is not None and len(measured):
@@ -104,10 +104,15 @@ def cosine_null_quantiles(quantiles: pd.DataFrame, measured: pd.DataFrame | None
             ax.scatter([], [], marker=marker, facecolor="0.3" if filled else "white", edgecolor="0.3", s=30,
                        label=origin)
     ax.set_xscale("log", base=2)
-    ax.set_yscale("symlog", linthresh=1e-3, linscale=0.3)
-    ax.set_ylim(bottom=min(-1e-3, float(measured["min_cosine"].min()) * 1.2) if measured is not None and len(
-        measured) else None, top=1.2)
-    ax.axhline(0, color="0.6", lw=0.6)
+    lowest = float(measured["min_cosine"].min()) if measured is not None and len(measured) else None
+    if lowest is not None and lowest <= 0:  # a model at or below zero: linear around 0, logarithmic above 10^-3
+        ax.set_yscale("symlog", linthresh=1e-3, linscale=0.3)
+        ax.set_ylim(bottom=min(-1e-3, lowest * 1.2), top=1.2)
+        ax.axhline(0, color="0.6", lw=0.6)
+    else:
+        ax.set_yscale("log")
+        bottom = min(lowest, min(line)) if lowest is not None else min(line)
+        ax.set_ylim(bottom=bottom / 2, top=1.2)
     ax.set_xlabel("dimension d")
     ax.set_ylabel("cosine similarity")
     ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
