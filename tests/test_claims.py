@@ -398,3 +398,21 @@ def test_a_changed_rule_or_claim_changes_the_owning_chapters_stamp(monkeypatch):
     monkeypatch.setattr(claims, "_read_ledger", lambda: tuple(changed))
     assert claims.stamp_inputs("p2_training_dynamics", "local") != before["p2_training_dynamics"]
     assert claims.stamp_inputs("p1_s3_drift", "local") == before["p1_s3_drift"]
+
+
+def test_every_chapter_shows_its_claims_and_the_closing_chapter_comes_last():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    chapters = runner.chapters()
+    for name in chapters:
+        text = (root / "notebooks" / f"{name}.md").read_text()
+        if name == "what_holds_up":
+            assert "claims.gather(profile)" in text
+        else:
+            assert f'claims.evaluate("{name}", P' in text and "claims.show(" in text, name
+    # a gathering chapter runs after every chapter it reads
+    assert chapters[-1] == "what_holds_up"
+    assert chapters.index("appendix_b_isotropic") > max(chapters.index(c) for c in claims.MEASURING_CHAPTERS)
+    for profile in profiles.names():
+        assert "what_holds_up" in profiles.load(profile)["notebooks"], profile
