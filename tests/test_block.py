@@ -128,3 +128,18 @@ def test_attention_statistics_match_brute_force(causal):
     visible = np.where(np.tril(np.ones((S, S))) > 0, p, np.inf) if causal else p
     assert stats["seq_min"] == pytest.approx(visible.min(axis=(2, 3)).mean(axis=0).mean(), rel=1e-5)
     assert stats["seq_max"] == pytest.approx(p.max(axis=(2, 3)).mean(axis=0).mean(), rel=1e-5)
+
+
+def test_fixed_point_on_the_norms_of_the_averages():
+    """Paper 1's Figure 6 follows the norm of the average output: with the output's average at sqrt(d) * sqrt(cos)
+    and the input's at about N, the curves cross where N reaches the output's average norm."""
+    n = np.array([0.0, 4.0, 16.0, 28.0, 64.0])
+    out_avg = np.sqrt(768) * np.sqrt(n / (n + 0.5))  # aligns as N grows
+    frame = pd.DataFrame({"variant": "post_ln", "seed": 0, "bias_norm": n, "input_norm": np.hypot(0.55, n),
+                          "output_norm": np.sqrt(768), "input_drift_norm": n + 0.01, "output_drift_norm": out_avg,
+                          "predicted_n_star": 27.7})
+    star = block.fixed_points(frame, on="average")["n_star"].iloc[0]
+    i = 2  # the gap changes sign between N = 16 and N = 28
+    gap = out_avg - (n + 0.01)
+    assert star == pytest.approx(n[i] + gap[i] * (n[i + 1] - n[i]) / (gap[i] - gap[i + 1]))
+    assert 16 < star < 28 and block.fixed_points(frame)["n_star"].iloc[0] != star

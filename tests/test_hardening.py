@@ -594,7 +594,9 @@ def test_killed_sweep_resumes_where_it_stopped(repo_copy):
     proc.communicate()
     assert finished() == [first], "a killed notebook must never carry a finished notebook's name"
     notebooks_then, results_then = mtimes(sweeps, "*.ipynb"), mtimes(store, "*")
-    stored_keys = [json.loads((store / k).read_text())["key"] for k in results_then if k.endswith(".json")]
+    own = store / "appendix_b_isotropic"  # the chapter's results (results/claims/ holds its claims verdicts)
+    stored_keys = [json.loads((store / k).read_text())["key"] for k in results_then
+                   if k.endswith(".json") and k.startswith("appendix_b_isotropic/")]
     assert {k["seed"] for k in stored_keys} >= {101}
 
     # 3. A third run finishes the sweep: the first point is reused, nothing stored is recomputed.
@@ -605,8 +607,11 @@ def test_killed_sweep_resumes_where_it_stopped(repo_copy):
     assert mtimes(sweeps, first) == {first: notebooks_then[first]}
     now = mtimes(store, "*")
     assert {k: now[k] for k in results_then} == results_then, "a finished result was written again"
-    keys = [json.loads(p.read_text())["key"] for p in store.rglob("*.json")]
+    keys = [json.loads(p.read_text())["key"] for p in own.rglob("*.json")]
     assert sorted(k["seed"] for k in keys) == [101, 102]
+    # each sweep point stores its own claims verdicts, keyed by its parameters
+    verdicts = [json.loads(p.read_text())["key"] for p in (store / "claims").rglob("*.json")]
+    assert sorted(k["parameters"]["seed"] for k in verdicts) == [101, 102]
     table = pd.read_csv(sweeps / "sweep.csv")
     assert table["seed"].tolist() == [101, 102] and table["error"].isna().all()
     assert not partial.exists()

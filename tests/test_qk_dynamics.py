@@ -278,3 +278,25 @@ def test_folder_of_checkpoints_lists_its_steps(suite):
     assert list(found) == [0] and [s.step for s in found[0]] == list(STEPS)
     picked = qk_dynamics.pick_stages(found[0], 3)
     assert picked[0].step == 0 and picked[-1].step == STEPS[-1] and len(picked) == 3
+
+
+def test_concatenated_alignment_is_the_cosine_of_the_concatenated_means():
+    """Figure 23 concatenates the heads: two heads whose means are aligned (+1) and anti-aligned (-1) with equal norms
+    give 0 together; brute force on random means agrees."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for step in (0, 10):
+        for head in range(3):
+            q, k = rng.normal(size=4), rng.normal(size=4)
+            rows.append({"run": "r", "seed": 0, "layer": 1, "step": step, "head": head, "q_mean": q, "k_mean": k})
+    stats = pd.DataFrame(rows)
+    out = qk_dynamics.concatenated_alignment(stats)
+    assert len(out) == 2 and set(out["dim"]) == {12}
+    for step, got in out.set_index("step")["cos_qk"].items():
+        part = stats[stats["step"] == step].sort_values("head")
+        q, k = np.concatenate(part["q_mean"].to_list()), np.concatenate(part["k_mean"].to_list())
+        assert got == pytest.approx(q @ k / np.linalg.norm(q) / np.linalg.norm(k))
+    e = np.eye(4)[0]
+    planted = pd.DataFrame([{"run": "r", "seed": 0, "layer": 0, "step": 0, "head": 0, "q_mean": e, "k_mean": e},
+                            {"run": "r", "seed": 0, "layer": 0, "step": 0, "head": 1, "q_mean": e, "k_mean": -e}])
+    assert qk_dynamics.concatenated_alignment(planted)["cos_qk"].iloc[0] == pytest.approx(0.0)

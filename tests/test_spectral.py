@@ -39,16 +39,25 @@ def _direct_rows(loaded, texts, chunk=8, max_length=128):
 def test_per_layer_values_equal_direct_metrics_on_the_same_hidden_states(name, texts):
     loaded = registry.load(name, variant="tiny")
     names = ("sigma1_share", "twonn_dimension", "mean_cosine")
-    frame = spectral.measure(loaded, texts, batch_size=BATCH, n_batches=N_BATCHES, metric_names=names)
+    frame = spectral.measure(loaded, texts, batch_size=BATCH, n_batches=N_BATCHES, metric_names=names,
+                             shuffle_seed=None)
+    shuffled = spectral.measure(loaded, texts, batch_size=BATCH, n_batches=N_BATCHES, metric_names=names,
+                                shuffle_seed=5)
     direct = _direct_rows(loaded, texts)
     assert sorted(frame["layer"].unique()) == sorted(direct)
     for layer, rows in direct.items():
         assert rows.shape[0] >= BATCH * N_BATCHES  # the corpus is large enough for every batch
         got = frame[frame["layer"] == layer].sort_values("batch")
         assert list(got["batch"]) == list(range(N_BATCHES))
+        pool = rows[: BATCH * N_BATCHES][spectral.shuffle_order(BATCH * N_BATCHES, 5)]
+        got_shuffled = shuffled[shuffled["layer"] == layer].sort_values("batch")
         for metric in names:
             want = metrics.batched(spectral.BATCH_METRICS[metric], rows[: BATCH * N_BATCHES], BATCH)
             np.testing.assert_allclose(got[metric], want.values, rtol=2e-4, atol=1e-6, err_msg=f"{name} {metric}")
+            # Shuffled before batching (Paper 2, Section 2.2): the same pool, permuted, then cut into batches.
+            want = metrics.batched(spectral.BATCH_METRICS[metric], pool, BATCH)
+            np.testing.assert_allclose(got_shuffled[metric], want.values, rtol=2e-4, atol=1e-6,
+                                       err_msg=f"{name} {metric} shuffled")
     summ = spectral.summary(frame)
     assert len(summ) == len(direct) and (summ["n_batches"] == N_BATCHES).all()
     assert np.allclose(summ.sort_values("layer")["relative_depth"], np.linspace(0, 1, len(direct)))
@@ -72,7 +81,7 @@ def test_final_norm_split_gives_the_states_before_and_after_the_final_layernorm(
         rows = _direct_rows(loaded, texts)[last]
     finally:
         loaded.model.ln_f = ln_f
-    want = metrics.batched(metrics.sigma1_share, rows[: 2 * BATCH], BATCH)
+    want = metrics.batched(metrics.sigma1_share, rows[: 2 * BATCH][spectral.shuffle_order(2 * BATCH, 0)], BATCH)
     np.testing.assert_allclose(before["sigma1_share"], want.values, rtol=2e-4)
     assert isinstance(loaded.model.ln_f, torch.nn.LayerNorm)  # restored
 
@@ -117,6 +126,31 @@ def test_batched_layer_matches_metrics_batched_and_recovers_planted_values():
     np.testing.assert_allclose(ids.values["twonn_dimension"], dims, rtol=0.12)
     np.testing.assert_allclose(ids.values["twonn_dimension"],
                                metrics.batched(metrics.twonn_dimension, cubes, n).values, rtol=1e-9)
+
+
+def test_shuffling_before_batching_mixes_texts_that_stream_order_keeps_together():
+    """A stream of "texts" of 64 tokens each, every token a near-copy of its text's first one: in stream order a
+    batch holds a few texts (TwoNN sees near-duplicates, sigma1 share of a few clusters); shuffled, every batch
+    mixes all texts, and batch k holds the same tokens in every layer (same seed, same pool)."""
+    rng = np.random.default_rng(1)
+    d, n, k = 8, 256, 3
+    texts_ = np.repeat(rng.normal(size=(3 * n // 64, d)), 64, axis=0) + 1e-3 * rng.normal(size=(3 * n, d))
+    plain = spectral.BatchedLayer(d, batch_size=n, n_batches=k, metric_names=("mean_cosine",))
+    mixed = spectral.BatchedLayer(d, batch_size=n, n_batches=k, metric_names=("mean_cosine",), shuffle_seed=0)
+    again = spectral.BatchedLayer(d, batch_size=n, n_batches=k, metric_names=("mean_cosine",), shuffle_seed=0)
+    for start in range(0, len(texts_), 100):
+        for acc in (plain, mixed, again):
+            acc.update(torch.from_numpy(texts_[start:start + 100].astype(np.float32)))
+    assert mixed.full and mixed.batches_done == k and again.values == mixed.values
+    pool = texts_.astype(np.float32)[spectral.shuffle_order(3 * n, 0)]
+    np.testing.assert_allclose(mixed.values["mean_cosine"],
+                               metrics.batched(metrics.mean_cosine, pool, n).values, rtol=1e-6)
+    # shuffled batches are alike (each mixes every text); stream-order batches differ from one another
+    assert np.ptp(mixed.values["mean_cosine"]) < np.ptp(plain.values["mean_cosine"])
+    # a stream that ends early: the rows there are shuffled and cut into as many full batches as they make
+    short = spectral.BatchedLayer(d, batch_size=n, n_batches=k, metric_names=("mean_cosine",), shuffle_seed=0)
+    short.update(torch.from_numpy(texts_[: n + 10].astype(np.float32)))
+    assert not short.full and short.batches_done == 1
 
 
 def test_batched_layer_rejects_bad_input():

@@ -292,14 +292,18 @@ def score_samples(bias_norms, seed: int = 0, variants=("post_ln",), n_sequences:
     return pd.concat(parts, ignore_index=True)
 
 
-def fixed_points(frame: pd.DataFrame) -> pd.DataFrame:
-    """N* per (variant, seed): the first bias norm where the mean output norm falls from above to below the mean
-    input norm, by linear interpolation between grid points; NaN where the curves do not cross on the grid."""
+def fixed_points(frame: pd.DataFrame, on: str = "mean") -> pd.DataFrame:
+    """N* per (variant, seed): the first bias norm where the output's norm falls from above to below the input's,
+    by linear interpolation between grid points; NaN where the curves do not cross on the grid. ``on="mean"``: the
+    mean norm of the rows (``output_norm``, ``input_norm``); ``on="average"``: the norm of the average row
+    (``output_drift_norm``, ``input_drift_norm``, the quantity the paper's text follows; the input's is about N)."""
+    out_col, in_col = {"mean": ("output_norm", "input_norm"),
+                       "average": ("output_drift_norm", "input_drift_norm")}[on]
     rows = []
     for (variant, seed), group in frame.groupby(["variant", "seed"], sort=True):
         g = group.sort_values("bias_norm")
         n = g["bias_norm"].to_numpy()
-        gap = (g["output_norm"] - g["input_norm"]).to_numpy()
+        gap = (g[out_col] - g[in_col]).to_numpy()
         n_star = float("nan")
         for i in range(len(n) - 1):
             if gap[i] > 0 >= gap[i + 1]:

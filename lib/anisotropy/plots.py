@@ -56,23 +56,66 @@ def cosine_null_densities(samples: pd.DataFrame, exact: pd.DataFrame):
     return fig
 
 
-def cosine_null_quantiles(quantiles: pd.DataFrame, measured: pd.DataFrame | None = None):
+FAMILY_COLOURS = dict(zip(("token-level", "character-level", "speech", "vision-transformer", "cnn", "encoder",
+                             "decoder"), sns.color_palette(PALETTE, 7)))
+ORIGIN_MARKERS = {"pretrained": ("o", True), "untrained": ("o", False), "self-trained": ("s", True),
+                  "tiny": ("X", True)}
+
+
+def cosine_null_quantiles(quantiles: pd.DataFrame, measured: pd.DataFrame | None = None, family_names=None,
+                          label_points: bool = False):
     """Paper 1, Figure 18: the 95th percentile of the null against d on log axes, Monte Carlo points over the exact
-    curve. ``measured`` (optional; columns ``d``, ``mean_cosine``, ``model``) adds models' layer-wise mean cosine."""
-    fig, axes = figure(height=3.8)
+    curve, and the measured models as points: ``measured`` (``claims.measured_summary`` rows: label, origin, family,
+    dim, mean_cosine, min_cosine, max_cosine) puts each model's layer-averaged mean cosine at its dimension, with a
+    bar spanning its layers; colour: family, marker: origin (filled circle pretrained, hollow untrained, square
+    self-trained, cross tiny); models of the same dimension are spread a little sideways so that they do not hide one
+    another (``label_points`` writes their names beside them). The exact curve is extended to the largest measured
+    dimension; the y axis is linear below 10^-3 so that models at or below zero still show."""
+    from . import baseline
+
+    fig, axes = figure(height=4.4 if measured is not None and len(measured) else 3.8)
     ax = axes[0, 0]
     exact = quantiles.sort_values("d")
-    ax.plot(exact["d"], exact["exact_q95"], color="0.2", lw=1.5, label="exact 95th percentile")
-    ax.scatter(exact["d"], exact["monte_carlo_q95"], color=sns.color_palette(PALETTE)[1], zorder=3, s=28,
-               label="Monte Carlo 95th percentile")
+    top = int(max(exact["d"].max(), measured["dim"].max() if measured is not None and len(measured) else 0))
+    grid = np.unique(np.geomspace(max(2, exact["d"].min()), top, 200).round().astype(int))
+    line = [float(baseline.isotropic_cosine_quantile(0.95, int(d))) for d in grid]
+    ax.plot(grid, line, color="0.2", lw=1.5, label="isotropic 95th percentile (exact)")
+    ax.scatter(exact["d"], exact["monte_carlo_q95"], color="0.55", zorder=3, s=22, marker="D",
+               label="isotropic 95th percentile (Monte Carlo)")
     if measured is not None and len(measured):
-        sns.stripplot(data=measured, x="d", y="mean_cosine", hue="model", ax=ax, native_scale=True, size=4,
-                      jitter=0.05, alpha=0.8)
+        families = list(dict.fromkeys(measured["family"]))
+        rank = measured.groupby("dim").cumcount().to_numpy()
+        count = measured.groupby("dim")["dim"].transform("size").to_numpy()
+        spread = 2.0 ** ((rank - (count - 1) / 2) * 0.035)  # a few percent sideways per model sharing a dimension
+        for row, x in zip(measured.itertuples(), measured["dim"].to_numpy() * spread):
+            colour = FAMILY_COLOURS.get(row.family, "0.4")
+            marker, filled = ORIGIN_MARKERS.get(row.origin, ("o", True))
+            ax.plot([x, x], [row.min_cosine, row.max_cosine], color=colour, lw=1.0, alpha=0.5, zorder=4)
+            ax.scatter([x], [row.mean_cosine], s=34, marker=marker, zorder=5, linewidths=1.2,
+                       facecolor=colour if filled else "white", edgecolor=colour)
+            if label_points:
+                ax.annotate(row.label, (x, row.mean_cosine), xytext=(4, 2), textcoords="offset points",
+                            fontsize=5.5, color=colour, alpha=0.9)
+        for family in families:
+            ax.scatter([], [], color=FAMILY_COLOURS.get(family, "0.4"), s=30,
+                       label=(family_names or {}).get(family, family))
+        for origin in dict.fromkeys(measured["origin"]):
+            marker, filled = ORIGIN_MARKERS.get(origin, ("o", True))
+            ax.scatter([], [], marker=marker, facecolor="0.3" if filled else "white", edgecolor="0.3", s=30,
+                       label=origin)
     ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
+    lowest = float(measured["min_cosine"].min()) if measured is not None and len(measured) else None
+    if lowest is not None and lowest <= 0:  # a model at or below zero: linear around 0, logarithmic above 10^-3
+        ax.set_yscale("symlog", linthresh=1e-3, linscale=0.3)
+        ax.set_ylim(bottom=min(-1e-3, lowest * 1.2), top=1.2)
+        ax.axhline(0, color="0.6", lw=0.6)
+    else:
+        ax.set_yscale("log")
+        bottom = min(lowest, min(line)) if lowest is not None else min(line)
+        ax.set_ylim(bottom=bottom / 2, top=1.2)
     ax.set_xlabel("dimension d")
     ax.set_ylabel("cosine similarity")
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return fig
 
 
@@ -98,31 +141,44 @@ def _seed_lines(ax, frame: pd.DataFrame, columns: dict, styles: dict | None = No
             ax.fill_between(mean.index, lo.to_numpy(), hi.to_numpy(), color=style["color"], alpha=0.2, lw=0)
 
 
-def block_input_output(frame: pd.DataFrame, fixed: pd.DataFrame | None = None, labels: dict | None = None):
-    """Paper 1, Figure 6: (a) mean cosine and (b) mean norm of the block's inputs and outputs against the bias norm N,
-    bands spanning the seeds. Several variants (column ``variant``, named by ``labels``) share their inputs, drawn
-    once; their outputs get one line style each. ``fixed`` (columns ``variant``, ``n_star``) marks fixed points N*."""
-    fig, axes = figure(ncols=2, height=3.6)
+def block_input_output(frame: pd.DataFrame, fixed: pd.DataFrame | None = None, labels: dict | None = None,
+                       average: bool = True, fixed_average: pd.DataFrame | None = None):
+    """Paper 1, Figure 6: (a) mean cosine, (b) mean norm of the rows and, with ``average``, (c) the norm of the
+    average (``input_drift_norm``, ``output_drift_norm``: the quantity the paper's text follows) of the block's
+    inputs and outputs against the bias norm N, bands spanning the seeds. Several variants (column ``variant``,
+    named by ``labels``) share their inputs, drawn once; their outputs get one line style each. ``fixed`` (columns
+    ``variant``, ``n_star``) marks the fixed points of the mean norms in (b), ``fixed_average`` those of the norms of
+    the averages in (c)."""
+    whats = ("cosine", "norm", "drift_norm") if average else ("cosine", "norm")
+    fig, axes = figure(ncols=len(whats), height=3.6)
     variants = list(dict.fromkeys(frame["variant"]))
     dashes = ["-", "--", ":", "-."]
     colours = sns.color_palette(PALETTE, 1 + len(variants))
     first = frame[frame["variant"] == variants[0]]
-    for ax, what in zip(axes[0], ("cosine", "norm")):
+    for ax, what in zip(axes[0], whats):
         _seed_lines(ax, first, {f"input_{what}": "inputs"}, {f"input_{what}": {"color": colours[0]}})
         for i, variant in enumerate(variants):
             name = "outputs" + (f", {(labels or {}).get(variant, variant)}" if len(variants) > 1 else "")
             _seed_lines(ax, frame[frame["variant"] == variant], {f"output_{what}": name},
                         {f"output_{what}": {"color": colours[1 + i], "ls": dashes[i % 4]}})
-    if fixed is not None:
+    for column, marks in ((1, fixed), (2, fixed_average if average else None)):
+        if marks is None:
+            continue
         for i, variant in enumerate(variants):
-            values = fixed.loc[fixed["variant"] == variant, "n_star"].dropna()
+            values = marks.loc[marks["variant"] == variant, "n_star"].dropna()
             if len(values):
-                axes[0, 1].axvline(values.mean(), color="0.3", ls=dashes[i % 4], lw=0.9)
-                axes[0, 1].annotate(f"N* = {values.mean():.1f}", (values.mean(), 0.98),
-                                    xycoords=("data", "axes fraction"), ha="right", va="top", fontsize="small",
-                                    rotation=90)
-    axes[0, 0].set_title("(a) cosine")
-    axes[0, 1].set_title("(b) norm")
+                axes[0, column].axvline(values.mean(), color="0.3", ls=dashes[i % 4], lw=0.9)
+                axes[0, column].annotate(f"N* = {values.mean():.1f}", (values.mean(), 0.98),
+                                         xycoords=("data", "axes fraction"), ha="right", va="top",
+                                         fontsize="small", rotation=90)
+    axes[0, 0].set_title("(a) mean cosine")
+    axes[0, 1].set_title("(b) mean norm of the rows")
+    if average:
+        axes[0, 2].set_title("(c) norm of the average")
+        axes[0, 2].set_ylabel("norm of the mean vector")
+        axes[0, 2].set_yscale("symlog", linthresh=1.0)
+        axes[0, 2].set_ylim(bottom=0)
+        _bias_axis(axes[0, 2], frame)
     return _cosine_norm_axes(axes, frame)
 
 
@@ -153,6 +209,49 @@ def score_histograms(samples: pd.DataFrame, head: int | None = 0, max_panels: in
         ax.set_visible(False)
     who = f"head {head}" if head is not None else "all heads"
     fig.supxlabel(f"pre-softmax score  q·k / √d_k  ({who})", fontsize="medium")
+    return fig
+
+
+def score_histograms_all_heads(samples: pd.DataFrame, max_panels: int = 6, bins: int = 40):
+    """Paper 1, Figure 7 for every head: one row per bias norm (column ``bias_norm``). Left: the histogram of each
+    head's pre-softmax scores (column ``score``, one step line per ``head``, each on its own bins and scaled to the
+    same peak height, so a narrow head is as visible as a wide one): where each head's scores sit. Right: the same
+    scores minus each head's mean, on shared bins: how widely they spread. Each row has its own axes, because the
+    scores' location grows like N^2 and their spread like N."""
+    from matplotlib.ticker import MaxNLocator
+
+    norms = sorted(samples["bias_norm"].unique())[:max_panels]
+    heads = sorted(samples["head"].unique())
+    fig, axes = figure(ncols=2, nrows=len(norms), height=1.5)
+    colours = dict(zip(heads, sns.color_palette("husl", len(heads))))
+    for row, n in zip(axes, norms):
+        part = samples[samples["bias_norm"] == n]
+        centred = part["score"] - part.groupby("head")["score"].transform("mean")
+        shared = np.histogram_bin_edges(centred.to_numpy(), bins=bins)
+        for head in heads:
+            values = part.loc[part["head"] == head, "score"].to_numpy()
+            counts, edges = np.histogram(values, bins=bins)
+            row[0].stairs(counts / max(counts.max(), 1), edges, color=colours[head], lw=1.0,
+                          label=f"head {int(head) + 1}")
+            c_counts, _ = np.histogram(centred[part["head"] == head].to_numpy(), bins=shared)
+            row[1].stairs(c_counts, shared, color=colours[head], lw=0.9, alpha=0.8)
+        lo, hi = part["score"].min(), part["score"].max()
+        if lo < 0 < hi:
+            row[0].axvline(0, color="0.3", lw=0.8)
+        row[0].set_ylabel(f"N = {n:g}", rotation=0, ha="right", va="center", fontsize="small")
+        row[1].annotate(f"sd {centred.std():.2g}", (0.98, 0.9), xycoords="axes fraction", ha="right", va="top",
+                        fontsize="x-small")
+        for ax in row:
+            ax.set_yticks([])
+            ax.xaxis.set_major_locator(MaxNLocator(nbins=4))
+            ax.ticklabel_format(axis="x", style="sci", scilimits=(-2, 3))
+            ax.tick_params(axis="x", labelsize="x-small")
+    axes[0, 0].set_title("scores of each head (location)", fontsize="small")
+    axes[0, 1].set_title("minus each head's mean (spread)", fontsize="small")
+    axes[-1, 0].set_xlabel("pre-softmax score  q·k / √d_k", fontsize="small")
+    axes[-1, 1].set_xlabel("score minus the head's mean", fontsize="small")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=min(6, len(heads)), fontsize="x-small")
     return fig
 
 
@@ -537,6 +636,32 @@ def qk_statistic_by_run(stats: pd.DataFrame, column: str = "cos_qk", ylabel: str
         ax.set_title(run, fontsize="small")
     axes[0].set_ylabel(ylabel)
     axes[-1].legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return fig
+
+
+def qk_concatenated_by_seed(frame: pd.DataFrame, band: float | None = None, max_cols: int = 4):
+    """Paper 1, Figure 23: cos(Q̄, K̄) with queries and keys concatenated across heads (``qk_dynamics.
+    concatenated_alignment``) along training, one panel per layer, one line per run (seed), one colour per seed.
+    ``band`` shades ±band (the isotropic 95% band for the concatenated dimension)."""
+    layers = sorted(frame["layer"].unique())
+    runs = list(dict.fromkeys(frame.sort_values("seed")["run"]))
+    colours = dict(zip(runs, sns.color_palette(PALETTE, len(runs))))
+    fig, axes = _panel_grid(len(layers), max_cols=max_cols, height=2.3, sharey=True)
+    for ax, layer in zip(axes, layers):
+        part = frame[frame["layer"] == layer]
+        if band is not None:
+            ax.axhspan(-band, band, color="0.85", zorder=0, lw=0)
+        ax.axhline(0, color="0.4", lw=0.6)
+        for run in runs:
+            line = part[part["run"] == run].sort_values("step")
+            ax.plot(line["step"], line["cos_qk"], color=colours[run], lw=1.2, marker="o", ms=2, label=run)
+        _training_step_axis(ax, part["step"])
+        ax.set_title(f"layer {layer + 1}", fontsize="small")
+        ax.set_xlabel("training step", fontsize="small")
+    for ax in axes[:: min(len(layers), max_cols)]:
+        ax.set_ylabel("cos(Q̄, K̄), all heads")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=min(5, len(runs)), fontsize="x-small")
     return fig
 
 

@@ -392,6 +392,26 @@ def project_means(stats: pd.DataFrame, layer: int, head: int, basis: np.ndarray)
     return pd.concat(rows, ignore_index=True)
 
 
+# ---- all heads together (Appendix D, Figure 23) ------------------------------------------------------------------
+
+def concatenated_alignment(stats: pd.DataFrame) -> pd.DataFrame:
+    """One row per (run, seed, layer, step): cos and scalar product of the mean query and the mean key with the
+    representations concatenated across heads (the outputs of the query and key maps, before the split into heads),
+    as in Paper 1's Figure 23. The mean of a concatenation is the concatenation of the per-head means, so this is
+    computed from the stored ``q_mean`` / ``k_mean`` of every head, in head order. Columns: run, seed, layer, step,
+    cos_qk, dot_qk, dim (heads x head_dim)."""
+    rows = []
+    for (run, seed, layer, step), part in stats.groupby(["run", "seed", "layer", "step"], sort=True):
+        part = part.sort_values("head")
+        q = np.concatenate([np.asarray(v, dtype=np.float64) for v in part["q_mean"]])
+        k = np.concatenate([np.asarray(v, dtype=np.float64) for v in part["k_mean"]])
+        qn, kn = float(np.linalg.norm(q)), float(np.linalg.norm(k))
+        rows.append({"run": run, "seed": seed, "layer": layer, "step": step,
+                     "cos_qk": float(q @ k / (qn * kn)) if qn > 0 and kn > 0 else 0.0, "dot_qk": float(q @ k),
+                     "dim": len(q)})
+    return pd.DataFrame(rows)
+
+
 # ---- which heads to show ----------------------------------------------------------------------------------------
 
 def _cos(a: np.ndarray, b: np.ndarray) -> float:
@@ -489,5 +509,6 @@ def alignment_summary(stats: pd.DataFrame) -> pd.DataFrame:
 
 __all__ = ["CHAPTER", "Stage", "revision_step", "multiberts_stages", "suite_stages", "pick_stages", "examples",
            "batches", "head_statistics", "step_statistics", "head_vectors", "step_vectors", "svd_basis",
-           "projection_basis", "project_vectors", "project_means", "head_dynamics", "pick_heads",
+           "projection_basis", "project_vectors", "project_means", "concatenated_alignment", "head_dynamics",
+           "pick_heads",
            "null_cosine_bound", "alignment_summary"]

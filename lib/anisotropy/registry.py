@@ -852,7 +852,8 @@ def load(name_or_path: str | os.PathLike, variant: str = "pretrained", revision:
         from . import formats
 
         check_fits(s, device, dtype)
-        model, pre, tokenizer, source = formats.load_converted(s, device, dtype, attn_implementation)
+        model, pre, tokenizer, source = formats.load_converted(s, _class(s.architecture), device, dtype,
+                                                              attn_implementation)
     elif variant == "pretrained":
         location = s.hub_location(revision)
         if not s.local_package:

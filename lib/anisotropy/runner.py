@@ -28,7 +28,8 @@ import yaml
 
 from . import fingerprint, paths, profiles, results
 
-EXECUTED = Path("book") / "executed"
+from .profiles import EXECUTED, chapters  # noqa: E402 - the book's chapters, read from _toc.yml
+
 SWEEPS = Path("book") / "sweeps"
 KERNEL = "python3"
 
@@ -49,26 +50,6 @@ def root() -> Path:
 
 
 # ---- chapters -------------------------------------------------------------------------------------------------------
-
-def chapters() -> list[str]:
-    """Chapter names in ``_toc.yml`` order: every toc entry under ``book/executed/``."""
-    toc = yaml.safe_load((root() / "_toc.yml").read_text())
-    found: list[str] = []
-
-    def walk(node):
-        if isinstance(node, dict):
-            file = node.get("file")
-            if isinstance(file, str) and file.startswith(EXECUTED.as_posix() + "/"):
-                found.append(file.split("/")[-1].removesuffix(".ipynb"))
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for item in node:
-                walk(item)
-
-    walk(toc)
-    return found
-
 
 def paired_ipynb_text(name: str) -> str:
     """The exact text of the committed output-free ``notebooks/<name>.ipynb`` for the current source."""
@@ -126,9 +107,14 @@ class Outcome:
 
 def _stamp(profile: str, params: dict, name: str) -> dict:
     """What an executed notebook is keyed by: profile, parameters, its source, and the library's code (every module:
-    figures and text depend on them all; the numbers themselves come from the results store, keyed more finely)."""
-    return {"profile": profile, "parameters": params, "source_hash": profiles.source_hash(name),
-            "code": fingerprint.package()}
+    figures and text depend on them all; the numbers themselves come from the results store, keyed more finely); for
+    a chapter that owns claims or gathers other chapters' rows, what those depend on (``claims.stamp_inputs``)."""
+    from .claims import stamp_inputs
+
+    stamp = {"profile": profile, "parameters": params, "source_hash": profiles.source_hash(name),
+             "code": fingerprint.package()}
+    inputs = stamp_inputs(name, profile)
+    return stamp if inputs is None else {**stamp, "inputs": inputs}
 
 
 def _is_current(output: Path, stamp: dict) -> bool:

@@ -8,9 +8,10 @@ standard deviation over batches, of
 - the TwoNN intrinsic dimension of the batch (``metrics.twonn_dimension``, a number of degrees of freedom).
 
 Both need the vectors themselves, not streaming moments, so ``BatchedLayer`` is an accumulator for ``taps.extract``
-that buffers a layer's valid vectors in stream order, computes the metrics on each full batch of ``batch_size``
-vectors as soon as it is complete and then drops it: memory is one batch per layer, whatever the corpus. It stops
-after ``n_batches`` batches, and ``measure`` stops feeding text once every layer is full. Paper 1's mean cosine and
+that pools a layer's first ``n_batches * batch_size`` valid vectors, shuffles them (the paper's Section 2.2: vectors
+are shuffled before batching, so a batch is not a few texts' consecutive, near-duplicate tokens) and computes the
+metrics on each batch: memory is one pool per layer, whatever the corpus. ``measure`` stops feeding text once every
+layer's pool is full. Paper 1's mean cosine and
 drift are computed on the same batches, so both papers' measures can be compared vector for vector.
 
 Results are per-batch rows (``measure``, ``profile``, ``series``); ``summary`` turns them into one row per layer
@@ -56,18 +57,32 @@ _FINAL_NORMS = ("final_layer_norm", "ln_f", "norm", "decoder.final_layer_norm")
 # ---------------------------------------------------------------------------------------------------------------------
 
 
+def shuffle_order(n: int, seed: int) -> np.ndarray:
+    """The permutation of a pool of ``n`` vectors that ``BatchedLayer`` applies before cutting it into batches."""
+    return np.random.default_rng(seed).permutation(n)
+
+
 class BatchedLayer:
-    """One layer's batches: valid rows are buffered in stream order; each time ``batch_size`` of them are there, every
-    metric in ``metric_names`` is computed on that batch and the batch is dropped. After ``n_batches`` batches further
-    rows are only counted.
+    """One layer's batches. Valid rows are buffered in stream order.
+
+    With ``shuffle_seed`` (the second paper's protocol, its Section 2.2: vectors are shuffled before they are split
+    into batches): the first ``n_batches * batch_size`` valid rows form a pool, which is permuted by
+    ``shuffle_order(len(pool), shuffle_seed)`` and cut into batches, so that a batch mixes tokens of many texts
+    instead of holding a few texts' consecutive tokens (which are near-duplicates for TwoNN). The same seed and pool
+    size give the same permutation in every layer, so batch k holds the same tokens in every layer. When the stream
+    ends before the pool is full, the rows there are shuffled and as many full batches as they make are measured.
+    Memory: the pool, ``n_batches * batch_size`` rows of float32.
+
+    Without ``shuffle_seed``: each time ``batch_size`` rows are there, the batch is measured and dropped (memory: one
+    batch plus one incoming chunk). After ``n_batches`` batches further rows are only counted.
 
     Valid rows: kept by ``mask`` (nonzero = keep), finite and not all zero (the rows ``metrics`` would exclude), so a
-    batch holds exactly ``batch_size`` vectors. Memory: at most one batch plus one incoming chunk, in float32.
+    batch holds exactly ``batch_size`` vectors. Every metric in ``metric_names`` is computed on each batch.
     Usable as ``taps.extract(..., stats_factory=lambda dim: BatchedLayer(dim, ...))``.
     """
 
     def __init__(self, dim: int, batch_size: int = BATCH_SIZE, n_batches: int = 4,
-                 metric_names: Sequence[str] = DEFAULT_METRICS):
+                 metric_names: Sequence[str] = DEFAULT_METRICS, shuffle_seed: int | None = None):
         unknown = [m for m in metric_names if m not in BATCH_METRICS]
         if unknown:
             raise ValueError(f"unknown metric(s) {unknown}; choose from {sorted(BATCH_METRICS)}")
@@ -75,14 +90,17 @@ class BatchedLayer:
             raise ValueError(f"BatchedLayer needs batch_size >= 3 and n_batches >= 1, got {batch_size}, {n_batches}")
         self.dim, self.batch_size, self.n_batches = int(dim), int(batch_size), int(n_batches)
         self.metric_names = tuple(metric_names)
+        self.shuffle_seed = shuffle_seed
         self.values: dict[str, list[float]] = {m: [] for m in self.metric_names}
         self._buffer: list[torch.Tensor] = []
         self._buffered = 0
         self._n = 0
+        self._pooled = False  # shuffled mode: the pool has been shuffled and measured
 
     def __repr__(self) -> str:
-        return (f"BatchedLayer(dim={self.dim}, n={self._n}, batches={self.batches_done}/{self.n_batches} "
-                f"of {self.batch_size})")
+        done = len(self.values[self.metric_names[0]]) if self.metric_names else 0
+        return (f"BatchedLayer(dim={self.dim}, n={self._n}, batches={done}/{self.n_batches} of {self.batch_size}"
+                f"{', shuffled' if self.shuffle_seed is not None else ''})")
 
     @property
     def n(self) -> int:
@@ -90,12 +108,34 @@ class BatchedLayer:
         return self._n
 
     @property
+    def pool_size(self) -> int:
+        return self.batch_size * self.n_batches
+
+    @property
     def batches_done(self) -> int:
+        """Batches measured; in shuffled mode, asking measures the pool (the stream is taken to have ended)."""
+        if self.shuffle_seed is not None:
+            self._measure_pool()
         return len(self.values[self.metric_names[0]]) if self.metric_names else 0
 
     @property
     def full(self) -> bool:
+        if self.shuffle_seed is not None:
+            return self._pooled or self._buffered >= self.pool_size
         return self.batches_done >= self.n_batches
+
+    def _measure(self, batch: torch.Tensor) -> None:
+        for name in self.metric_names:
+            self.values[name].append(float(BATCH_METRICS[name](batch)))
+
+    def _measure_pool(self) -> None:
+        if self._pooled:
+            return
+        pool = torch.cat(self._buffer)[: self.pool_size] if self._buffer else torch.empty(0, self.dim)
+        pool = pool[torch.from_numpy(shuffle_order(pool.shape[0], self.shuffle_seed))]
+        for k in range(pool.shape[0] // self.batch_size):
+            self._measure(pool[k * self.batch_size: (k + 1) * self.batch_size])
+        self._buffer, self._buffered, self._pooled = [], 0, True
 
     def update(self, batch, mask=None) -> "BatchedLayer":
         rows = torch.as_tensor(batch).detach()
@@ -111,11 +151,14 @@ class BatchedLayer:
             return self
         self._buffer.append(rows)
         self._buffered += rows.shape[0]
+        if self.shuffle_seed is not None:
+            if self._buffered >= self.pool_size:
+                self._measure_pool()
+            return self
         while self._buffered >= self.batch_size and not self.full:
             stacked = torch.cat(self._buffer)
             batch, rest = stacked[: self.batch_size], stacked[self.batch_size:]
-            for name in self.metric_names:
-                self.values[name].append(float(BATCH_METRICS[name](batch)))
+            self._measure(batch)
             self._buffer, self._buffered = ([rest] if rest.shape[0] else []), rest.shape[0]
         if self.full:
             self._buffer, self._buffered = [], 0
@@ -190,11 +233,12 @@ def _until_full(examples: Iterable, layers: list[BatchedLayer]) -> Iterator:
 def measure(loaded, examples: Iterable, batch_size: int = BATCH_SIZE, n_batches: int = 4,
             metric_names: Sequence[str] = DEFAULT_METRICS, max_length: int = 128, extraction_batch: int = 8,
             keep_special: bool = False, split_final_norm: bool = False, device=None,
-            part: str | None = None) -> pd.DataFrame:
+            part: str | None = None, shuffle_seed: int | None = 0) -> pd.DataFrame:
     """Per-batch metrics of every layer of ``loaded`` (a ``registry.Loaded``) on ``examples``, via ``taps.extract``.
 
     Text is fed only until every layer holds ``n_batches`` batches of ``batch_size`` vectors (which vectors count:
-    ``taps``). Returns one row per (layer, batch) with ``layer``, ``relative_depth`` (layer / last layer, in [0, 1]),
+    ``taps``), shuffled before batching with ``shuffle_seed`` as the second paper does (``BatchedLayer``; None keeps
+    stream order). Returns one row per (layer, batch) with ``layer``, ``relative_depth`` (layer / last layer, in [0, 1]),
     ``n_layers``, ``after_final_norm`` (True for the state that went through a decoder's final norm),
     ``batches_available`` and the metrics. With ``split_final_norm`` the last block's output appears twice at the last
     layer: before (``after_final_norm`` False) and after the final norm (True). Raises when a layer gets no full
@@ -211,7 +255,7 @@ def measure(loaded, examples: Iterable, batch_size: int = BATCH_SIZE, n_batches:
     created: list[BatchedLayer] = []
 
     def factory(dim: int) -> BatchedLayer:
-        created.append(BatchedLayer(dim, batch_size, n_batches, metric_names))
+        created.append(BatchedLayer(dim, batch_size, n_batches, metric_names, shuffle_seed=shuffle_seed))
         return created[-1]
 
     split = contextlib.nullcontext(False)
@@ -280,7 +324,7 @@ def profile(model: str | Path, variant: str = "pretrained", revision: str | None
             metric_names: Sequence[str] = DEFAULT_METRICS, max_length: int = 128, extraction_batch: int = 8,
             split_final_norm: bool = False, model_seed: int = 0, device=None, dtype=None,
             store=None, extra: dict | None = None, part: str | None = None,
-            data_options: dict | None = None) -> pd.DataFrame:
+            data_options: dict | None = None, shuffle: bool = True) -> pd.DataFrame:
     """``measure`` one model (a registry name with a variant and revision, or a ``save_pretrained`` folder) on
     ``data.load(source, n_texts, data_seed)``, cached in the results store under ``STORE_CHAPTER``.
 
@@ -290,6 +334,8 @@ def profile(model: str | Path, variant: str = "pretrained", revision: str | None
     weights. ``device`` "auto" picks the GPU when there is one; ``dtype`` e.g. "float16" for large models.
     ``part`` measures one stack of an encoder-decoder (Whisper: "encoder" on frames, "decoder" on transcript tokens)
     and ``data_options`` go to ``data.load`` (e.g. eSpeak speech); both enter the key only when given.
+    ``shuffle``: the layer's vectors are shuffled (seed ``data_seed``) before they are split into batches, as the
+    second paper does (``BatchedLayer``).
     """
     from . import data, registry, results
 
@@ -302,7 +348,8 @@ def profile(model: str | Path, variant: str = "pretrained", revision: str | None
            "model": results.checkpoint_key(folder) if is_folder else str(model), "variant": variant,
            "revision": revision, "model_seed": model_seed, "source": source, "n_texts": n_texts,
            "data_seed": data_seed, "batch_size": batch_size, "n_batches": n_batches, "metrics": list(metric_names),
-           "max_length": max_length, "split_final_norm": split_final_norm, "dtype": str(dtype)}
+           "max_length": max_length, "split_final_norm": split_final_norm, "dtype": str(dtype),
+           "shuffle_seed": data_seed if shuffle else None}
     if part is not None:
         key["part"] = part
     if data_options:
@@ -326,7 +373,8 @@ def profile(model: str | Path, variant: str = "pretrained", revision: str | None
             try:
                 frame = measure(loaded, texts, batch_size=batch_size, n_batches=n_batches, metric_names=metric_names,
                                 max_length=max_length, extraction_batch=extraction_batch,
-                                split_final_norm=split_final_norm, device=dev, part=part)
+                                split_final_norm=split_final_norm, device=dev, part=part,
+                                shuffle_seed=data_seed if shuffle else None)
             except torch.cuda.OutOfMemoryError:
                 torch.cuda.empty_cache()
                 raise registry.out_of_memory(str(model), _torch_dtype(dtype), extraction_batch) from None

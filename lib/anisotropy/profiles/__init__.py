@@ -81,6 +81,31 @@ def chapter_parameters(profile: str, chapter: str) -> dict:
 
 # ---- chapter sources and their parameters cell ----------------------------------------------------------------------
 
+EXECUTED = Path("book") / "executed"  # where the runner writes executed chapters (the toc's entries point there)
+
+
+def chapters() -> list[str]:
+    """Chapter names in ``_toc.yml`` order: every toc entry under ``book/executed/``."""
+    root = checkout()
+    if root is None:
+        raise ProfileError("The chapters' order needs a checkout of the book (a folder with _toc.yml).")
+    found: list[str] = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            file = node.get("file")
+            if isinstance(file, str) and file.startswith(EXECUTED.as_posix() + "/"):
+                found.append(file.split("/")[-1].removesuffix(".ipynb"))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(yaml.safe_load((root / "_toc.yml").read_text()))
+    return found
+
+
 def checkout() -> Path | None:
     """The checkout holding ``notebooks/`` (None on a plain install, e.g. Colab)."""
     return paths.project_root()

@@ -1,0 +1,958 @@
+"""The claims ledger: every testable claim of the two papers as data (``claims.yml``), the rules that decide them on
+a chapter's results, and where the verdicts are kept.
+
+A claim (``Claim``) names the chapter whose results decide it, the frame(s) it reads and a rule of this module
+(``RULES``). A chapter evaluates its own claims once its results are computed::
+
+    verdicts = claims.evaluate("p1_s3_modalities", P, layers=frame)
+    claims.show(verdicts)
+
+``evaluate`` selects the rows a claim may be decided on (its ``scope``: the paper's pretrained models only, the
+paper's checkpoint series or the book's self-trained stand-ins, or anything), runs the rule, and stores the verdict
+rows in the results store under the ``"claims"`` namespace, keyed by chapter, profile and the chapter's resolved
+parameters. The closing chapter gathers them with ``gather(profile)``, looking up for each chapter the key its run
+under that profile (without overrides) has written: a chapter run alone and the whole book store the same rows, and
+a run with other parameters (a sweep point) does not stand for the profile.
+
+A rule is a function of the selected frame(s) and the claim's ``params`` returning an ``Outcome``: ``holds`` (True,
+False, or None when the frame cannot decide it) and the value that decided it, in words. Every rule is tested on
+synthetic frames whose verdict is known (``tests/test_claims.py``).
+
+The same namespace mechanism keeps the per-model summary that Appendix B's Figure 18 draws (``record_measured`` in
+the chapters that measure models, ``gather_measured`` in Appendix B).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from . import fingerprint, results
+
+LEDGER = Path(__file__).resolve().with_name("claims.yml")
+NAMESPACE = "claims"  # results/<NAMESPACE>/: the verdict rows of every chapter and profile
+MEASURED = "claims_measured"  # results/<MEASURED>/: per-model mean cosines for Figure 18
+HOLDS, FAILS, UNTESTABLE = "holds", "does not hold", "not testable here"
+PAPER_NAMES = {"1": "Paper 1", "2": "Paper 2", "counterpoint": "Machina & Mercer", "book": "this book"}
+SCOPES = ("pretrained", "training", "any")
+#: Chapters whose pages gather what other chapters stored, and the namespace they read (the runner re-executes them
+#: when that changes: ``stamp_inputs``).
+GATHERERS = {"appendix_b_isotropic": MEASURED, "what_holds_up": NAMESPACE}
+#: Chapters that record per-model mean cosines for Figure 18.
+MEASURING_CHAPTERS = ("p1_s3_token_level", "p1_s3_character_level", "p1_s3_modalities", "p2_layer_profiles")
+
+
+# ---- the ledger -------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Claim:
+    id: str
+    paper: str
+    section: str
+    figure: str
+    chapter: str
+    claim: str
+    evidence: str
+    quantity: str
+    rule: str
+    input: tuple
+    scope: str
+    models: tuple = ()
+    params: dict = field(default_factory=dict, hash=False, compare=False)
+
+    @property
+    def source(self) -> str:
+        """"Paper 1, §3.2, Figure 3a" and the like."""
+        section = self.section if not self.section[:1].isdigit() else f"§{self.section}"
+        figure = "" if self.figure.startswith("none") else f", {self.figure}"
+        return f"{PAPER_NAMES[self.paper]}, {section}{figure}"
+
+
+@lru_cache(maxsize=1)
+def _read_ledger() -> tuple[Claim, ...]:
+    import yaml
+
+    raw = yaml.safe_load(LEDGER.read_text())["claims"]
+    found = []
+    for entry in raw:
+        entry = dict(entry)
+        entry["paper"] = str(entry["paper"])
+        entry["section"] = str(entry["section"])
+        inputs = entry.get("input")
+        entry["input"] = tuple(inputs) if isinstance(inputs, list) else (inputs,)
+        entry["models"] = tuple(entry.get("models") or ())
+        entry["params"] = dict(entry.get("params") or {})
+        found.append(Claim(**entry))
+    return tuple(found)
+
+
+def ledger() -> list[Claim]:
+    """Every claim of ``claims.yml``, in its order (checked: unique ids, known rules, papers and scopes)."""
+    claims = list(_read_ledger())
+    ids = [c.id for c in claims]
+    duplicates = sorted({i for i in ids if ids.count(i) > 1})
+    if duplicates:
+        raise ValueError(f"claims.yml: duplicate ids {duplicates}")
+    for c in claims:
+        if c.rule not in RULES:
+            raise ValueError(f"claims.yml: claim {c.id} names an unknown rule {c.rule!r}")
+        if c.scope not in SCOPES or c.paper not in PAPER_NAMES:
+            raise ValueError(f"claims.yml: claim {c.id} has scope {c.scope!r} / paper {c.paper!r}")
+        if c.scope in ("pretrained", "training") and not c.models:
+            raise ValueError(f"claims.yml: claim {c.id} (scope {c.scope}) names no models that decide it")
+    return claims
+
+
+def for_chapter(chapter: str) -> list[Claim]:
+    return [c for c in ledger() if c.chapter == chapter]
+
+
+def claim(claim_id: str) -> Claim:
+    return next(c for c in ledger() if c.id == claim_id)
+
+
+# ---- outcomes and rules -----------------------------------------------------------------------------------------------
+
+@dataclass
+class Outcome:
+    """What a rule found: ``holds`` (None: the frame cannot decide it) and the value that decided it, in words."""
+
+    holds: bool | None
+    value: str
+
+
+RULES: dict[str, Callable] = {}
+
+
+def rule(function: Callable) -> Callable:
+    RULES[function.__name__] = function
+    return function
+
+
+def _per_model(frame: pd.DataFrame, by: str = "label") -> list[tuple[str, pd.DataFrame]]:
+    key = by if by in frame.columns else "model"
+    return [(str(name), part.sort_values("layer") if "layer" in part else part)
+            for name, part in frame.groupby(key, sort=False)]
+
+
+def _spearman(x, y) -> float:
+    from scipy import stats
+
+    if len(x) < 3 or np.ptp(np.asarray(x, float)) == 0 or np.ptp(np.asarray(y, float)) == 0:
+        return float("nan")
+    return float(stats.spearmanr(x, y).statistic)
+
+
+def _majority(flags: list[bool]) -> bool:
+    return sum(flags) > len(flags) / 2
+
+
+# Appendix B
+
+@rule
+def null_concentrates(quantiles: pd.DataFrame, tolerance: float = 0.02) -> Outcome:
+    """The exact isotropic q95 decreases with d and sqrt(d) * q95 approaches the Gaussian limit at the largest d."""
+    from scipy.stats import norm
+
+    q = quantiles.sort_values("d")
+    if len(q) < 2:
+        return Outcome(None, "fewer than two dimensions")
+    decreasing = bool((np.diff(q["exact_q95"].to_numpy()) < 0).all())
+    d = float(q["d"].iloc[-1])
+    scaled = float(np.sqrt(d) * q["exact_q95"].iloc[-1])
+    limit = float(norm.ppf(0.95))
+    close = abs(scaled / limit - 1) <= tolerance
+    return Outcome(decreasing and close, f"√d·q95 = {scaled:.3f} at d = {d:,.0f} (limit {limit:.3f}); "
+                                         f"{'decreasing' if decreasing else 'not decreasing'} in d")
+
+
+@rule
+def models_above_null(measured: pd.DataFrame) -> Outcome:
+    """Every model's layer-averaged mean cosine exceeds the isotropic q95 of its dimension."""
+    if measured.empty:
+        return Outcome(None, "no model")
+    above = measured["mean_cosine"] > measured["null_q95"]
+    ratio = measured["mean_cosine"] / measured["null_q95"]
+    below = measured.loc[~above, "label"].tolist()
+    return Outcome(bool(above.all()), f"{int(above.sum())} of {len(measured)} models above (mean cosine / q95 from "
+                                      f"{ratio.min():.1f} to {ratio.max():.1f})"
+                   + (f"; below: {', '.join(below)}" if below else ""))
+
+
+# Paper 1, Section 3: layer-wise mean cosines (columns label, layer, mean_cosine, null_q95, family)
+
+@rule
+def most_layers_above_null(layers: pd.DataFrame, share: float = 0.5) -> Outcome:
+    parts = [(name, float((p["mean_cosine"] > p["null_q95"]).mean())) for name, p in _per_model(layers)]
+    if not parts:
+        return Outcome(None, "no model")
+    return Outcome(all(s >= share for _, s in parts),
+                   "share of layers above the isotropic q95: " + ", ".join(f"{n} {s:.0%}" for n, s in parts))
+
+
+@rule
+def every_layer_above(layers: pd.DataFrame, threshold: float = 0.2) -> Outcome:
+    if layers.empty:
+        return Outcome(None, "no model")
+    low = layers.loc[layers["mean_cosine"].idxmin()]
+    return Outcome(bool(low["mean_cosine"] > threshold),
+                   f"lowest layer mean cosine {low['mean_cosine']:.3f} ({low['label']}, layer {int(low['layer'])}), "
+                   f"against {threshold:g}")
+
+
+@rule
+def close_to_isotropic(layers: pd.DataFrame, threshold: float = 0.1) -> Outcome:
+    parts = [(name, float(p["mean_cosine"].abs().max())) for name, p in _per_model(layers)]
+    if not parts:
+        return Outcome(None, "no model")
+    return Outcome(all(v < threshold for _, v in parts),
+                   "largest |layer mean cosine|: " + ", ".join(f"{n} {v:.3f}" for n, v in parts)
+                   + f" (threshold {threshold:g})")
+
+
+@rule
+def majority_isotropic(layers: pd.DataFrame, threshold: float = 0.1) -> Outcome:
+    parts = [(name, float(p["mean_cosine"].median())) for name, p in _per_model(layers)]
+    if not parts:
+        return Outcome(None, "no model")
+    flags = [v < threshold for _, v in parts]
+    return Outcome(_majority(flags), f"{sum(flags)} of {len(parts)} below {threshold:g} (median layer mean cosine: "
+                                     + ", ".join(f"{n} {v:.3f}" for n, v in parts) + ")")
+
+
+@rule
+def falls_with_depth(layers: pd.DataFrame) -> Outcome:
+    parts = []
+    for name, p in _per_model(layers):
+        rho = _spearman(p["layer"], p["mean_cosine"])
+        first, last = float(p["mean_cosine"].iloc[0]), float(p["mean_cosine"].iloc[-1])
+        parts.append((name, rho, first, last, bool(rho < 0 and last < first)))
+    if not parts:
+        return Outcome(None, "no model")
+    return Outcome(all(p[-1] for p in parts), "; ".join(
+        f"{n}: Spearman ρ(depth, mean cosine) {rho:+.2f}, first {first:.3f}, last {last:.3f}"
+        for n, rho, first, last, _ in parts))
+
+
+def _group(frame: pd.DataFrame, spec: dict) -> pd.DataFrame:
+    keep = pd.Series(False, index=frame.index)
+    if spec.get("models"):
+        keep |= frame["model"].isin(spec["models"])
+    if spec.get("families"):
+        keep |= frame["family"].isin(spec["families"])
+    return frame[keep]
+
+
+@rule
+def group_above(layers: pd.DataFrame, high: dict, low: dict) -> Outcome:
+    """The mean over the ``high`` group's models of their layer-averaged mean cosine exceeds the ``low`` group's
+    (groups by ``models`` or ``families``)."""
+    means = []
+    for spec in (high, low):
+        part = _group(layers, spec)
+        per_model = part.groupby("label", sort=False)["mean_cosine"].mean()
+        means.append(per_model)
+    if means[0].empty or means[1].empty:
+        return Outcome(None, "one of the two groups was not measured")
+    a, b = float(means[0].mean()), float(means[1].mean())
+    words = lambda s: ", ".join(f"{n} {v:.3f}" for n, v in s.items())  # noqa: E731
+    return Outcome(a > b, f"{a:.3f} ({words(means[0])}) against {b:.3f} ({words(means[1])})")
+
+
+# Paper 1, Section 3.3: correlations (columns label, family, spearman, spearman_p)
+
+@rule
+def drift_correlated(corr: pd.DataFrame, alpha: float = 0.05, share: float = 0.5) -> Outcome:
+    valid = corr.dropna(subset=["spearman_p"])
+    valid = valid[valid["family"] != "cnn"]
+    if valid.empty:
+        return Outcome(None, "no Transformer with three layers or more")
+    sig = (valid["spearman_p"] < alpha) & (valid["spearman"] > 0)
+    return Outcome(bool(sig.mean() >= share), f"{int(sig.sum())} of {len(valid)} Transformers significantly positive"
+                   + (f" (not: {', '.join(valid.loc[~sig, 'label'])})" if (~sig).any() else ""))
+
+
+@rule
+def drift_contrast(corr: pd.DataFrame, alpha: float = 0.05, cnn_families=("cnn",)) -> Outcome:
+    valid = corr.dropna(subset=["spearman_p"])
+    is_cnn = valid["family"].isin(list(cnn_families))
+    cnn, transformers = valid[is_cnn], valid[~is_cnn]
+    if cnn.empty or transformers.empty:
+        return Outcome(None, "needs both CNNs and Transformers")
+    positive = lambda f: (f["spearman_p"] < alpha) & (f["spearman"] > 0)  # noqa: E731
+    cnn_share, tr_share = float(positive(cnn).mean()), float(positive(transformers).mean())
+    return Outcome(bool((1 - cnn_share) > 0.5 and cnn_share < tr_share),
+                   f"significantly positive: {cnn_share:.0%} of {len(cnn)} CNNs, {tr_share:.0%} of "
+                   f"{len(transformers)} Transformers")
+
+
+# Paper 1, Section 4: the block sweep (columns variant, seed, bias_norm and block.block_statistics)
+
+def _block_curve(block: pd.DataFrame, column: str, variant: str) -> pd.Series:
+    part = block[block["variant"] == variant]
+    return part.groupby("bias_norm")[column].mean().sort_index()
+
+
+@rule
+def rises_with_bias(block: pd.DataFrame, columns=("output_drift_norm",), variant: str = "post_ln") -> Outcome:
+    words, flags = [], []
+    for column in columns:
+        curve = _block_curve(block, column, variant)
+        if len(curve) < 3:
+            return Outcome(None, "fewer than three bias norms")
+        rho = _spearman(curve.index, curve.to_numpy())
+        flags.append(bool(rho >= 0.8 and curve.iloc[-1] > curve.iloc[0]))
+        words.append(f"{column.replace('_', ' ')} {curve.iloc[0]:.3g} at N = {curve.index[0]:g}, "
+                     f"{curve.iloc[-1]:.3g} at N = {curve.index[-1]:g} (Spearman ρ with N {rho:+.2f})")
+    return Outcome(all(flags), "; ".join(words))
+
+
+def crossings(block: pd.DataFrame, output: str, inputs: str, variant: str) -> pd.Series:
+    """Per seed, the first N where ``output`` falls from above to below ``inputs`` (linear interpolation; NaN when
+    the curves do not cross on the grid)."""
+    found = {}
+    for seed, g in block[block["variant"] == variant].groupby("seed"):
+        g = g.sort_values("bias_norm")
+        n, gap = g["bias_norm"].to_numpy(), (g[output] - g[inputs]).to_numpy()
+        found[seed] = float("nan")
+        for i in range(len(n) - 1):
+            if gap[i] > 0 >= gap[i + 1]:
+                found[seed] = float(n[i] + gap[i] * (n[i + 1] - n[i]) / (gap[i] - gap[i + 1]))
+                break
+    return pd.Series(found, dtype=float)
+
+
+@rule
+def average_fixed_point(block: pd.DataFrame, variant: str = "post_ln") -> Outcome:
+    stars = crossings(block, "output_drift_norm", "input_drift_norm", variant)
+    if stars.empty:
+        return Outcome(None, "no seed")
+    ok = bool(stars.notna().all())
+    return Outcome(ok, f"N* (norms of the averages) = {stars.mean():.2f} over {len(stars)} seeds" if ok else
+                   f"the curves cross in {int(stars.notna().sum())} of {len(stars)} seeds")
+
+
+@rule
+def n_star_order(block: pd.DataFrame, reference: pd.DataFrame, low: float = 0.2, high: float = 5.0,
+                 variant: str = "post_ln") -> Outcome:
+    stars = crossings(block, "output_drift_norm", "input_drift_norm", variant)
+    if stars.dropna().empty or reference.empty:
+        return Outcome(None, "no fixed point or no reference model")
+    scale = float(reference.groupby("layer")["mean_norm"].mean().median())
+    ratio = float(stars.mean()) / scale
+    return Outcome(low <= ratio <= high, f"N* = {stars.mean():.1f}, median hidden-state norm {scale:.1f} "
+                                         f"({', '.join(reference['label'].unique())}): ratio {ratio:.2f}")
+
+
+@rule
+def scores_shift_and_spread(scores: pd.DataFrame, share: float = 0.9) -> Outcome:
+    if scores["bias_norm"].nunique() < 2:
+        return Outcome(None, "fewer than two bias norms")
+    lo, hi = scores["bias_norm"].min(), scores["bias_norm"].max()
+    stats = scores.groupby(["bias_norm", "head"])["score"].agg(["mean", "std"])
+    first, last = stats.loc[lo], stats.loc[hi]
+    ok = (last["mean"].abs() > first["mean"].abs()) & (last["std"] > first["std"])
+    return Outcome(bool(ok.mean() >= share), f"{int(ok.sum())} of {len(ok)} heads shift and spread from N = {lo:g} "
+                                             f"to N = {hi:g} (score sd {first['std'].mean():.3g} → "
+                                             f"{last['std'].mean():.3g} on average)")
+
+
+@rule
+def rows_sharpen(block: pd.DataFrame, variant: str = "post_ln") -> Outcome:
+    curves = {c: _block_curve(block, c, variant) for c in ("softmax_max", "softmax_min", "entropy_ratio")}
+    if len(curves["softmax_max"]) < 2:
+        return Outcome(None, "fewer than two bias norms")
+    up = curves["softmax_max"].iloc[-1] > curves["softmax_max"].iloc[0]
+    down = curves["softmax_min"].iloc[-1] < curves["softmax_min"].iloc[0]
+    sharper = curves["entropy_ratio"].iloc[-1] < curves["entropy_ratio"].iloc[0]
+    n = curves["softmax_max"].index
+    return Outcome(bool(up and down and sharper),
+                   f"from N = {n[0]:g} to N = {n[-1]:g}: row maximum {curves['softmax_max'].iloc[0]:.4f} → "
+                   f"{curves['softmax_max'].iloc[-1]:.4f}, row minimum {curves['softmax_min'].iloc[0]:.2e} → "
+                   f"{curves['softmax_min'].iloc[-1]:.2e}, entropy / uniform {curves['entropy_ratio'].iloc[0]:.4f} → "
+                   f"{curves['entropy_ratio'].iloc[-1]:.4f}")
+
+
+@rule
+def layernorm_fixed_point(block: pd.DataFrame, tolerance: float = 0.01) -> Outcome:
+    from . import block as block_module
+
+    fixed = block_module.fixed_points(block[block["variant"] == "post_ln"])
+    if fixed.empty or fixed["n_star"].isna().any():
+        return Outcome(None if fixed.empty else False, "no crossing of the mean norms in some seed")
+    error = float((fixed["n_star"] / fixed["predicted_n_star"] - 1).abs().max())
+    return Outcome(error <= tolerance, f"N* = {fixed['n_star'].mean():.3f}, LayerNorm prediction "
+                                       f"{fixed['predicted_n_star'].mean():.3f} (largest relative gap {error:.1e})")
+
+
+@rule
+def uniform_at_fixed_point(block: pd.DataFrame, level: float = 0.99) -> Outcome:
+    from . import block as block_module
+
+    post = block[block["variant"] == "post_ln"]
+    fixed = block_module.fixed_points(post)
+    if fixed.empty or fixed["n_star"].isna().all():
+        return Outcome(None, "no fixed point")
+    n_star = float(fixed["n_star"].mean())
+    ratio = float(block_module.interpolate(post, "entropy_ratio", n_star)["entropy_ratio"].mean())
+    return Outcome(ratio > level, f"entropy / uniform = {ratio:.5f} at N* = {n_star:.2f}")
+
+
+# Paper 1, Section 5: per-head statistics along training (columns run, layer, head, step, cos_qk, dot_qk, entropy,
+# head_dim, q_mean, k_mean)
+
+def _runs(qk: pd.DataFrame):
+    return [(run, part) for run, part in qk.groupby("run", sort=False)]
+
+
+def _ends(part: pd.DataFrame):
+    return part[part["step"] == part["step"].min()], part[part["step"] == part["step"].max()]
+
+
+def _over_runs(qk: pd.DataFrame, test: Callable[[pd.DataFrame], tuple[bool, str]]) -> Outcome:
+    results_ = [(run, *test(part)) for run, part in _runs(qk)]
+    if not results_:
+        return Outcome(None, "no run")
+    flags = [ok for _, ok, _ in results_]
+    return Outcome(_majority(flags), f"{sum(flags)} of {len(flags)} runs: "
+                   + "; ".join(f"{run}: {words}" for run, _, words in results_))
+
+
+@rule
+def alignment_grows(qk: pd.DataFrame) -> Outcome:
+    from .qk_dynamics import null_cosine_bound
+
+    def test(part):
+        first, last = _ends(part)
+        bound = null_cosine_bound(int(part["head_dim"].iloc[0]))
+        m0, m1 = first["cos_qk"].abs().median(), last["cos_qk"].abs().median()
+        s0, s1 = (first["cos_qk"].abs() > bound).mean(), (last["cos_qk"].abs() > bound).mean()
+        return bool(m1 > m0 and s1 > s0), f"median |cos| {m0:.2f} → {m1:.2f}, outside the band {s0:.0%} → {s1:.0%}"
+
+    return _over_runs(qk, test)
+
+
+@rule
+def dot_grows(qk: pd.DataFrame) -> Outcome:
+    def test(part):
+        first, last = _ends(part)
+        a, b = first["dot_qk"].abs().median(), last["dot_qk"].abs().median()
+        return bool(b > a), f"median |Q̄·K̄| {a:.3g} → {b:.3g}"
+
+    return _over_runs(qk, test)
+
+
+@rule
+def entropy_falls(qk: pd.DataFrame) -> Outcome:
+    def test(part):
+        first, last = _ends(part)
+        a, b = first["entropy"].mean(), last["entropy"].mean()
+        return bool(b < a), f"entropy {a:.3f} → {b:.3f} nats"
+
+    return _over_runs(qk, test)
+
+
+@rule
+def common_first_opposite_last(qk: pd.DataFrame) -> Outcome:
+    def test(part):
+        _, last = _ends(part)
+        per_layer = last.groupby("layer")["cos_qk"].mean().sort_index()
+        if len(per_layer) < 2:
+            return False, "a single layer"
+        a, b = per_layer.iloc[0], per_layer.iloc[-1]
+        return bool(a > 0 > b), f"first layer {a:+.2f}, last layer {b:+.2f}"
+
+    return _over_runs(qk, test)
+
+
+def opposite_onset_share(part: pd.DataFrame) -> float:
+    """The first checkpoint after which the last layer's mean cos(Q̄, K̄) over heads stays negative, as a share of the
+    run's last step (NaN when it does not end negative; 0 when it is negative from the first checkpoint)."""
+    last_layer = part[part["layer"] == part["layer"].max()]
+    curve = last_layer.groupby("step")["cos_qk"].mean().sort_index()
+    negative = (curve < 0).to_numpy()
+    if not negative[-1]:
+        return float("nan")
+    start = len(negative) - 1
+    while start > 0 and negative[start - 1]:
+        start -= 1
+    return float(curve.index[start] / curve.index[-1])
+
+
+@rule
+def opposite_onset(qk: pd.DataFrame, share: float = 0.08, factor: float = 2.0) -> Outcome:
+    shares = {run: opposite_onset_share(part) for run, part in _runs(qk)}
+    if not shares:
+        return Outcome(None, "no run")
+    found = [v for v in shares.values() if np.isfinite(v)]
+    words = ", ".join(f"{run}: " + (f"{v:.0%}" if np.isfinite(v) else "never negative") for run, v in shares.items())
+    if not found:
+        return Outcome(False, f"the last layer does not end with opposite means ({words})")
+    median = float(np.median(found))
+    return Outcome(share / factor <= median <= share * factor and len(found) > len(shares) / 2,
+                   f"{len(found)} of {len(shares)} runs end with opposite means in the last layer, from {median:.0%} "
+                   f"of training on (median; {words}); the paper's onset is about {share:.0%}")
+
+
+@rule
+def every_run_holds(qk: pd.DataFrame) -> Outcome:
+    from .qk_dynamics import alignment_summary
+
+    summary = alignment_summary(qk)
+    if summary.empty:
+        return Outcome(None, "no run")
+    if len(summary) < 2:
+        return Outcome(None, "a single seed")
+    return Outcome(bool(summary["holds"].all()), f"the three-part test holds for {int(summary['holds'].sum())} of "
+                                                 f"{len(summary)} seeds")
+
+
+# Paper 1, conclusion: the ablation (columns variant, seed, val_loss, entropy_ratio, mean_cosine)
+
+@rule
+def sharp_without_anisotropy(ablation: pd.DataFrame) -> Outcome:
+    if "standard" not in set(ablation["variant"]) or ablation["variant"].nunique() < 2:
+        return Outcome(None, "needs the standard attention and at least one variant")
+    std = ablation[ablation["variant"] == "standard"]
+    winners, words = [], []
+    for variant, part in ablation.groupby("variant", sort=False):
+        if variant == "standard":
+            continue
+        sharp = part["entropy_ratio"].mean() <= std["entropy_ratio"].max()
+        good = part["val_loss"].mean() <= std["val_loss"].max()
+        iso = part["mean_cosine"].max() < std["mean_cosine"].min()
+        if sharp and good and iso:
+            winners.append(variant)
+        words.append(f"{variant}: {'as sharp' if sharp else 'less sharp'}, {'as good' if good else 'worse loss'}, "
+                     f"{'more isotropic' if iso else 'not more isotropic'}")
+    return Outcome(bool(winners), "; ".join(words))
+
+
+# Paper 2: per-layer profiles (columns label, stack, layer, relative_depth, sigma1_share[, step])
+
+def _profile(part: pd.DataFrame, metric: str = "sigma1_share") -> pd.Series:
+    return part.groupby("relative_depth")[metric].mean().sort_index()
+
+
+def _shape(profile: pd.Series) -> tuple[float, bool, float]:
+    values = profile.to_numpy(float)
+    i = int(np.nanargmax(values))
+    return float(values[i] / ((values[0] + values[-1]) / 2)), bool(0 < i < len(values) - 1), float(values[i])
+
+
+@rule
+def bell_shaped(profiles: pd.DataFrame, stack: str = "decoder", min_ratio: float = 1.5) -> Outcome:
+    part = profiles[profiles["stack"] == stack]
+    shapes = [(name, *_shape(_profile(p))) for name, p in part.groupby("label", sort=False)]
+    if not shapes:
+        return Outcome(None, f"no {stack}")
+    flags = [inside and ratio >= min_ratio for _, ratio, inside, _ in shapes]
+    return Outcome(_majority(flags), f"{sum(flags)} of {len(flags)} {stack}s bell-shaped (peak-to-ends: "
+                   + ", ".join(f"{n} {r:.2f}{'' if inside else ' at an end'}" for n, r, inside, _ in shapes) + ")")
+
+
+@rule
+def consistent_profiles(profiles: pd.DataFrame, stack: str = "encoder", min_corr: float = 0.5) -> Outcome:
+    part = profiles[profiles["stack"] == stack]
+    grid = np.linspace(0, 1, 21)
+    curves = {name: np.interp(grid, (p := _profile(g)).index.to_numpy(float), p.to_numpy(float))
+              for name, g in part.groupby("label", sort=False)}
+    if len(curves) < 2:
+        return Outcome(None, f"fewer than two {stack}s")
+    names = list(curves)
+    corrs = [float(np.corrcoef(curves[a], curves[b])[0, 1]) for i, a in enumerate(names) for b in names[i + 1:]]
+    mean = float(np.nanmean(corrs))
+    return Outcome(mean >= min_corr, f"mean pairwise correlation {mean:+.2f} over {len(names)} {stack}s")
+
+
+@rule
+def decoders_above_encoders(profiles: pd.DataFrame) -> Outcome:
+    peaks = {stack: [float(_profile(p).max()) for _, p in profiles[profiles["stack"] == stack].groupby("label")]
+             for stack in ("decoder", "encoder")}
+    if not peaks["decoder"] or not peaks["encoder"]:
+        return Outcome(None, "needs both encoders and decoders")
+    dec, enc = float(np.median(peaks["decoder"])), float(np.median(peaks["encoder"]))
+    return Outcome(dec > enc, f"median peak anisotropy: decoders {dec:.3f}, encoders {enc:.3f}")
+
+
+@rule
+def rise_then_fall(dimension: pd.DataFrame, min_change: float = 0.05) -> Outcome:
+    """Per run: the peak lies strictly inside the run and is at least ``min_change`` (relative) above the first
+    checkpoint and above the last."""
+    def test(part):
+        part = part.sort_values("step")
+        v = part["twonn_dimension"].to_numpy(float)
+        i = int(np.argmax(v))
+        ok = bool(0 < i < len(v) - 1 and v[i] >= (1 + min_change) * v[0] and v[i] >= (1 + min_change) * v[-1])
+        return ok, f"{v[0]:.1f} → {v[i]:.1f} (step {int(part['step'].iloc[i]):,}) → {v[-1]:.1f}"
+
+    return _over_runs(dimension.rename(columns={"label": "run"}), test)
+
+
+@rule
+def grows_then_stabilises(anisotropy: pd.DataFrame, min_growth: float = 1.2, max_late_change: float = 0.25) -> Outcome:
+    def test(part):
+        part = part.sort_values("step")
+        v = part["sigma1_share"].to_numpy(float)
+        if len(v) < 3:
+            return False, "fewer than three checkpoints"
+        rise = v.max() - v[0]
+        late = v[int(np.floor(2 * (len(v) - 1) / 3)):]
+        grows = v.max() >= min_growth * v[0]
+        settles = rise > 0 and (late.max() - late.min()) <= max_late_change * rise
+        return bool(grows and settles), (f"{v[0]:.3f} → max {v.max():.3f}, last third within "
+                                         f"{late.max() - late.min():.3f} (rise {rise:.3f})")
+
+    return _over_runs(anisotropy.rename(columns={"label": "run"}), test)
+
+
+@rule
+def bell_builds_up(profiles: pd.DataFrame) -> Outcome:
+    decoders = profiles[profiles["stack"] == "decoder"]
+
+    def test(part):
+        first, last = _ends(part)
+        r0, _, _ = _shape(_profile(first))
+        r1, inside, _ = _shape(_profile(last))
+        return bool(r1 > r0 and inside), f"peak-to-ends {r0:.2f} → {r1:.2f}{'' if inside else ' (peak at an end)'}"
+
+    if decoders.empty:
+        return Outcome(None, "no decoder run")
+    return _over_runs(decoders.rename(columns={"label": "run"}), test)
+
+
+# Machina & Mercer: before / after the final norm (columns label, before, after)
+
+@rule
+def final_norm_lowers(final_norm: pd.DataFrame) -> Outcome:
+    if final_norm.empty:
+        return Outcome(None, "no model")
+    lower = final_norm["after"] < final_norm["before"]
+    return Outcome(bool(lower.all()), "; ".join(f"{r.label}: {r.before:.3f} → {r.after:.3f}"
+                                                for r in final_norm.itertuples()))
+
+
+# The book: the two measures on planted clouds (columns case, knob, mean_cosine, sigma1_share)
+
+@rule
+def drift_versus_spike(clouds: pd.DataFrame) -> Outcome:
+    drift = clouds[clouds["case"] == "common drift"].sort_values("knob")
+    spike = clouds[clouds["case"] == "one dominant direction"].sort_values("knob")
+    if drift.empty or spike.empty:
+        return Outcome(None, "a case is missing")
+    a = drift["mean_cosine"].iloc[-1] > 0.5 and np.ptp(drift["sigma1_share"]) < 1e-3
+    b = spike["sigma1_share"].iloc[-1] > 0.5 and spike["mean_cosine"].abs().max() < 0.05
+    return Outcome(bool(a and b), f"drift: mean cosine up to {drift['mean_cosine'].iloc[-1]:.2f}, σ1 share range "
+                                  f"{np.ptp(drift['sigma1_share']):.1e}; spike: σ1 share up to "
+                                  f"{spike['sigma1_share'].iloc[-1]:.2f}, |mean cosine| at most "
+                                  f"{spike['mean_cosine'].abs().max():.3f}")
+
+
+# ---- evaluating a chapter's claims ---------------------------------------------------------------------------------
+
+def _origin(frame: pd.DataFrame) -> pd.Series:
+    if "origin" in frame.columns:
+        return frame["origin"]
+    if "variant" in frame.columns:
+        return frame["variant"]
+    return pd.Series("", index=frame.index)
+
+
+def _names(frame: pd.DataFrame) -> list[str]:
+    for column in ("label", "run", "model"):
+        if column in frame.columns:
+            return [str(v) for v in dict.fromkeys(frame[column])]
+    return []
+
+
+def _measured_words(frames: list[pd.DataFrame], models) -> str:
+    """"this profile measured 3 of them, untrained (bert-base-uncased, ...)" and the like."""
+    seen: dict[str, set] = {}
+    for frame in frames:
+        if "model" not in frame.columns:
+            continue
+        for model, o in zip(frame["model"], _origin(frame)):
+            if model in models:
+                seen.setdefault(str(o), set()).add(model)
+    if not seen:
+        return "none of them was measured under this profile"
+    parts = []
+    for origin, names in seen.items():
+        listed = [m for m in models if m in names]
+        shown = ", ".join(listed[:4]) + (" …" if len(listed) > 4 else "")
+        parts.append(f"{len(listed)} of them {'as tiny random models' if origin == 'tiny' else origin} ({shown})")
+    return "this profile measured " + "; ".join(parts)
+
+
+def _select(c: Claim, frames: list[pd.DataFrame]) -> tuple[list[pd.DataFrame] | None, str, str]:
+    """The frames ``c`` may be decided on, what they hold (``tested_on``), and why not (when None)."""
+    if c.scope == "any":
+        return frames, ", ".join(n for f in frames for n in _names(f)[:6]), ""
+    decided = []
+    for frame in frames:
+        if "model" not in frame.columns:  # a frame of the setup (e.g. the untrained block), not of the models
+            decided.append(frame)
+            continue
+        paper = frame[(_origin(frame) == "pretrained") & frame["model"].isin(c.models)]
+        decided.append(paper)
+    model_frames = [f for f, raw in zip(decided, frames) if "model" in raw.columns]
+    if model_frames and all(len(f) for f in model_frames):
+        names = sorted({m for f in model_frames for m in f["model"]})
+        missing = [m for m in c.models if m not in names]
+        note = f" (not measured: {', '.join(missing)})" if missing and c.scope == "pretrained" and len(missing) < len(
+            c.models) else ""
+        return decided, ", ".join(names) + note, ""
+    if c.scope == "training":
+        stand_in = [f[_origin(f) == "self-trained"] if "model" in f.columns else f for f in frames]
+        if all(len(f) for f in stand_in):
+            runs = sorted({n for f in stand_in for n in _names(f)})
+            return stand_in, "stand-in (the book's self-trained runs): " + ", ".join(runs), ""
+        return None, "", (f"needs the checkpoints of {', '.join(c.models[:3])}{' …' if len(c.models) > 3 else ''} "
+                          f"(paper profile) or the book's self-trained runs; neither was measured")
+    return None, "", (f"needs the pretrained {', '.join(c.models[:5])}{' …' if len(c.models) > 5 else ''} "
+                      f"(the paper profile); {_measured_words(frames, c.models)}")
+
+
+def verdict_rows(chapter: str, profile: str, frames: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """One row per claim of ``chapter``: the ledger's fields, ``verdict`` (holds / does not hold / not testable
+    here), ``value`` (what decided it), ``why`` (why not testable), ``tested_on`` and ``profile``."""
+    rows = []
+    for c in for_chapter(chapter):
+        missing = [name for name in c.input if name not in frames or frames[name] is None]
+        value, why, tested = "", "", ""
+        if missing:
+            verdict, why = UNTESTABLE, f"this page did not compute {', '.join(missing)}"
+        else:
+            selected, tested, why = _select(c, [frames[name] for name in c.input])
+            if selected is None:
+                verdict = UNTESTABLE
+            else:
+                outcome = RULES[c.rule](*selected, **c.params)
+                value = outcome.value
+                verdict = UNTESTABLE if outcome.holds is None else HOLDS if outcome.holds else FAILS
+                if outcome.holds is None:
+                    why = f"the measured models cannot decide it: {outcome.value}"
+        rows.append({"id": c.id, "paper": c.paper, "source": c.source, "section": c.section, "figure": c.figure,
+                     "chapter": c.chapter, "claim": c.claim, "evidence": c.evidence, "quantity": c.quantity,
+                     "scope": c.scope, "verdict": verdict, "value": value, "why": why, "tested_on": tested,
+                     "stand_in": tested.startswith("stand-in"), "profile": profile})
+    return pd.DataFrame(rows, columns=["id", "paper", "source", "section", "figure", "chapter", "claim", "evidence",
+                                       "quantity", "scope", "verdict", "value", "why", "tested_on", "stand_in",
+                                       "profile"])
+
+
+def _key(chapter: str, profile: str, parameters: dict, what: str) -> dict:
+    # The rules' code is part of the key, as for every stored result (results.Store.cached), so a gathering page
+    # never reads verdicts that another version of the rules wrote.
+    return {"what": what, "chapter": chapter, "profile": profile, "parameters": parameters, "_code": _code()}
+
+
+def _code() -> str:
+    return fingerprint.of("claims")
+
+
+def _save(store: results.Store, namespace: str, key: dict, frame: pd.DataFrame) -> None:
+    store.save(namespace, key, frame, code={"modules": ["claims"], "fingerprint": key["_code"]})
+
+
+def evaluate(chapter: str, resolved, store: results.Store | None = None, **frames) -> pd.DataFrame:
+    """Decide every claim ``chapter`` owns on ``frames`` (name -> DataFrame, as the ledger's ``input`` names them),
+    store the rows under the chapter, its profile and its resolved parameters, and return them."""
+    rows = verdict_rows(chapter, resolved.profile, frames)
+    _save(store or results.Store(), NAMESPACE, _key(chapter, resolved.profile, resolved.values, "verdicts"), rows)
+    return rows
+
+
+def expected_parameters(chapter: str, profile: str) -> dict:
+    """The parameters a run of ``chapter`` under ``profile`` without overrides resolves (``profiles.apply``): the
+    profile's value where it sets one, the parameters cell's default elsewhere."""
+    from . import profiles
+
+    defaults = profiles.chapter_parameters(profiles.DEFAULT, chapter)
+    wanted = profiles.chapter_parameters(profile, chapter)
+    defaults.pop("profile", None)
+    return {name: wanted.get(name, default) for name, default in defaults.items()}
+
+
+def _chapters() -> list[str]:
+    """The chapters that own claims, in the book's order where there is a checkout (else the ledger's)."""
+    owners = list(dict.fromkeys(c.chapter for c in ledger()))
+    try:
+        from . import profiles
+
+        order = profiles.chapters()
+    except Exception:  # noqa: BLE001 - no checkout (Colab): the ledger's order
+        return owners
+    return [c for c in order if c in owners] + [c for c in owners if c not in order]
+
+
+def _stored(namespace: str, chapter: str, profile: str, what: str, store: results.Store):
+    key = _key(chapter, profile, expected_parameters(chapter, profile), what)
+    return store.load(namespace, key) if store.has(namespace, key) else None
+
+
+def gather(profile: str, store: results.Store | None = None) -> pd.DataFrame:
+    """Every claim of the ledger with its verdict under ``profile``: the rows each owning chapter stored when it ran
+    under that profile; a claim whose chapter has not run so (or ran before the claim entered the ledger) is "not
+    testable here", saying which chapter to run."""
+    store = store or results.Store()
+    parts = []
+    for chapter in _chapters():
+        stored = _stored(NAMESPACE, chapter, profile, "verdicts", store)
+        expected = verdict_rows(chapter, profile, {})  # the ledger's rows, all untestable
+        if stored is None:
+            expected["why"] = f"the chapter {chapter} has not run under the {profile} profile"
+            parts.append(expected)
+            continue
+        stale = expected[~expected["id"].isin(stored["id"])].assign(
+            why=f"new in the ledger since {chapter} last ran: run it again")
+        current = stored[stored["id"].isin(expected["id"])]
+        parts.append(pd.concat([current, stale], ignore_index=True))
+    frame = pd.concat(parts, ignore_index=True) if parts else verdict_rows("", profile, {})
+    order = {c.id: i for i, c in enumerate(ledger())}
+    return frame.sort_values("id", key=lambda s: s.map(order)).reset_index(drop=True)
+
+
+def tally(frame: pd.DataFrame) -> dict:
+    """Counts per verdict: ``{"holds": n, "does not hold": n, "not testable here": n}``."""
+    return {v: int((frame["verdict"] == v).sum()) for v in (HOLDS, FAILS, UNTESTABLE)}
+
+
+def show(frame: pd.DataFrame, columns=("source", "claim", "evidence", "verdict", "why")):
+    """The claims table a chapter page shows: the claim, the paper's evidence, this profile's verdict and why
+    (the value that decided it, or why it is not testable, with what it was tested on)."""
+    if frame.empty:
+        from IPython.display import HTML
+
+        return HTML("<p><em>No claim of the ledger is decided on this page: its results serve the chapters that "
+                    "decide them.</em></p>")
+    shown = frame.copy()
+    reason = []
+    for r in shown.itertuples():
+        if r.verdict == UNTESTABLE:
+            reason.append(r.why)
+        else:
+            reason.append(f"{r.value}" + (f" [tested on: {r.tested_on}]" if r.tested_on else ""))
+    shown["why"] = reason
+    for column in columns:  # text may hold "<" (p < 0.05); the chapter column may hold a link built by the caller
+        if column != "chapter":
+            shown[column] = shown[column].astype(str).map(html.escape)
+    names = {"source": "source", "claim": "claim", "evidence": "paper's evidence", "verdict": "verdict here",
+             "why": "why (value, or what would decide it)", "chapter": "chapter", "id": "id"}
+    table = shown[list(columns)].rename(columns=names)
+    widths = {"source": "5.5em", "claim": "12em", "paper's evidence": "8em", "verdict here": "5em",
+              "why (value, or what would decide it)": "13em", "chapter": "5em"}
+    styles = {name: [{"selector": "td, th", "props": f"min-width: {width}"}]
+              for name, width in widths.items() if name in table.columns}
+    return (table.style.hide(axis="index").set_table_attributes('class="claims-table"')
+            .set_table_styles(styles, overwrite=False).map(_verdict_style, subset=["verdict here"]))
+
+
+def _verdict_style(value: str) -> str:
+    colour = {HOLDS: "#1b7837", FAILS: "#b2182b"}.get(value, "#555555")
+    return f"color: {colour}; font-weight: bold"
+
+
+def glue_tally(prefix: str, frame: pd.DataFrame) -> None:
+    """Glue ``<prefix>_holds``, ``_fails``, ``_untestable`` and ``_total`` for the narrative."""
+    from . import report
+
+    counts = tally(frame)
+    for name, key in (("holds", HOLDS), ("fails", FAILS), ("untestable", UNTESTABLE)):
+        report.glue(f"{prefix}_{name}", counts[key])
+    report.glue(f"{prefix}_total", len(frame))
+
+
+# ---- Figure 18's points: per-model mean cosines of every chapter that measures models ------------------------------
+
+def measured_summary(layers: pd.DataFrame) -> pd.DataFrame:
+    """Per model: label, registry name, origin, family, its median layer dimension, and its layer mean cosines'
+    mean, minimum and maximum (rows of the layer-wise frame: label, model, layer, dim, mean_cosine, and variant or
+    origin, family or stack)."""
+    from .layerwise import null_q95
+
+    if layers.empty:
+        return pd.DataFrame(columns=["label", "model", "origin", "family", "dim", "mean_cosine", "min_cosine",
+                                     "max_cosine", "n_layers", "null_q95"])
+    frame = layers.assign(origin=_origin(layers))
+    if "family" not in frame.columns:
+        frame["family"] = frame["stack"]
+    dim_column = "dim" if "dim" in frame.columns else "d"
+    out = frame.groupby("label", sort=False).agg(
+        model=("model", "first"), origin=("origin", "first"), family=("family", "first"),
+        dim=(dim_column, "median"), mean_cosine=("mean_cosine", "mean"), min_cosine=("mean_cosine", "min"),
+        max_cosine=("mean_cosine", "max"), n_layers=("mean_cosine", "size")).reset_index()
+    out["dim"] = out["dim"].round().astype(int)
+    out["null_q95"] = null_q95(out["dim"])
+    return out
+
+
+def record_measured(resolved, layers: pd.DataFrame, store: results.Store | None = None) -> pd.DataFrame:
+    """Store this chapter's per-model summary (``measured_summary``) for Figure 18, keyed like its verdicts."""
+    summary = measured_summary(layers).assign(chapter=resolved.chapter)
+    _save(store or results.Store(), MEASURED, _key(resolved.chapter, resolved.profile, resolved.values, "measured"),
+          summary)
+    return summary
+
+
+def gather_measured(profile: str, store: results.Store | None = None) -> pd.DataFrame:
+    """Every model the measuring chapters stored under ``profile``, once (the same weights measured by two chapters,
+    same registry name or checkpoint folder and origin: the first chapter in the book's order wins)."""
+    store = store or results.Store()
+    parts = [f for chapter in MEASURING_CHAPTERS
+             if (f := _stored(MEASURED, chapter, profile, "measured", store)) is not None]
+    if not parts:
+        return measured_summary(pd.DataFrame())
+    frame = pd.concat(parts, ignore_index=True).drop_duplicates("label")
+    return frame.drop_duplicates(["model", "origin"]).reset_index(drop=True)
+
+
+# ---- the runner's stamp for a chapter that owns or gathers claims ----------------------------------------------------
+
+def _owned_digest(chapter: str) -> str | None:
+    """A digest of the ledger entries ``chapter`` owns and of the source of their rules: a changed claim or rule
+    changes the chapter's stamp, so its verdicts are computed again (its measurements come back from the store)."""
+    import inspect
+
+    owned = for_chapter(chapter)
+    if not owned:
+        return None
+    digest = hashlib.sha256()
+    for c in owned:
+        digest.update(repr(c).encode() + repr(sorted(c.params.items())).encode())
+        digest.update(inspect.getsource(RULES[c.rule]).encode())
+    digest.update(inspect.getsource(_select).encode() + inspect.getsource(verdict_rows).encode())
+    return digest.hexdigest()[:16]
+
+
+def stamp_inputs(chapter: str, profile: str, store: results.Store | None = None) -> str | None:
+    """What the runner adds to a chapter's stamp besides its source and parameters, so that the chapter is executed
+    again when it changes: for a chapter that owns claims, its ledger entries and their rules (``_owned_digest``);
+    for a chapter that gathers other chapters' stored rows (``GATHERERS``), a digest of those rows under
+    ``profile``. None for every other chapter."""
+    namespace = GATHERERS.get(chapter)
+    owned = _owned_digest(chapter)
+    if namespace is None:
+        return owned
+    store = store or results.Store()
+    owners = MEASURING_CHAPTERS if namespace == MEASURED else _chapters()
+    what = "measured" if namespace == MEASURED else "verdicts"
+    digest = hashlib.sha256((owned or "").encode())
+    for owner in owners:
+        key = _key(owner, profile, expected_parameters(owner, profile), what)
+        path = store.root / namespace / f"{results.key_hash(key)}.parquet"
+        digest.update(owner.encode() + (path.read_bytes() if store.has(namespace, key) else b"-"))
+    digest.update(LEDGER.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+__all__ = ["Claim", "Outcome", "RULES", "ledger", "for_chapter", "claim", "evaluate", "verdict_rows", "gather",
+           "tally", "show", "glue_tally", "expected_parameters", "measured_summary", "record_measured",
+           "gather_measured", "stamp_inputs", "HOLDS", "FAILS", "UNTESTABLE"]
