@@ -90,21 +90,21 @@ def models_run(standin, tmp_path_factory):
         out["bert_vs_builder"] = max_diff(bert, tiny("bert-base-uncased", REPOS["bert-base-uncased"]["seed"]))
         out["bert_vs_other_seed"] = max_diff(bert, tiny("bert-base-uncased", 12345))
         out["bert_params"] = sum(p.numel() for p in bert.parameters())
-        p = REPOS["EleutherAI/pythia-410m"]
-        at = {r: GPTNeoXModel.from_pretrained("EleutherAI/pythia-410m", revision=r)
+        p = REPOS["EleutherAI/pythia-2.8b"]
+        at = {r: GPTNeoXModel.from_pretrained("EleutherAI/pythia-2.8b", revision=r)
               for r in ("step1000", "step143000", "step2000")}
-        main = GPTNeoXModel.from_pretrained("EleutherAI/pythia-410m")
+        main = GPTNeoXModel.from_pretrained("EleutherAI/pythia-2.8b")
         out["step1000_vs_step143000"] = max_diff(at["step1000"], at["step143000"])
         out["main_vs_step143000"] = max_diff(main, at["step143000"])
         out["step2000_vs_main"] = max_diff(at["step2000"], main)
-        out["step1000_vs_builder"] = max_diff(at["step1000"], tiny("pythia-410m", p["branches"]["step1000"]["seed"]))
+        out["step1000_vs_builder"] = max_diff(at["step1000"], tiny("pythia-2.8b", p["branches"]["step1000"]["seed"]))
         mb = "google/multiberts-seed_3-step_120k"
         out["multiberts_vs_builder"] = max_diff(BertModel.from_pretrained(mb),
                                                 tiny("multiberts-seed-3", REPOS[mb]["seed"]))
         out["multiberts_final_vs_2000k"] = max_diff(BertModel.from_pretrained("google/multiberts-seed_3"),
                                                     BertModel.from_pretrained("google/multiberts-seed_3-step_2000k"))
         api = HfApi()
-        out["pythia_refs"] = {b.name: b.target_commit for b in api.list_repo_refs("EleutherAI/pythia-410m").branches}
+        out["pythia_refs"] = {b.name: b.target_commit for b in api.list_repo_refs("EleutherAI/pythia-2.8b").branches}
         out["imagenette_refs"] = [r.ref for r in api.list_repo_refs("frgfm/imagenette", repo_type="dataset").converts]
         out["bert_info_sha"] = api.model_info("bert-base-uncased").sha
         out["errors_mark"] = log_mark()
@@ -112,7 +112,7 @@ def models_run(standin, tmp_path_factory):
         out["gated_no_token"] = err(lambda: hf_hub_download(gated, "config.json"))
         out["gated_wrong_token"] = err(lambda: hf_hub_download(gated, "config.json", token="hf_not_accepted"))
         out["gated_accepted"] = json.load(open(hf_hub_download(gated, "config.json", token=TOKEN)))["model_type"]
-        out["missing_revision"] = err(lambda: hf_hub_download("EleutherAI/pythia-410m", "config.json",
+        out["missing_revision"] = err(lambda: hf_hub_download("EleutherAI/pythia-2.8b", "config.json",
                                                               revision="step999"))
         out["missing_repo"] = err(lambda: hf_hub_download("nobody/no-such-model", "config.json"))
         out["missing_file"] = err(lambda: hf_hub_download("bert-base-uncased", "no-such-file.json"))
@@ -146,9 +146,9 @@ def registry_run(standin, tmp_path_factory):
                 out[name]["chunk_length"] = pre.chunk_length
             if name in ("vit-base", "resnet-50"):
                 out[name]["size"] = dict(pre.size)
-        rev = registry.load("pythia-410m", "pretrained", revision="step1000")
-        seed = REPOS["EleutherAI/pythia-410m"]["branches"]["step1000"]["seed"]
-        out["pythia_step1000_diff"] = max_diff(rev.model, registry.load("pythia-410m", "tiny", seed=seed).model)
+        rev = registry.load("pythia-2.8b", "pretrained", revision="step1000")
+        seed = REPOS["EleutherAI/pythia-2.8b"]["branches"]["step1000"]["seed"]
+        out["pythia_step1000_diff"] = max_diff(rev.model, registry.load("pythia-2.8b", "tiny", seed=seed).model)
         llama = lambda: registry.load("llama-2-7b", "pretrained", dtype=torch.float16)
         out["llama_no_token"] = err(llama)
         os.environ["HF_TOKEN"] = "hf_not_accepted"
@@ -235,7 +235,7 @@ def test_manifest_serves_every_model_of_the_paper_profile(standin):
         assert set(e["refs"]) == {"refs/heads/main", *(f"refs/heads/{r}" for r in e["branches"])}, e["repo"]
     multiberts = [e for e in m["models"] if e["model"].startswith("multiberts")]
     assert len(multiberts) == 5 * (len(registry.MULTIBERTS_REVISIONS) + 1)
-    pythia = next(e for e in m["models"] if e["repo"] == "EleutherAI/pythia-410m")
+    pythia = next(e for e in m["models"] if e["repo"] == "EleutherAI/pythia-2.8b")
     named = profiles.load("paper")["notebooks"]["p2_training_dynamics"]["pythia_revisions"]
     assert {r for r, b in pythia["branches"].items() if b["distinct"]} == set(named) - {"step143000"}
     assert {e["repo"] for e in m["models"] if e["gated"]} == {s.hub_id for s in registry.MODELS.values()
@@ -264,7 +264,7 @@ def test_pythia_revisions_are_branches_with_their_own_weights(models_run, standi
 
     refs = models_run["pythia_refs"]
     assert set(refs) == {"main", *registry.PYTHIA_REVISIONS}
-    entry = next(e for e in standin.manifest["models"] if e["repo"] == "EleutherAI/pythia-410m")
+    entry = next(e for e in standin.manifest["models"] if e["repo"] == "EleutherAI/pythia-2.8b")
     assert refs == {r.removeprefix("refs/heads/"): c for r, c in entry["refs"].items()}
     assert len(set(refs.values())) == len(refs)  # every checkpoint its own commit
 
@@ -301,12 +301,12 @@ def test_request_log_records_each_request(models_run, standin):
     assert log and all({"method", "path", "repo_type", "repo_id", "revision", "file", "status"} <= set(r) for r in log)
     downloads = {(r["repo_id"], r["revision"], r["file"]) for r in log if r["method"] == "GET" and r["status"] == 200}
     assert ("bert-base-uncased", "main", "model.safetensors") in downloads
-    assert ("EleutherAI/pythia-410m", "step1000", "model.safetensors") in downloads
+    assert ("EleutherAI/pythia-2.8b", "step1000", "model.safetensors") in downloads
     errors = {(r["repo_id"], r["status"], r["error"]) for r in log[models_run["errors_mark"] - models_run["mark"]:]}
     assert {("meta-llama/Llama-2-7b-hf", 401, "GatedRepo"), ("meta-llama/Llama-2-7b-hf", 403, "GatedRepo"),
-            ("EleutherAI/pythia-410m", 404, "RevisionNotFound"), ("nobody/no-such-model", 401, "RepoNotFound"),
+            ("EleutherAI/pythia-2.8b", 404, "RevisionNotFound"), ("nobody/no-such-model", 401, "RepoNotFound"),
             ("bert-base-uncased", 404, "EntryNotFound")} <= errors
-    commits = {r["commit"] for r in log if r["repo_id"] == "EleutherAI/pythia-410m" and r["revision"] == "step1000"}
+    commits = {r["commit"] for r in log if r["repo_id"] == "EleutherAI/pythia-2.8b" and r["revision"] == "step1000"}
     assert commits == {models_run["pythia_refs"]["step1000"]}
 
 

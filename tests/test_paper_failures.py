@@ -140,7 +140,7 @@ def test_missing_revision_names_the_nearest_that_exist(standin, repo_copy, tmp_p
         from transformers import AutoConfig
         from anisotropy import hub, registry
         try:  # the Hub answers 404 RevisionNotFound (a branch the registry's list does not know)
-            hub.load(AutoConfig.from_pretrained, "EleutherAI/pythia-410m", "step999")
+            hub.load(AutoConfig.from_pretrained, "EleutherAI/pythia-2.8b", "step999")
         except hub.MissingRevision as exc:
             print(exc)
         try:  # the registry's own list (the model cards')
@@ -154,7 +154,7 @@ def test_missing_revision_names_the_nearest_that_exist(standin, repo_copy, tmp_p
     proc = _python(code, env, repo_copy)
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stdout.splitlines()
-    assert lines[0] == "EleutherAI/pythia-410m has no revision 'step999' on the Hub; the nearest that exist: step512, " \
+    assert lines[0] == "EleutherAI/pythia-2.8b has no revision 'step999' on the Hub; the nearest that exist: step512, " \
                        "step1000"
     assert lines[1] == "bloom-560m has no revision 'global_step50000'; the nearest that exist: global_step10000, " \
                        "global_step100000"
@@ -193,11 +193,11 @@ def test_disk_full_discards_the_checkpoint_in_progress_and_the_rerun_continues(s
         revisions = {revisions!r}
         data.load("enwik8", 4, seed=0)  # the corpus is downloaded and cleaned before the quota
         for r in revisions[:2]:
-            registry.load("pythia-410m", revision=r)  # in the cache before the quota
+            registry.load("pythia-2.8b", revision=r)  # in the cache before the quota
         if sys.argv[1:] == ["quota"]:
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) instead of killing us
             resource.setrlimit(resource.RLIMIT_FSIZE, (400_000, 400_000))
-        entries, _ = spectral.hub_checkpoints("pythia-410m", revisions)
+        entries, _ = spectral.hub_checkpoints("pythia-2.8b", revisions)
         try:
             frame, skipped = spectral.series(entries, source="enwik8", n_texts=4, max_length=32, batch_size=16,
                                              n_batches=1)
@@ -211,10 +211,10 @@ def test_disk_full_discards_the_checkpoint_in_progress_and_the_rerun_continues(s
                           timeout=600)
     assert full.returncode == 0, full.stderr[-2000:]
     line = full.stdout.strip().splitlines()[-1]
-    assert re.fullmatch(r"NoSpace: the disk filled while downloading EleutherAI/pythia-410m@step16000 \(File too "
+    assert re.fullmatch(r"NoSpace: the disk filled while downloading EleutherAI/pythia-2.8b@step16000 \(File too "
                         r"large\); .* free on .*: the unfinished part was discarded and what was measured before is "
                         r"kept\. Free space .* and run again: it continues where it stopped", line), line
-    blobs = tmp_path / "hf_home" / "hub" / "models--EleutherAI--pythia-410m" / "blobs"
+    blobs = tmp_path / "hf_home" / "hub" / "models--EleutherAI--pythia-2.8b" / "blobs"
     assert not list(blobs.glob("*.incomplete"))
     stored = {json.loads(p.with_suffix(".json").read_text())["key"]["revision"]: p.stat().st_mtime_ns
               for p in _stored(repo_copy)}
