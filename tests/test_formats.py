@@ -242,11 +242,13 @@ def test_converted_whisper_tiny_en_matches_the_ctranslate2_runtime(cache):
 
 
 @needs_whisper
-def test_whisper_conversion_is_cached_by_the_source_hash(cache):
+def test_whisper_conversion_is_cached_by_the_source_hash_and_the_converters_code(cache):
+    from anisotropy import fingerprint
+
     folder = formats.converted_folder("whisper-tiny-en")
     assert folder.parent == cache / "converted"
     sha = formats.file_sha256(formats.PACKAGES["whisper-tiny-en"].path() / "model.bin")
-    assert folder.name == f"whisper-tiny-en-{sha[:16]}"
+    assert folder.name == f"whisper-tiny-en-{sha[:12]}-{fingerprint.of('formats')}"
     stamp = (folder / "conversion.json").stat().st_mtime_ns
     assert formats.converted_folder("whisper-tiny-en") == folder
     assert (folder / "conversion.json").stat().st_mtime_ns == stamp  # not converted again

