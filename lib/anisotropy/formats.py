@@ -122,6 +122,15 @@ def converted_dir(name: str, source_file: str | os.PathLike) -> Path:
     return cache_dir() / "converted" / f"{name}-{source_hash(source_file)[:12]}-{fingerprint.of('formats')}"
 
 
+def stale_conversions() -> list[Path]:
+    """Converted folders in the cache that the current converters' code does not reach (``clean`` removes them)."""
+    from . import fingerprint
+    from .paths import cache_dir
+
+    current = fingerprint.of("formats")
+    return [p for p in sorted((cache_dir() / "converted").glob("*")) if not p.name.endswith(f"-{current}")]
+
+
 def _write_folder_atomically(target: Path, write) -> Path:
     """``write(tmp_folder)`` then rename it to ``target`` (a crash leaves no half-written cache entry)."""
     if (target / "conversion.json").is_file():

@@ -331,12 +331,13 @@ def build(profile: str = "local", force: bool = False, recompute: bool = False) 
 
 def clean(dry_run: bool = False) -> tuple[list[Path], int]:
     """Remove what no key of the current code reaches: stored results computed by other code, trained runs and
-    tokenizers of another trainer, executed notebooks stamped with other code. Returns (paths, bytes freed)."""
+    tokenizers of another trainer, conversions of other converters, executed notebooks stamped with other code.
+    Returns (paths, bytes freed)."""
     import shutil
 
-    from . import training
+    from . import formats, training
 
-    stale = results.Store().stale() + training.stale_runs()
+    stale = results.Store().stale() + training.stale_runs() + formats.stale_conversions()
     code = fingerprint.package()
     for folder in (root() / EXECUTED, root() / SWEEPS):
         for nb in sorted(folder.rglob("*.ipynb")) if folder.is_dir() else []:
