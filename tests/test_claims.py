@@ -334,6 +334,24 @@ def test_training_claims_fall_back_to_the_self_trained_stand_in_and_say_so():
     assert rows.loc["p1-s5-alignment-grows", "tested_on"] == "multiberts-seed-0"
 
 
+def test_a_claim_needing_a_model_that_could_not_be_loaded_is_not_testable_and_says_why(tmp_path):
+    from anisotropy import layerwise, results
+
+    # CANINE-c, CANINE-s and ByT5 were measured; CharacterBERT and MANTa-LM could not be had (remote code).
+    measured = pd.concat([layers({name: [0.5, 0.6]}).assign(model=model) for name, model in
+                          (("CANINE-c", "canine-c"), ("CANINE-s", "canine-s"), ("ByT5", "byt5-small"))])
+    skipped = [layerwise.Skipped(layerwise.ModelRef(m), f"{m} needs remote code") for m in ("character-bert",
+                                                                                            "manta-lm")]
+    rows = claims.evaluate("p1_s3_character_level", Resolved("p1_s3_character_level", "paper", {}),
+                           store=results.Store(tmp_path), skipped=skipped, layers=measured).set_index("id")
+    row = rows.loc["p1-s3.1-char-anisotropic"]
+    assert row["verdict"] == UNTESTABLE
+    assert row["why"] == ("needs character-bert, which could not be measured here (character-bert needs remote "
+                          "code); manta-lm, which could not be measured here (manta-lm needs remote code)")
+    # A claim that needs only the models that loaded is still decided.
+    assert rows.loc["p1-s3.1-char-only-above-subword", "verdict"] in (HOLDS, FAILS)
+
+
 def test_a_missing_frame_is_not_testable():
     rows = claims.verdict_rows("p1_s4_untrained_block", "local", {"block": block()}).set_index("id")
     assert rows.loc["p1-s4-scores-shift-spread", "verdict"] == UNTESTABLE

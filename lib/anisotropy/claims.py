@@ -720,15 +720,20 @@ def _select(c: Claim, frames: list[pd.DataFrame]) -> tuple[list[pd.DataFrame] | 
                       f"(the paper profile); {_measured_words(frames, c.models)}")
 
 
-def verdict_rows(chapter: str, profile: str, frames: dict[str, pd.DataFrame]) -> pd.DataFrame:
+def verdict_rows(chapter: str, profile: str, frames: dict[str, pd.DataFrame],
+                 unavailable: dict[str, str] | None = None) -> pd.DataFrame:
     """One row per claim of ``chapter``: the ledger's fields, ``verdict`` (holds / does not hold / not testable
     here), ``value`` (what decided it), ``why`` (why not testable), ``tested_on`` and ``profile``."""
     rows = []
     for c in for_chapter(chapter):
         missing = [name for name in c.input if name not in frames or frames[name] is None]
         value, why, tested = "", "", ""
+        lost = [m for m in c.models if m in (unavailable or {})]
         if missing:
             verdict, why = UNTESTABLE, f"this page did not compute {', '.join(missing)}"
+        elif lost:  # a model the claim needs was requested but could not be had here
+            verdict = UNTESTABLE
+            why = "needs " + "; ".join(f"{m}, which could not be measured here ({unavailable[m]})" for m in lost)
         else:
             selected, tested, why = _select(c, [frames[name] for name in c.input])
             if selected is None:
@@ -762,10 +767,13 @@ def _save(store: results.Store, namespace: str, key: dict, frame: pd.DataFrame) 
     store.save(namespace, key, frame, code={"modules": ["claims"], "fingerprint": key["_code"]})
 
 
-def evaluate(chapter: str, resolved, store: results.Store | None = None, **frames) -> pd.DataFrame:
+def evaluate(chapter: str, resolved, store: results.Store | None = None, skipped=(), **frames) -> pd.DataFrame:
     """Decide every claim ``chapter`` owns on ``frames`` (name -> DataFrame, as the ledger's ``input`` names them),
-    store the rows under the chapter, its profile and its resolved parameters, and return them."""
-    rows = verdict_rows(chapter, resolved.profile, frames)
+    store the rows under the chapter, its profile and its resolved parameters, and return them. A claim that needs a
+    model the chapter requested but could not measure (``skipped``: ``layerwise.Skipped`` rows) is not testable here,
+    with that model's one-line reason."""
+    unavailable = {s.ref.name: s.reason for s in skipped}
+    rows = verdict_rows(chapter, resolved.profile, frames, unavailable)
     _save(store or results.Store(), NAMESPACE, _key(chapter, resolved.profile, resolved.values, "verdicts"), rows)
     return rows
 
