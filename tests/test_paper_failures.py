@@ -98,6 +98,13 @@ def test_models_that_cannot_be_had_are_listed_and_the_rest_measured(standin, rep
     reasons = dict(part.split(" (pretrained): ", 1) for part in glued["char_not_measured"].split("; "))
     assert set(reasons) == {"character-bert", "manta-lm"}
     assert all("does not exist on the Hub" in r for r in reasons.values()), reasons
+    # The claims that needed them say so; the others are decided on the models that loaded.
+    from anisotropy import results
+
+    verdicts = results.Store(repo_copy / "results").frames("claims").set_index("id")
+    row = verdicts.loc["p1-s3.1-char-anisotropic"]
+    assert row["verdict"] == "not testable here" and "character-bert, which could not be measured here" in row["why"]
+    assert verdicts.loc["p1-s3.1-char-only-above-subword", "verdict"] in ("holds", "does not hold")
     # None of them: one line, nothing stored for them.
     before = _stored(repo_copy)
     proc = run_cli(repo_copy, "run", "p1_s3_character_level", "--profile", "paper-sim", "-p",
