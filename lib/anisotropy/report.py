@@ -125,6 +125,8 @@ def provenance(resolved, models=(), described: dict | None = None):
 
 def _parameter_table(resolved, described: dict) -> str:
     """The chapter's parameters: name, value (or its description), and where the value came from."""
+    if not resolved.values:
+        return "none besides the profile"
     rows = "".join(
         f"<tr><td><code>{html.escape(name)}</code></td>"
         f"<td>{html.escape(str(described.get(name, _format_value(value))))}</td>"
