@@ -164,38 +164,68 @@ def client(address: str | None = None, workers: int | None = None, *, retries: i
             yield c
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+_LOCAL: dict = {}  # this process's LocalCluster and its client, started by the first map that needs one
+_LOCAL_LOCK = threading.Lock()
 
 
-def _dask_map(c, fn, items, retries, on_done, errors, grow=None) -> list:
+def _local_client(n: int, retries: int, announce=None):
+    """The client of this process's LocalCluster, started on first use (a worker process costs seconds to start and
+    to import torch; the checkpoint loops of a chapter call ``map`` several times) with at least ``n`` workers, and
+    closed when the process exits. How many tasks run at once is ``map``'s business, not the cluster's size."""
+    import atexit
+
+    with _LOCAL_LOCK:
+        if "client" not in _LOCAL:
+            context = client(workers=n, retries=retries, announce=announce)
+            _LOCAL.update(client=context.__enter__(), context=context, workers=n)
+            atexit.register(_close_local)
+        elif _LOCAL["workers"] < n:
+            _LOCAL["client"].cluster.scale(n)
+            _LOCAL["workers"] = n
+        return _LOCAL["client"]
+
+
+def _close_local() -> None:
+    with _LOCAL_LOCK:
+        context = _LOCAL.pop("context", None)
+        _LOCAL.clear()
+    if context is not None:
+        try:
+            context.__exit__(None, None, None)
+        except Exception:  # noqa: BLE001 - the process is ending anyway
+            pass
+
+
+def _dask_map(c, fn, items, retries, on_done, errors, allowed=None) -> list:
+    """Submit the items as tasks, no more at once than ``allowed(in_flight, waiting)`` says (default: all), and
+    collect their results in order as they finish."""
     from distributed import wait
 
-    futures = c.map(fn, items, retries=retries, pure=False)
-    where = {f.key: i for i, f in enumerate(futures)}
     results: list = [None] * len(items)
-    pending = set(futures)
+    inflight: dict = {}
+    nxt = 0
     try:
-        while pending:
+        while nxt < len(items) or inflight:
+            limit = len(items) if allowed is None else allowed(len(inflight), len(items) - nxt)
+            while nxt < len(items) and len(inflight) < limit:
+                inflight[c.submit(fn, items[nxt], retries=retries, pure=False)] = nxt
+                nxt += 1
             try:
-                done, pending = wait(pending, timeout=POLL_S if grow else None, return_when="FIRST_COMPLETED")
+                done, _ = wait(list(inflight), timeout=POLL_S if allowed else None, return_when="FIRST_COMPLETED")
             except TimeoutError:
                 done = set()
             for future in done:
-                i = where[future.key]
+                i = inflight.pop(future)
                 try:
                     results[i] = future.result()
-                except Exception as exc:  # noqa: BLE001 - a task that failed for good (or its worker, retries times)
+                except Exception as exc:  # noqa: BLE001 - a task that failed for good (or its workers, retries times)
                     if errors == "raise":
                         raise
                     results[i] = exc
                 if on_done:
                     on_done(items[i], results[i])
-            if grow and pending:
-                grow(len(pending))
     finally:
-        for future in pending:
+        for future in inflight:
             future.cancel()
     return results
 
@@ -203,12 +233,14 @@ def _dask_map(c, fn, items, retries, on_done, errors, grow=None) -> list:
 def map(fn: Callable, items: Iterable, *, address: str | None = None, workers: int | None = None,
         retries: int = 2, on_done: Callable | None = None, errors: str = "raise",
         announce: Callable[[str], None] | None = None) -> list:
-    """``[fn(item) for item in items]``, computed in parallel on a Dask client (``client``), in the items' order.
+    """``[fn(item) for item in items]``, computed in parallel on a Dask client, in the items' order.
 
-    Without an address, as many worker processes as ``workers`` (default: the cores) and the limits of the module
-    docstring allow; one runs the items here, one after another, without starting a cluster. A task whose worker
-    dies, or that raises, is retried elsewhere up to ``retries`` times. ``on_done(item, result)`` is called as each
-    task finishes. ``errors="return"`` puts a task's exception in its place of the result instead of raising it."""
+    With an address (or ``$DASK_SCHEDULER_ADDRESS``), on that cluster. Without, on this process's LocalCluster,
+    as many tasks at once as ``workers`` (default: the cores) and the limits of the module docstring allow; when that
+    is one, the items run here, one after another, without a cluster. A task whose worker dies, or that raises, is
+    retried elsewhere up to ``retries`` times. ``on_done(item, result)`` is called as each task finishes.
+    ``errors="return"`` puts a task's exception in its place of the result instead of raising it. ``announce``
+    receives one line naming the cluster and its dashboard when one is started."""
     items = list(items)
     if not items:
         return []
@@ -217,12 +249,12 @@ def map(fn: Callable, items: Iterable, *, address: str | None = None, workers: i
         with client(address, retries=retries, announce=announce) as c:
             return _dask_map(c, fn, items, retries, on_done, errors)
     wanted = min(len(items), workers or cores(), _cap() or len(items))
-    slots = Slots.from_env() if wanted > 1 else None
+    if wanted <= 1:
+        return _here(fn, items, on_done, errors)
+    slots = Slots.from_env()
     if slots is None:
-        if wanted <= 1:
-            return _here(fn, items, on_done, errors)
-        with client(workers=wanted, retries=retries, announce=announce) as c:
-            return _dask_map(c, fn, items, retries, on_done, errors)
+        c = _local_client(wanted, retries, announce)
+        return _dask_map(c, fn, items, retries, on_done, errors, allowed=lambda inflight, waiting: wanted)
     return _with_slots(fn, items, slots, wanted, retries, on_done, errors, announce)
 
 
@@ -241,32 +273,31 @@ def _here(fn, items, on_done, errors) -> list:
 
 
 def _with_slots(fn, items, slots: Slots, wanted: int, retries, on_done, errors, announce) -> list:
-    """Inside a build: this process's own slot plus every free one; the items run here until a slot frees, then on a
-    LocalCluster that grows by one worker per slot the build frees, up to ``wanted``."""
+    """Inside a build: this process's own core plus the free ones. The items run here until the build frees a slot;
+    then on the LocalCluster, one more task at once for each slot the build frees (up to ``wanted``), each slot given
+    back as soon as nothing is left to start on it."""
     held: list[int] = []
     try:
         out: list = []
         i = 0
         while i < len(items):
-            if len(items) - i > 1:
-                fd = slots.take()
-                if fd is not None:
-                    held.append(fd)
-                    break
+            if len(items) - i > 1 and (fd := slots.take()) is not None:
+                held.append(fd)
+                break
             out += _here(fn, items[i:i + 1], on_done, errors)
             i += 1
-        rest = items[i:]
-        if not rest:
+        if i == len(items):
             return out
-        while len(held) + 1 < min(wanted, len(rest)) and (fd := slots.take()) is not None:
-            held.append(fd)
-        with client(workers=len(held) + 1, retries=retries, announce=announce) as c:
-            def grow(pending: int) -> None:
-                if len(held) + 1 < min(wanted, pending) and (fd := slots.take()) is not None:
-                    held.append(fd)
-                    c.cluster.scale(len(held) + 1)
 
-            return out + _dask_map(c, fn, rest, retries, on_done, errors, grow=grow)
+        def allowed(inflight: int, waiting: int) -> int:
+            while waiting and len(held) + 1 < min(wanted, inflight + waiting) and (fd := slots.take()) is not None:
+                held.append(fd)
+            while held and not waiting and inflight < len(held) + 1:
+                Slots.release(held.pop())  # nothing left to start: the core goes back to the build
+            return len(held) + 1
+
+        c = _local_client(wanted, retries, announce)
+        return out + _dask_map(c, fn, items[i:], retries, on_done, errors, allowed=allowed)
     finally:
         for fd in held:
             Slots.release(fd)
