@@ -64,8 +64,8 @@ def filesystem(url: str):
         raise StoreError(f"The results store {url} needs a filesystem that is not installed: "
                          f"{str(exc).splitlines()[0]}") from None
     except ValueError as exc:
-        raise StoreError(f"The results store {url}: {str(exc).splitlines()[0]} (fsspec knows: "
-                         f"{', '.join(sorted(fsspec.available_protocols())[:12])}, ...)") from None
+        raise StoreError(f"The results store {url}: {str(exc).splitlines()[0]} (ANISOTROPY_RESULTS is a folder or "
+                         "an fsspec URL such as s3://bucket/prefix or gcs://bucket/prefix).") from None
 
 
 RECOMPUTE_ENV = "ANISOTROPY_RECOMPUTE"
