@@ -118,6 +118,12 @@ class Slots:
 
 # ---- a Dask client --------------------------------------------------------------------------------------------------
 
+def _has_bokeh() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("bokeh") is not None
+
+
 def _quiet_dask() -> None:
     for name in ("distributed", "tornado", "bokeh"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
@@ -160,7 +166,9 @@ def client(address: str | None = None, workers: int | None = None, *, retries: i
                           dashboard_address=dashboard, memory_limit=0, silence_logs=logging.CRITICAL) as cluster, \
                 Client(cluster) as c:
             if announce:
-                announce(f"Dask: a LocalCluster of {n} worker processes on 127.0.0.1; dashboard {c.dashboard_link}")
+                board = f"dashboard {c.dashboard_link}" if _has_bokeh() else "no dashboard (it needs bokeh: pip " \
+                                                                            "install -e '.[scale]')"
+                announce(f"Dask: a LocalCluster of {n} worker processes on 127.0.0.1; {board}")
             yield c
 
 

@@ -565,7 +565,8 @@ def build(profile: str = "local", force: bool = False, recompute: bool = False, 
           f"and the chapters' kernels), {cpu / max(wall, 1e-9):.2f} cores busy on average.")
     if failed or blocked:
         report = "\n".join(f"  - {o.error}" for o in failed + blocked)
-        raise ChapterFailed(f"{len(failed)} chapter(s) failed; the book was not rendered:\n{report}")
+        after = f" ({len(blocked)} not run after them)" if blocked else ""
+        raise ChapterFailed(f"{len(failed)} chapter(s) failed{after}; the book was not rendered:\n{report}")
     index = build_html()
     wall, cpu = time.perf_counter() - start, _cpu_seconds() - cpu_start
     print(f"Book built in {wall:.0f} s of wall time, {cpu:.0f} s of CPU time ({cpu / max(wall, 1e-9):.2f} cores "
