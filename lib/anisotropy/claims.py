@@ -955,8 +955,7 @@ def stamp_inputs(chapter: str, profile: str, store: results.Store | None = None)
     digest = hashlib.sha256((owned or "").encode())
     for owner in owners:
         key = _key(owner, profile, expected_parameters(owner, profile), what)
-        path = store.root / namespace / f"{results.key_hash(key)}.parquet"
-        digest.update(owner.encode() + (path.read_bytes() if store.has(namespace, key) else b"-"))
+        digest.update(owner.encode() + (store.read_bytes(namespace, key) if store.has(namespace, key) else b"-"))
     digest.update(LEDGER.read_bytes())
     return digest.hexdigest()[:16]
 

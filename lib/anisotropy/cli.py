@@ -42,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", default="local")
     p.add_argument("--force", action="store_true", help=force_help)
     p.add_argument("--rerun", action="store_true", help=rerun_help)
+    p.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
+                   help="chapters executed at once, independent ones only (default: the cores; 1: one after another)")
 
     p = sub.add_parser("run", help="execute one chapter into book/executed/")
     p.add_argument("name")
@@ -57,6 +59,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("name")
     p.add_argument("--profile", default="local")
     p.add_argument("-p", "--param", action="append", metavar="NAME=V1,V2,...", required=True)
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="a running Dask scheduler, e.g. tcp://host:8786 (default: $DASK_SCHEDULER_ADDRESS, else a "
+                        "LocalCluster on this machine)")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="worker processes of the LocalCluster (default: the cores; 1: the points one after another, "
+                        "in this process)")
 
     p = sub.add_parser("sync", help="write notebooks/*.ipynb from their MyST sources")
     p.add_argument("--check", action="store_true", help="only report pairs that are out of sync (exit 1 if any)")
@@ -72,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "build":
             if args.force:
                 print("--force: every chapter is executed again and recomputes the results it reads from the store")
-            runner.build(args.profile, force=args.rerun, recompute=args.force)
+            runner.build(args.profile, force=args.rerun, recompute=args.force, jobs=args.jobs)
         elif args.command == "run":
             if args.force:
                 print(f"--force: {args.name} recomputes every result it reads from the store")
@@ -82,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
                 raise runner.ChapterFailed(outcome.error)
             print(f"{args.name}: {'reused' if outcome.reused else f'{outcome.seconds:.1f} s'} -> {outcome.path}")
         elif args.command == "sweep":
-            table = runner.sweep(args.name, args.profile, _parse_assignments(args.param, as_grid=True))
+            table = runner.sweep(args.name, args.profile, _parse_assignments(args.param, as_grid=True),
+                                 address=args.scheduler, workers=args.workers)
             print(f"sweep table: {table}")
         elif args.command == "sync":
             changed = runner.sync(check=args.check)

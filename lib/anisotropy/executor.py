@@ -1,18 +1,46 @@
-"""One seam for running independent pieces of work in parallel: a Dask client.
+"""One seam for running independent pieces of work in parallel: a Dask client, and the cores a build shares.
 
-By default a ``LocalCluster`` of worker processes on this machine (one per core, one thread each: the book's work is
-single-threaded by design, and two threads on one core spin against each other); a running cluster when an address
-is given (``address=`` or the ``DASK_SCHEDULER_ADDRESS`` convention), e.g. several GPU machines. The training runs of
-the self-trained suites, sweeps and checkpoint loops go through ``map``.
+``map(fn, items)`` computes ``[fn(item) for item in items]`` on a Dask client: by default a ``LocalCluster`` of worker
+processes on this machine (one per core, one thread each: the book's work is single-threaded by design, and two
+threads on one core spin against each other), or a running cluster when an address is given (``address=`` or the
+``DASK_SCHEDULER_ADDRESS`` convention), e.g. several GPU machines. The training runs of the self-trained suites,
+sweeps (``runner.sweep``) and the checkpoint loops of the training-dynamics chapters (``fan_out``) go through it.
+
+How many worker processes ``map`` starts on this machine:
+
+- ``workers=`` (default: the cores), never more than there are items; one runs here, in this process;
+- at most ``$ANISOTROPY_WORKERS``: a sweep point's kernel gets 1, since the point itself is one unit of work on one
+  core of the sweep's cluster;
+- inside a chapter executed by the book build (``$ANISOTROPY_SLOTS``): one plus the cores the build leaves free
+  (``Slots``, a jobserver in the manner of ``make -j``), growing while the map runs as other chapters finish.
+
+``schedule(fn, items, after)`` is the build's side: every item after the items it depends on, as many at a time as
+there are cores (slots), in threads of this process that each wait on a chapter's kernel (or, ``processes=True``,
+in Dask worker processes; ``benchmarks/bench_parallel.py`` compares the two).
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import tempfile
+import threading
 from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Iterable
 
+from .profiles import ProfileError
+
 SCHEDULER_ENV = "DASK_SCHEDULER_ADDRESS"
+WORKERS_ENV = "ANISOTROPY_WORKERS"
+SLOTS_ENV = "ANISOTROPY_SLOTS"
+CONNECT_TIMEOUT_S = 10
+POLL_S = 0.5  # how often a running map looks for cores the build has freed (never a synchronisation by itself)
+
+
+class ExecutorError(ProfileError):
+    """A scheduler that cannot be reached or a fan-out setting that cannot be read; one line, printed by the CLI."""
 
 
 def cores() -> int:
@@ -23,48 +51,387 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
+def _cap() -> int | None:
+    text = os.environ.get(WORKERS_ENV, "").strip()
+    return max(1, int(text)) if text.isdigit() else None
+
+
+def scheduler_address(address: str | None = None) -> str | None:
+    """The scheduler to use: ``address``, else ``$DASK_SCHEDULER_ADDRESS``, else None (a LocalCluster here)."""
+    return (address or os.environ.get(SCHEDULER_ENV) or "").strip() or None
+
+
+# ---- cores shared between a build and its chapters ------------------------------------------------------------------
+
+class Slots:
+    """The cores of a build as a folder of lock files, one per core (a jobserver, as ``make -j`` shares its jobs with
+    the makes it starts). Whoever holds a file's lock (``fcntl.flock``) may keep one core busy; the lock goes away
+    with its holder, so a killed kernel never keeps a core. The build holds one slot per chapter it runs; a
+    chapter's ``map`` takes the free ones for extra worker processes and gives them back when it ends."""
+
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder)
+
+    @classmethod
+    def create(cls, n: int, folder: str | Path) -> "Slots":
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        for i in range(max(1, n)):
+            (folder / f"slot-{i}").touch()
+        return cls(folder)
+
+    @classmethod
+    def from_env(cls) -> "Slots | None":
+        folder = os.environ.get(SLOTS_ENV)
+        if not folder or not Path(folder).is_dir():
+            return None
+        try:
+            import fcntl  # noqa: F401 - POSIX only
+        except ImportError:
+            return None
+        return cls(folder)
+
+    def __len__(self) -> int:
+        return len(list(self.folder.glob("slot-*")))
+
+    def take(self) -> int | None:
+        """A free slot (an open file descriptor holding its lock), or None when every core is busy."""
+        import fcntl
+
+        for path in sorted(self.folder.glob("slot-*")):
+            try:
+                fd = os.open(path, os.O_RDWR)
+            except OSError:
+                return None  # the build has ended and removed its slots
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except OSError:
+                os.close(fd)
+        return None
+
+    @staticmethod
+    def release(fd: int | None) -> None:
+        if fd is not None:
+            os.close(fd)  # closing the descriptor releases its lock
+
+
+# ---- a Dask client --------------------------------------------------------------------------------------------------
+
+def _has_bokeh() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("bokeh") is not None
+
+
+def _quiet_dask() -> None:
+    for name in ("distributed", "tornado", "bokeh"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
 @contextmanager
-def client(address: str | None = None, workers: int | None = None):
+def client(address: str | None = None, workers: int | None = None, *, retries: int = 2,
+           announce: Callable[[str], None] | None = None):
     """A Dask ``Client``: of the cluster at ``address`` (or ``$DASK_SCHEDULER_ADDRESS``), else of a fresh
-    ``LocalCluster`` with ``workers`` single-threaded worker processes (default: the cores), closed on exit."""
+    ``LocalCluster`` on 127.0.0.1 with ``workers`` single-threaded worker processes (default: the cores), closed on
+    exit. A worker that dies while it runs a task costs that task one of ``retries`` + 1 attempts (the scheduler's
+    ``allowed-failures``; a cluster started elsewhere keeps its own setting). ``announce`` receives one line naming
+    the cluster and its dashboard."""
+    import dask
     from distributed import Client, LocalCluster
 
-    address = address or os.environ.get(SCHEDULER_ENV)
+    address = scheduler_address(address)
+    _quiet_dask()
     if address:
-        with Client(address) as c:
+        try:
+            c = Client(address, timeout=f"{CONNECT_TIMEOUT_S}s")
+        except (OSError, TimeoutError, ValueError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ExecutorError(
+                f"No Dask scheduler answers at {address} ({first}). Start one (`dask scheduler`, then "
+                f"`dask worker {address}` on each machine), or leave out --scheduler and {SCHEDULER_ENV} to run on "
+                "a LocalCluster here.") from None
+        with c:
+            if announce:
+                n = len(c.scheduler_info().get("workers", {}))
+                announce(f"Dask: the cluster at {address} ({n} workers); dashboard {c.dashboard_link}")
             yield c
         return
     n = max(1, workers or cores())
-    with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0", silence_logs=40) as cluster, Client(cluster) as c:
-        yield c
+    with dask.config.set({"distributed.scheduler.allowed-failures": retries,
+                          # a worker's own memory is small (a kernel or a model lives beside it); no nanny limit
+                          "distributed.worker.memory.terminate": False}):
+        dashboard = "127.0.0.1:0" if announce else None
+        with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
+                          dashboard_address=dashboard, memory_limit=0, silence_logs=logging.CRITICAL) as cluster, \
+                Client(cluster) as c:
+            if announce:
+                board = f"dashboard {c.dashboard_link}" if _has_bokeh() else "no dashboard (it needs bokeh: pip " \
+                                                                            "install -e '.[scale]')"
+                announce(f"Dask: a LocalCluster of {n} worker processes on 127.0.0.1; {board}")
+            yield c
+
+
+_LOCAL: dict = {}  # this process's LocalCluster and its client, started by the first map that needs one
+_LOCAL_LOCK = threading.Lock()
+
+
+def _local_client(n: int, retries: int, announce=None):
+    """The client of this process's LocalCluster, started on first use (a worker process costs seconds to start and
+    to import torch; the checkpoint loops of a chapter call ``map`` several times) with at least ``n`` workers, and
+    closed when the process exits. How many tasks run at once is ``map``'s business, not the cluster's size."""
+    import atexit
+
+    with _LOCAL_LOCK:
+        if "client" not in _LOCAL:
+            context = client(workers=n, retries=retries, announce=announce)
+            _LOCAL.update(client=context.__enter__(), context=context, workers=n)
+            atexit.register(_close_local)
+        elif _LOCAL["workers"] < n:
+            _LOCAL["client"].cluster.scale(n)
+            _LOCAL["workers"] = n
+        return _LOCAL["client"]
+
+
+def _close_local() -> None:
+    with _LOCAL_LOCK:
+        context = _LOCAL.pop("context", None)
+        _LOCAL.clear()
+    if context is not None:
+        try:
+            context.__exit__(None, None, None)
+        except Exception:  # noqa: BLE001 - the process is ending anyway
+            pass
+
+
+def _dask_map(c, fn, items, retries, on_done, errors, allowed=None) -> list:
+    """Submit the items as tasks, no more at once than ``allowed(in_flight, waiting)`` says (default: all), and
+    collect their results in order as they finish."""
+    from distributed import wait
+
+    results: list = [None] * len(items)
+    inflight: dict = {}
+    nxt = 0
+    try:
+        while nxt < len(items) or inflight:
+            limit = len(items) if allowed is None else allowed(len(inflight), len(items) - nxt)
+            while nxt < len(items) and len(inflight) < limit:
+                inflight[c.submit(fn, items[nxt], retries=retries, pure=False)] = nxt
+                nxt += 1
+            try:
+                done, _ = wait(list(inflight), timeout=POLL_S if allowed else None, return_when="FIRST_COMPLETED")
+            except TimeoutError:
+                done = set()
+            for future in done:
+                i = inflight.pop(future)
+                try:
+                    results[i] = future.result()
+                except Exception as exc:  # noqa: BLE001 - a task that failed for good (or its workers, retries times)
+                    if errors == "raise":
+                        raise
+                    results[i] = exc
+                if on_done:
+                    on_done(items[i], results[i])
+    finally:
+        for future in inflight:
+            future.cancel()
+    return results
 
 
 def map(fn: Callable, items: Iterable, *, address: str | None = None, workers: int | None = None,
-        retries: int = 2, on_done: Callable | None = None) -> list:
-    """``[fn(item) for item in items]``, computed in parallel on a Dask client (``client``), in the items' order.
+        retries: int = 2, on_done: Callable | None = None, errors: str = "raise",
+        announce: Callable[[str], None] | None = None) -> list:
+    """``[fn(item) for item in items]``, computed in parallel on a Dask client, in the items' order.
 
-    One item alone, or ``workers=1`` without an address, runs here without starting a cluster. A task whose worker
-    dies is retried elsewhere up to ``retries`` times. ``on_done(item, result)`` is called as each task finishes."""
-    from distributed import as_completed
-
+    With an address (or ``$DASK_SCHEDULER_ADDRESS``), on that cluster. Without, on this process's LocalCluster,
+    as many tasks at once as ``workers`` (default: the cores) and the limits of the module docstring allow; when that
+    is one, the items run here, one after another, without a cluster. A task whose worker dies, or that raises, is
+    retried elsewhere up to ``retries`` times. ``on_done(item, result)`` is called as each task finishes.
+    ``errors="return"`` puts a task's exception in its place of the result instead of raising it. ``announce``
+    receives one line naming the cluster and its dashboard when one is started."""
     items = list(items)
     if not items:
         return []
-    if (len(items) == 1 or workers == 1) and not (address or os.environ.get(SCHEDULER_ENV)):
-        out = []
-        for item in items:
+    address = scheduler_address(address)
+    if address:
+        with client(address, retries=retries, announce=announce) as c:
+            return _dask_map(c, fn, items, retries, on_done, errors)
+    wanted = min(len(items), workers or cores(), _cap() or len(items))
+    if wanted <= 1:
+        return _here(fn, items, on_done, errors)
+    slots = Slots.from_env()
+    if slots is None:
+        c = _local_client(wanted, retries, announce)
+        return _dask_map(c, fn, items, retries, on_done, errors, allowed=lambda inflight, waiting: wanted)
+    return _with_slots(fn, items, slots, wanted, retries, on_done, errors, announce)
+
+
+def _here(fn, items, on_done, errors) -> list:
+    out = []
+    for item in items:
+        try:
             out.append(fn(item))
-            if on_done:
-                on_done(item, out[-1])
-        return out
-    with client(address, min(workers or cores(), len(items))) as c:
-        futures = c.map(fn, items, retries=retries, pure=False)
-        where = {f.key: i for i, f in enumerate(futures)}
-        results: list = [None] * len(items)
-        for future in as_completed(futures):
-            i = where[future.key]
-            results[i] = future.result()
-            if on_done:
-                on_done(items[i], results[i])
-        return results
+        except Exception as exc:  # noqa: BLE001
+            if errors == "raise":
+                raise
+            out.append(exc)
+        if on_done:
+            on_done(item, out[-1])
+    return out
+
+
+def _with_slots(fn, items, slots: Slots, wanted: int, retries, on_done, errors, announce) -> list:
+    """Inside a build: this process's own core plus the free ones. The items run here until the build frees a slot;
+    then on the LocalCluster, one more task at once for each slot the build frees (up to ``wanted``), each slot given
+    back as soon as nothing is left to start on it."""
+    held: list[int] = []
+    try:
+        out: list = []
+        i = 0
+        while i < len(items):
+            if len(items) - i > 1 and (fd := slots.take()) is not None:
+                held.append(fd)
+                break
+            out += _here(fn, items[i:i + 1], on_done, errors)
+            i += 1
+        if i == len(items):
+            return out
+
+        def allowed(inflight: int, waiting: int) -> int:
+            while waiting and len(held) + 1 < min(wanted, inflight + waiting) and (fd := slots.take()) is not None:
+                held.append(fd)
+            while held and not waiting and inflight < len(held) + 1:
+                Slots.release(held.pop())  # nothing left to start: the core goes back to the build
+            return len(held) + 1
+
+        c = _local_client(wanted, retries, announce)
+        return out + _dask_map(c, fn, items[i:], retries, on_done, errors, allowed=allowed)
+    finally:
+        for fd in held:
+            Slots.release(fd)
+
+
+def fan_out(setting: str | None) -> dict:
+    """``map`` keywords for a chapter's ``fan_out`` parameter: "none" (one after another, in the kernel), "auto" (the
+    cores the build leaves free, or this machine's cores, or the cluster of ``$DASK_SCHEDULER_ADDRESS``), or a
+    scheduler address (tcp://host:8786)."""
+    text = (setting or "none").strip()
+    if text == "none":
+        return {"workers": 1}
+    if text == "auto":
+        return {}
+    if "://" in text:
+        return {"address": text}
+    raise ExecutorError(f"fan_out should be \"auto\", \"none\" or a Dask scheduler address such as "
+                        f"tcp://host:8786, got {setting!r}.")
+
+
+# ---- the build's side: items after their dependencies, as many at a time as there are cores ----------------------
+
+@dataclass
+class Blocked:
+    """The result of an item that did not run because an item it depends on failed (or was blocked itself)."""
+
+    item: object
+    because: object
+
+
+def schedule(fn: Callable, items: list, after: dict, *, jobs: int | None = None, processes: bool = False,
+             failed: Callable[[object], bool] = lambda result: False, on_done: Callable | None = None) -> dict:
+    """Run ``fn(item, env)`` for every item once the items of ``after[item]`` (those among ``items``) have finished
+    and none ``failed``; an item behind a failure gets ``Blocked`` and is not run. Ready items start in the order of
+    ``items``, as many at a time as ``jobs`` (default: the cores) slots allow; the slots are shared with the work the
+    items start themselves (``map`` in a chapter's kernel) through ``env``, the environment ``fn`` passes on to it.
+
+    ``fn`` runs in a thread of this process (an item is a chapter whose work happens in its own kernel process: the
+    thread only waits on it), or with ``processes=True`` in a worker process of a LocalCluster. An exception ``fn``
+    raises becomes the item's result (and counts as failed). ``on_done(item, result)`` is called in this thread as
+    each item ends. Returns ``{item: result}``. KeyboardInterrupt (Ctrl-C, or SIGTERM through the CLI) propagates at
+    once; stopping what the items started (their kernels) is the caller's part."""
+    jobs = max(1, jobs or cores())
+    wanted = set(items)
+    deps = {item: [d for d in after.get(item, ()) if d in wanted] for item in items}
+    results: dict = {}
+    running: dict = {}  # item -> (future, slot descriptor)
+    woken = threading.Event()
+
+    def bad(result) -> bool:
+        return isinstance(result, (Blocked, Exception)) or failed(result)
+
+    def finish(item, result) -> None:
+        results[item] = result
+        if on_done:
+            on_done(item, result)
+
+    with tempfile.TemporaryDirectory(prefix="anisotropy-slots-") as folder, _pool(processes, jobs) as submit:
+        slots = Slots.create(jobs, folder)
+        env = {SLOTS_ENV: folder}
+        try:
+            while len(results) < len(items):
+                for item in items:
+                    if item in results or item in running:
+                        continue
+                    failure = next((d for d in deps[item] if d in results and bad(results[d])), None)
+                    if failure is not None:
+                        finish(item, Blocked(item, failure))
+                        continue
+                    if any(d not in results for d in deps[item]):
+                        continue
+                    fd = slots.take()
+                    if fd is None:
+                        break  # every core is busy: wait for one
+                    future = submit(fn, item, env)
+                    future.add_done_callback(lambda _: woken.set())
+                    running[item] = (future, fd)
+                if len(results) == len(items):
+                    break
+                if not running and len(results) < len(items) and slots_free(slots):
+                    stuck = [i for i in items if i not in results]
+                    raise ValueError(f"these items wait on each other: {stuck}")
+                woken.wait(POLL_S)  # an item has ended, or (after the timeout) a kernel may have given a slot back
+                woken.clear()
+                for item, (future, fd) in list(running.items()):
+                    if future.done():
+                        del running[item]
+                        Slots.release(fd)
+                        try:
+                            result = future.result()
+                        except Exception as exc:  # noqa: BLE001 - reported as the item's failure
+                            result = exc
+                        finish(item, result)
+        finally:
+            for future, fd in running.values():
+                future.cancel()
+                Slots.release(fd)
+    return results
+
+
+def slots_free(slots: Slots) -> bool:
+    fd = slots.take()
+    Slots.release(fd)
+    return fd is not None
+
+
+@contextmanager
+def _pool(processes: bool, jobs: int):
+    """``submit(fn, *args) -> future``: on daemon threads of this process (an interrupted build never waits for them
+    at exit), or on the worker processes of a LocalCluster."""
+    if processes:
+        with client(workers=jobs, retries=0) as c:
+            yield lambda fn, *args: c.submit(fn, *args, pure=False)
+        return
+    import concurrent.futures
+
+    def submit(fn, *args):
+        future = concurrent.futures.Future()
+
+        def work():
+            try:
+                future.set_result(fn(*args))
+            except BaseException as exc:  # noqa: BLE001 - handed to the scheduling thread
+                future.set_exception(exc)
+
+        threading.Thread(target=work, daemon=True, name=f"chapter-{args[0] if args else ''}").start()
+        return future
+
+    yield submit

@@ -4,7 +4,8 @@
 ``ast``, at any depth of the file), plus the versions of the packages that shape numbers (``PACKAGES``). Two kinds of
 edges are not followed:
 
-- modules that never change a number (``NOT_NUMERIC``): they present, schedule, locate or transport results;
+- modules that never change a number (``NOT_NUMERIC``): they present, schedule, locate or transport results
+  (``executor`` decides where a computation runs, not what it computes);
 - ``training``, from any module but itself: a self-trained checkpoint enters a measurement as an input with its own
   key (its training record holds the trainer's fingerprint), so measuring it does not depend on the trainer's code.
 
@@ -26,7 +27,7 @@ from pathlib import Path
 FOLDER = Path(__file__).resolve().parent
 PACKAGES = ("torch", "transformers", "tokenizers", "numpy", "scipy")
 NOT_NUMERIC = frozenset({"report", "plots", "runner", "cli", "budget", "profiles", "paths", "hub", "results",
-                         "fingerprint", "__main__"})
+                         "fingerprint", "executor", "__main__"})
 TRAINER = "training"
 
 

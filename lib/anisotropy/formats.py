@@ -132,19 +132,30 @@ def stale_conversions() -> list[Path]:
 
 
 def _write_folder_atomically(target: Path, write) -> Path:
-    """``write(tmp_folder)`` then rename it to ``target`` (a crash leaves no half-written cache entry)."""
+    """``write(tmp_folder)`` then rename it to ``target`` (a crash leaves no half-written cache entry). Two processes
+    that want the same conversion (two chapters of a parallel build) take turns on a lock file: the second finds the
+    first one's folder complete, and nobody removes a folder another process is reading."""
     if (target / "conversion.json").is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
-    try:
-        write(tmp)
-        if target.exists():  # an incomplete earlier attempt
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    with open(target.parent / f".{target.name}.lock", "w") as lock:
+        try:
+            import fcntl
+
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed, or its holder dies
+        except ImportError:  # not POSIX: no concurrent builds to guard against
+            pass
+        if (target / "conversion.json").is_file():
+            return target
+        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
+        try:
+            write(tmp)
+            if target.exists():  # an incomplete earlier attempt
+                shutil.rmtree(target)
+            os.replace(tmp, target)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
     return target
 
 

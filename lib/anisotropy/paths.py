@@ -1,7 +1,7 @@
 """Where the project keeps things: the repository root, the results store and the cache of trained checkpoints.
 
-Environment variables override the defaults: ``ANISOTROPY_RESULTS`` (results store) and ``ANISOTROPY_CACHE``
-(self-trained checkpoints, tokenizers). Outside a checkout (e.g. a pip install on Colab) both fall back to
+Environment variables override the defaults: ``ANISOTROPY_RESULTS`` (results store: a folder, or any fsspec URL such
+as ``s3://bucket/prefix``) and ``ANISOTROPY_CACHE`` (self-trained checkpoints, tokenizers). Outside a checkout (e.g. a pip install on Colab) both fall back to
 ``~/.cache/anisotropy``.
 """
 
@@ -27,8 +27,17 @@ def _default(sub: str) -> Path:
     return (root / sub) if root is not None else Path.home() / ".cache" / "anisotropy" / sub
 
 
+def results_location() -> str | Path:
+    """Where the results store lives: a folder, or the fsspec URL of ``$ANISOTROPY_RESULTS`` as written."""
+    given = os.environ.get("ANISOTROPY_RESULTS")
+    if given and "://" in given and not given.startswith("file://"):
+        return given
+    return results_dir()
+
+
 def results_dir() -> Path:
-    return Path(os.environ.get("ANISOTROPY_RESULTS") or _default("results"))
+    given = os.environ.get("ANISOTROPY_RESULTS") or ""
+    return Path(given.removeprefix("file://")) if given else _default("results")
 
 
 def cache_dir() -> Path:

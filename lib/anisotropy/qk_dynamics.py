@@ -233,12 +233,6 @@ def head_statistics(model, batch_iter, layers=None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _progress(items, enabled: bool, desc: str):
-    from tqdm import tqdm
-
-    return tqdm(items, desc=desc, disable=not enabled, leave=False)
-
-
 def _device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
@@ -248,36 +242,42 @@ def _device(device: str) -> str:
 def step_statistics(stages: list[Stage], dataset: str = "prose", n_samples: int = 32, sample_seed: int = 0,
                     max_length: int = 128, batch_size: int = 8, layers=None, device: str = "cpu",
                     store: results.Store | None = None, chapter: str = CHAPTER, progress: bool = True,
-                    release: bool = True) -> pd.DataFrame:
+                    release: bool = True, fan_out: str = "none") -> pd.DataFrame:
     """``head_statistics`` of every stage, one checkpoint in memory at a time, each stored under its own key (resume:
     stored stages are read back, not recomputed). Adds columns run, seed, step. ``release``: downloaded hub
-    checkpoints leave the cache once measured (``registry.load``); pass False for a run measured again later."""
+    checkpoints leave the cache once measured (``registry.load``); pass False for a run measured again later.
+    ``fan_out``: the stages are measured through ``executor.map`` ("none": one after another here; "auto" or a
+    scheduler address: in parallel, see ``executor.fan_out``)."""
     layers = sorted(layers) if layers else None
     return _per_stage(stages, {"what": "qk step statistics"}, {"layers": layers},
                       lambda body, batch_iter: head_statistics(body, batch_iter, layers),
                       dataset, n_samples, sample_seed, max_length, batch_size, device, store, chapter,
-                      progress and "checkpoints", release)
+                      progress and "checkpoints", release, fan_out)
 
 
 def _per_stage(stages: list[Stage], what: dict, extra_key: dict, measure, dataset: str, n_samples: int,
                sample_seed: int, max_length: int, batch_size: int, device: str, store: results.Store | None,
-               chapter: str, progress, release: bool = True) -> pd.DataFrame:
-    """``measure(model body, batches)`` of every stage on the same examples, one checkpoint in memory at a time, each
-    stored under ``what`` + the stage + the examples + ``extra_key``; ``progress`` is the bar's label or False."""
+               chapter: str, progress, release: bool = True, fan_out: str = "none") -> pd.DataFrame:
+    """``measure(model body, batches)`` of every stage on the same examples, one checkpoint in memory at a time (per
+    worker, with ``fan_out``), each stored under ``what`` + the stage + the examples + ``extra_key``; ``progress``
+    is the bar's label or False."""
+    from . import executor
+
     store = store or results.Store()
     device = _device(device)
-    frames, inputs = [], None
-    for stage in _progress(stages, bool(progress), progress or ""):
+    inputs = {}  # image size -> examples (the same for every stage; built once per process)
+
+    def one(stage: Stage) -> pd.DataFrame:
         key = {**what, **stage.key, **_examples_key(dataset, n_samples, sample_seed, max_length), **extra_key}
 
-        def compute(stage=stage):
-            nonlocal inputs
+        def compute():
             loaded = stage.load(device, release=release)
-            if inputs is None:
-                inputs = examples(dataset, n_samples, sample_seed, _image_size(loaded))
+            size = _image_size(loaded)
+            if size not in inputs:
+                inputs[size] = examples(dataset, n_samples, sample_seed, size)
             try:
                 with torch.no_grad():
-                    frame = measure(_body(loaded), batches(loaded, inputs, batch_size, max_length, device))
+                    frame = measure(_body(loaded), batches(loaded, inputs[size], batch_size, max_length, device))
             except torch.cuda.OutOfMemoryError:
                 del loaded
                 torch.cuda.empty_cache()
@@ -285,8 +285,12 @@ def _per_stage(stages: list[Stage], what: dict, extra_key: dict, measure, datase
             del loaded
             return frame
 
-        frame = store.cached(chapter, key, compute)
-        frames.append(frame.assign(run=stage.run, seed=stage.seed, step=stage.step))
+        return store.cached(chapter, key, compute).assign(run=stage.run, seed=stage.seed, step=stage.step)
+
+    from tqdm import tqdm
+
+    with tqdm(total=len(stages), desc=progress or "", disable=not progress, leave=False) as bar:
+        frames = executor.map(one, stages, retries=1, on_done=lambda *_: bar.update(1), **executor.fan_out(fan_out))
     return pd.concat(frames, ignore_index=True)
 
 
@@ -332,7 +336,7 @@ def head_vectors(model, batch_iter, heads, fraction: float = 0.2, max_vectors: i
 def step_vectors(stages: list[Stage], heads, dataset: str = "prose", n_samples: int = 32, sample_seed: int = 0,
                  max_length: int = 128, batch_size: int = 8, fraction: float = 0.2, max_vectors: int = 2000,
                  device: str = "cpu", store: results.Store | None = None, chapter: str = CHAPTER,
-                 progress: bool = True) -> pd.DataFrame:
+                 progress: bool = True, fan_out: str = "none") -> pd.DataFrame:
     """``head_vectors`` of every stage, streamed and stored per stage like ``step_statistics``."""
     heads = sorted({(int(l), int(h)) for l, h in heads})
     return _per_stage(stages, {"what": "qk vector sample"},
@@ -340,7 +344,7 @@ def step_vectors(stages: list[Stage], heads, dataset: str = "prose", n_samples: 
                       lambda body, batch_iter: head_vectors(body, batch_iter, heads, fraction, max_vectors,
                                                             seed=sample_seed),
                       dataset, n_samples, sample_seed, max_length, batch_size, device, store, chapter,
-                      progress and "checkpoints (vectors)")
+                      progress and "checkpoints (vectors)", True, fan_out)
 
 
 # ---- SVD projections ---------------------------------------------------------------------------------------------

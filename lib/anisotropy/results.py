@@ -1,8 +1,14 @@
 """The results store: one Parquet file per result, keyed by everything that determines it, the code included.
 
 ``results/<chapter>/<hash>.parquet`` holds the rows, ``<hash>.json`` beside it the key and provenance (written last:
-a Parquet file without its JSON sidecar is an unfinished write and is ignored). Writes go to a temporary name and are
-renamed into place, so a run killed at any moment never leaves a file that a later run takes for complete.
+a Parquet file without its JSON sidecar is an unfinished write and is ignored, and no Parquet is ever read without
+its sidecar). In a folder, writes go to a temporary name and are renamed into place, so a run killed at any moment
+never leaves a file that a later run takes for complete.
+
+The store may also live at any fsspec URL (``ANISOTROPY_RESULTS=s3://bucket/prefix``, ``gcs://``, ``memory://``...),
+shared by the machines of a cluster. Object stores have no rename, but each object is written whole by one request
+(it exists complete or not at all), and the same order holds: Parquet first, sidecar last. ``file://`` URLs and plain
+paths are the folder store.
 
 ``cached`` adds to every key the fingerprint of the code that computes it (``fingerprint``): the library modules the
 computation depends on and the versions of the packages that shape numbers, so a changed metric recomputes and a
@@ -13,6 +19,7 @@ reading; ``stale`` lists what no current code reaches (``anisotropy clean`` remo
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import tempfile
@@ -23,10 +30,42 @@ from typing import Callable
 import pandas as pd
 
 from . import fingerprint, hub, paths
+from .profiles import ProfileError
 
 
 class CorruptResultError(RuntimeError):
     """A stored result that cannot be read back."""
+
+
+class StoreError(ProfileError):
+    """A results store that cannot be used (its filesystem is not installed, its bucket does not exist, no access);
+    one line naming it, printed by the CLI."""
+
+
+def is_url(where) -> bool:
+    """Whether ``where`` names a store by an fsspec URL other than a local ``file://`` one."""
+    text = str(where)
+    return "://" in text and not text.startswith("file://")
+
+
+def local_path(where) -> Path:
+    text = str(where)
+    return Path(text[len("file://"):] if text.startswith("file://") else text)
+
+
+def filesystem(url: str):
+    """``(fsspec filesystem, path within it)`` of a store URL, with one-line errors for a protocol fsspec does not
+    know or whose package is missing."""
+    import fsspec
+
+    try:  # no listings cache: another machine may have written since this process last listed a folder
+        return fsspec.core.url_to_fs(url, use_listings_cache=False)
+    except ImportError as exc:
+        raise StoreError(f"The results store {url} needs a filesystem that is not installed: "
+                         f"{str(exc).splitlines()[0]}") from None
+    except ValueError as exc:
+        raise StoreError(f"The results store {url}: {str(exc).splitlines()[0]} (ANISOTROPY_RESULTS is a folder or "
+                         "an fsspec URL such as s3://bucket/prefix or gcs://bucket/prefix).") from None
 
 
 RECOMPUTE_ENV = "ANISOTROPY_RECOMPUTE"
@@ -85,34 +124,97 @@ def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
 
 
 class Store:
-    """Plain-file results store under ``root`` (default ``anisotropy.paths.results_dir()``)."""
+    """The results store under ``root`` (default ``anisotropy.paths.results_location()``): a folder, or an fsspec URL
+    (then ``root`` is the URL as a string and ``fs`` its filesystem)."""
 
     def __init__(self, root: str | Path | None = None):
-        self.root = Path(root) if root is not None else paths.results_dir()
+        where = root if root is not None else paths.results_location()
+        self.fs = None
+        if is_url(where):
+            self.root = str(where).rstrip("/")
+            self.fs, self._base = filesystem(self.root)
+        else:
+            self.root = local_path(where)
 
-    def _paths(self, chapter: str, key: dict) -> tuple[Path, Path]:
+    @property
+    def remote(self) -> bool:
+        return self.fs is not None
+
+    def __repr__(self) -> str:
+        return f"Store({str(self.root)!r})"
+
+    def location(self, *parts: str):
+        """A path (folder store) or URL (fsspec store) inside the store."""
+        return self.root.joinpath(*parts) if not self.remote else "/".join([self.root, *parts])
+
+    def _fs_path(self, url: str) -> str:
+        return self._base + url[len(self.root):]
+
+    def _url(self, fs_path: str) -> str:
+        return self.root + fs_path[len(self._base):]
+
+    def check(self) -> None:
+        """Fail with one line now, before anything runs, if the store cannot be reached (a bucket that does not exist,
+        no credentials); a folder store is created when first written."""
+        if not self.remote:
+            return
+        bucket = self._base.split("/")[0]
+        try:
+            found = self.fs.exists(bucket) if bucket else True
+        except Exception as exc:  # noqa: BLE001 - credentials, endpoint, permissions: one line whatever the cause
+            raise StoreError(f"The results store {self.root} cannot be reached ({type(exc).__name__}: "
+                             f"{str(exc).splitlines()[0] if str(exc) else ''}).") from None
+        if not found:
+            raise StoreError(f"The results store {self.root}: the bucket {bucket!r} does not exist. Create it, or "
+                             "set ANISOTROPY_RESULTS to a store that exists.")
+
+    # -- bytes, for a folder or a URL --
+
+    def _exists(self, where) -> bool:
+        return where.is_file() if not self.remote else self.fs.exists(self._fs_path(where))
+
+    def _read(self, where) -> bytes:
+        return where.read_bytes() if not self.remote else self.fs.cat_file(self._fs_path(where))
+
+    def _write(self, where, data: bytes) -> None:
+        if not self.remote:
+            _atomic_write(where, lambda p: p.write_bytes(data))
+        else:  # one request: the object exists whole or not at all
+            self.fs.pipe_file(self._fs_path(where), data)
+
+    def read_bytes(self, chapter: str, key: dict) -> bytes:
+        """The stored Parquet file of ``key`` as bytes (what a digest of stored rows reads)."""
+        data, _ = self._paths(chapter, key)
+        return self._read(data)
+
+    def _paths(self, chapter: str, key: dict):
         h = key_hash(key)
-        folder = self.root / chapter
-        return folder / f"{h}.parquet", folder / f"{h}.json"
+        return self.location(chapter, f"{h}.parquet"), self.location(chapter, f"{h}.json")
 
     def has(self, chapter: str, key: dict) -> bool:
         data, meta = self._paths(chapter, key)
-        return data.is_file() and meta.is_file()
+        return self._exists(meta) and self._exists(data)
 
     def load(self, chapter: str, key: dict) -> pd.DataFrame:
         data, meta = self._paths(chapter, key)
         try:
-            return pd.read_parquet(data)
+            return pd.read_parquet(data if not self.remote else io.BytesIO(self._read(data)))
         except Exception as exc:  # pyarrow raises several types for truncated or foreign files
+            name = meta.name if not self.remote else meta.rsplit("/", 1)[-1]
             raise CorruptResultError(
                 f"The stored result {data} cannot be read ({type(exc).__name__}: {exc}). "
-                f"Delete it (and {meta.name}) to recompute it."
+                f"Delete it (and {name}) to recompute it."
             ) from None
 
     def save(self, chapter: str, key: dict, frame: pd.DataFrame, seconds: float | None = None,
-             code: dict | None = None) -> Path:
+             code: dict | None = None):
         data, meta = self._paths(chapter, key)
-        _atomic_write(data, lambda p: frame.to_parquet(p, index=False))
+        if not self.remote:
+            _atomic_write(data, lambda p: frame.to_parquet(p, index=False))
+        else:
+            buffer = io.BytesIO()
+            frame.to_parquet(buffer, index=False)
+            self._write(data, buffer.getvalue())
         sidecar = {
             "chapter": chapter,
             "key": key,
@@ -121,7 +223,11 @@ class Store:
             "seconds": seconds,
             "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
-        _atomic_write(meta, lambda p: p.write_text(json.dumps(sidecar, indent=1, sort_keys=True, default=str)))
+        text = json.dumps(sidecar, indent=1, sort_keys=True, default=str)
+        if not self.remote:
+            _atomic_write(meta, lambda p: p.write_text(text))
+        else:
+            self._write(meta, text.encode())  # last: only now is the result complete
         return data
 
     def cached(self, chapter: str, key: dict, compute: Callable[[], pd.DataFrame],
@@ -147,17 +253,21 @@ class Store:
     def _sidecars(self, chapter: str | None = None):
         """(sidecar path, its content) of every complete stored result (of one chapter, or all)."""
         pattern = f"{chapter}/*.json" if chapter else "*/*.json"
-        for meta in sorted(self.root.glob(pattern)):
-            data = meta.with_suffix(".parquet")
-            if not data.is_file():
-                continue
+        if not self.remote:
+            pairs = [(meta, meta.with_suffix(".parquet")) for meta in sorted(self.root.glob(pattern))]
+            pairs = [(meta, data) for meta, data in pairs if data.is_file()]
+        else:
+            found = set(self.fs.glob(f"{self._base}/{pattern.removesuffix('.json')}.*"))
+            pairs = [(self._url(m), self._url(m[:-len(".json")] + ".parquet")) for m in sorted(found)
+                     if m.endswith(".json") and m[:-len(".json")] + ".parquet" in found]
+        for meta, data in pairs:
             try:
-                content = json.loads(meta.read_text())
+                content = json.loads(self._read(meta))
                 content["key"]
             except (ValueError, KeyError, TypeError) as exc:
                 raise CorruptResultError(
                     f"The sidecar {meta} of a stored result cannot be read ({type(exc).__name__}: {exc}). "
-                    f"Delete it (and {data.name}) to recompute that result.") from None
+                    f"Delete it (and {str(data).rsplit('/', 1)[-1]}) to recompute that result.") from None
             yield meta, content
 
     def frames(self, chapter: str) -> pd.DataFrame:
@@ -175,11 +285,30 @@ class Store:
             parts.append(frame)
         return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
-    def stale(self) -> list[Path]:
-        """Stored results (Parquet and sidecar) that no key of the current code reaches: computed by other code (a
-        changed module or package version) or by a version of the book before code fingerprints."""
+    def stale(self) -> list:
+        """Stored results (Parquet and sidecar: paths, or URLs of an fsspec store) that no key of the current code
+        reaches: computed by other code (a changed module or package version) or by a version of the book before code
+        fingerprints."""
         return [p for meta, content in self._sidecars() if _is_stale(content)
-                for p in (meta.with_suffix(".parquet"), meta)]
+                for p in (_parquet_of(meta), meta)]
+
+    def size(self, items) -> int:
+        """Bytes of these stored files (paths or URLs of this store)."""
+        if not self.remote:
+            return sum(Path(p).stat().st_size for p in items if Path(p).is_file())
+        return sum(self.fs.size(self._fs_path(u)) or 0 for u in items if self.fs.exists(self._fs_path(u)))
+
+    def remove(self, items) -> None:
+        """Delete these stored files, sidecars first (a Parquet without its sidecar is never read)."""
+        for item in sorted(items, key=lambda p: not str(p).endswith(".json")):
+            if not self.remote:
+                Path(item).unlink(missing_ok=True)
+            elif self.fs.exists(self._fs_path(item)):
+                self.fs.rm_file(self._fs_path(item))
+
+
+def _parquet_of(meta):
+    return meta.with_suffix(".parquet") if isinstance(meta, Path) else meta[:-len(".json")] + ".parquet"
 
 
 def _is_stale(content: dict) -> bool:

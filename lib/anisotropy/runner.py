@@ -14,11 +14,14 @@ import ast
 import hashlib
 import itertools
 import json
+import logging
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -56,7 +59,11 @@ def paired_ipynb_text(name: str) -> str:
     import nbformat
 
     nb = profiles.read_notebook(name)
-    nb.metadata.pop("jupytext", None)
+    # Only jupytext's filter stays: it keeps the chapter's `anisotropy` metadata (what it runs after) when the .ipynb
+    # is converted back to MyST.
+    kept = nb.metadata.pop("jupytext", {}).get("notebook_metadata_filter")
+    if kept:
+        nb.metadata["jupytext"] = {"notebook_metadata_filter": kept}
     for index, cell in enumerate(nb.cells):
         cell.metadata.pop("vscode", None)
         # nbformat draws random cell ids; derive them from the content so the pair check is reproducible.
@@ -98,11 +105,32 @@ def sync(check: bool = False) -> list[str]:
 @dataclass
 class Outcome:
     name: str
-    path: Path
+    path: Path | str  # the executed notebook (a path, or a URL of the results store), or the partial one on failure
     seconds: float
     reused: bool = False
     error: str | None = None
     params: dict = field(default_factory=dict)
+    failure: dict | None = None  # what went wrong, as data: a worker reports it, the client words it (``finish``)
+    glued: dict | None = None  # the glued values of a finished notebook (read where it ran)
+    log: str | None = None  # the kernel's messages
+    blocked: bool = False  # not executed: a chapter it runs after failed
+
+
+@dataclass
+class Job:
+    """Everything needed to execute one chapter anywhere (a thread here, a Dask worker on another machine): the
+    chapter source as a notebook, what papermill injects, the stamp the executed notebook will carry, where it goes
+    (a path or a URL), and the kernel's extra environment (None removes a variable)."""
+
+    name: str
+    notebook: str
+    injected: dict
+    params: dict
+    stamp: dict
+    output: str
+    env: dict = field(default_factory=dict)
+    cwd: str | None = None
+    log: str = ""
 
 
 def _stamp(profile: str, params: dict, name: str) -> dict:
@@ -117,12 +145,34 @@ def _stamp(profile: str, params: dict, name: str) -> dict:
     return stamp if inputs is None else {**stamp, "inputs": inputs}
 
 
-def _is_current(output: Path, stamp: dict) -> bool:
-    if not output.is_file():
+def _read_text(where) -> str | None:
+    """The text of a file at a path or an fsspec URL; None when it is not there."""
+    try:
+        if results.is_url(where):
+            fs, path = results.filesystem(str(where))
+            return fs.cat_file(path).decode() if fs.exists(path) else None
+        return Path(where).read_text() if Path(where).is_file() else None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _write_bytes(where, data: bytes) -> None:
+    """Write a whole file at a path (atomically: under a temporary name, then renamed) or an fsspec URL (one
+    request: the object exists complete or not at all)."""
+    if results.is_url(where):
+        fs, path = results.filesystem(str(where))
+        fs.pipe_file(path, data)
+    else:
+        results._atomic_write(Path(where), lambda p: p.write_bytes(data))
+
+
+def _is_current(output, stamp: dict) -> bool:
+    text = _read_text(output)
+    if text is None:
         return False
     try:
-        meta = json.loads(output.read_text())["metadata"].get("anisotropy", {})
-    except (OSError, ValueError, KeyError):
+        meta = json.loads(text)["metadata"].get("anisotropy", {})
+    except (ValueError, KeyError, AttributeError):
         return False
     return meta.get("stamp") == json.loads(json.dumps(stamp)) and meta.get("complete") is True
 
@@ -168,102 +218,258 @@ def _cell_location(name: str, cell_source: str) -> str:
     return f"code cell {k} (notebooks/{name}.md{line})"
 
 
-def _failure_message(name: str, exc, output: Path, log: Path | None = None) -> str:
-    """One paragraph: notebook, cell, the exception line, the partially executed notebook."""
+def _failure(exc) -> dict:
     import papermill
 
     if isinstance(exc, papermill.PapermillExecutionError):
-        what = f"{_cell_location(name, exc.source)} raised {exc.ename}: {_first_line(exc.evalue)}"
-    else:  # the kernel died (e.g. killed for memory), could not start, or timed out
-        what = f"the kernel failed ({type(exc).__name__}: {_first_line(exc)})"
+        return {"cell": exc.source, "ename": exc.ename, "evalue": _first_line(exc.evalue)}
+    # the kernel died (e.g. killed for memory), could not start, or timed out
+    return {"kernel": f"{type(exc).__name__}: {_first_line(exc)}"}
+
+
+def _failure_message(name: str, failure: dict, output, log=None) -> str:
+    """One paragraph: notebook, cell, the exception line, the partially executed notebook."""
+    if "cell" in failure:
+        what = f"{_cell_location(name, failure['cell'])} raised {failure['ename']}: {failure['evalue']}"
+    else:
+        what = f"the kernel failed ({failure['kernel']})"
         if log is not None:
             what += f"; kernel messages: {log}"
     return f"{name}: {what}\n    partially executed notebook: {output}"
 
 
-@contextmanager
-def _stderr_to(path: Path):
-    """Send this process's standard error (inherited by the kernel it starts) to ``path``: the kernel's start-up
-    chatter stays out of the terminal, where only progress lines and one failure report belong."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(path, "w") as log:
-            os.dup2(log.fileno(), 2)
+# -- kernels: started with their own environment, working folder and log, so that several run at once from threads
+# of one process (nothing process-wide is changed: no os.environ, no working directory, no file descriptor 2) --------
+
+_KERNELS: dict[int, object] = {}  # pid -> kernel manager, of the kernels this process has running
+_KERNELS_LOCK = threading.Lock()
+
+
+class _ThreadLog(logging.Handler):
+    """Log records of papermill, nbclient and jupyter_client go to the log of the chapter the current thread
+    executes (``_kernel``), never to the terminal, where only progress lines and one failure report belong."""
+
+    def __init__(self):
+        super().__init__()
+        self.local = threading.local()
+
+    def emit(self, record):
+        stream = getattr(self.local, "stream", None)
+        if stream is not None:
             try:
-                yield
-            finally:
-                sys.stderr.flush()
-                os.dup2(saved, 2)
-    finally:
-        os.close(saved)
+                stream.write(self.format(record) + "\n")
+                stream.flush()
+            except (OSError, ValueError):
+                pass
 
 
-def execute(name: str, profile: str, overrides: dict | None = None, output: Path | None = None,
-            force: bool = False, recompute: bool = False, quiet: bool = False) -> Outcome:
-    """Execute chapter ``name`` under ``profile`` (plus ``overrides``) into ``output``.
+_THREAD_LOG = _ThreadLog()
+for _name in ("papermill", "nbclient", "traitlets", "jupyter_client"):
+    logging.getLogger(_name).addHandler(_THREAD_LOG)
+    logging.getLogger(_name).propagate = False
 
-    Papermill injects ``profile`` and the overrides; the chapter takes the rest from the profile (``profiles.apply``).
-    ``force`` executes it again even if a current notebook exists; ``recompute`` also recomputes every result the
-    chapter reads from the results store (``ANISOTROPY_RECOMPUTE``) instead of reading it.
-    A finished notebook whose stamp (profile, parameters, source hash) matches is reused, not executed again. The
-    notebook is executed into a hidden ``.<stem>.partial.ipynb`` and renamed to ``output`` only once complete, so an
-    interrupted run never leaves an output that a later run takes for finished.
-    """
+
+@contextmanager
+def _kernel(env: dict, cwd: str, log: Path):
+    """A kernel manager class for papermill whose kernels start with ``env`` in ``cwd``, their standard output and
+    error (and this thread's papermill log records) going to ``log``; running kernels are known to ``stop_kernels``."""
+    from jupyter_client import AsyncKernelManager
+
+    log.parent.mkdir(parents=True, exist_ok=True)
+    started = []
+    with open(log, "w") as stream:
+        class ChapterKernel(AsyncKernelManager):
+            async def _async_pre_start_kernel(self, **kw):
+                kw.update(env=dict(env), cwd=cwd, stdout=stream, stderr=stream)
+                return await super()._async_pre_start_kernel(**kw)
+
+            async def _async_post_start_kernel(self, **kw):
+                await super()._async_post_start_kernel(**kw)
+                pid = getattr(self.provisioner, "pid", None)
+                if pid:
+                    started.append(pid)
+                    with _KERNELS_LOCK:
+                        _KERNELS[pid] = self
+
+        previous = getattr(_THREAD_LOG.local, "stream", None)
+        _THREAD_LOG.local.stream = stream
+        try:
+            yield ChapterKernel
+        finally:
+            _THREAD_LOG.local.stream = previous
+            with _KERNELS_LOCK:
+                for pid in started:
+                    _KERNELS.pop(pid, None)
+
+
+def stop_kernels() -> int:
+    """Kill every kernel this process has running (each runs in its own session, with whatever it started: its
+    Dask workers, a training run), e.g. when a build is interrupted. Returns how many."""
+    with _KERNELS_LOCK:
+        pids = list(_KERNELS)
+    for pid in pids:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError, OSError):
+            pass
+    return len(pids)
+
+
+def prepare(name: str, profile: str, overrides: dict | None = None, output=None, force: bool = False,
+            recompute: bool = False, env: dict | None = None) -> "Job | Outcome":
+    """The ``Job`` that executes chapter ``name`` under ``profile`` (plus ``overrides``) into ``output`` (a path or
+    a URL; default ``book/executed/<name>.ipynb``), or, when a finished notebook with the same stamp (profile,
+    parameters, source, code) is already there and neither ``force`` nor ``recompute`` is given, its reused
+    ``Outcome``. Parameters are checked here, before anything runs. ``recompute`` makes the chapter recompute every
+    result it reads from the store (``ANISOTROPY_RECOMPUTE``); ``env`` is added to the kernel's environment."""
     import nbformat
-    import papermill
 
     defaults = profiles.notebook_parameters(name)
     given = {**profiles.chapter_parameters(profile, name), **(overrides or {})}
     profiles.check(name, given, defaults, profiles.parameter_rules(name))
     params = {"profile": profile, **given} if "profile" in defaults else dict(given)
     injected = {"profile": profile, **(overrides or {})} if "profile" in defaults else dict(given)
-    output = output or root() / EXECUTED / f"{name}.ipynb"
+    output = output if output is not None else root() / EXECUTED / f"{name}.ipynb"
     stamp = _stamp(profile, params, name)
     if not (force or recompute) and _is_current(output, stamp):
         return Outcome(name, output, 0.0, reused=True, params=params)
-
-    output.parent.mkdir(parents=True, exist_ok=True)
-    env_backup = dict(os.environ)
-    os.environ["ANISOTROPY_RUNNER"] = "1"  # parameters are checked here; profiles.apply need not check again
+    kernel_env = {"ANISOTROPY_RUNNER": "1",  # parameters are checked here; profiles.apply need not check again
+                  "ANISOTROPY_FIGURES": str(root() / "_build" / "figures" / name), **(env or {})}
     if recompute:
-        os.environ[results.RECOMPUTE_ENV] = "1"
-    os.environ["ANISOTROPY_FIGURES"] = str(root() / "_build" / "figures" / name)
-    partial = output.with_name(f".{output.stem}.partial.ipynb")
-    log = root() / "_build" / "logs" / f"{output.stem}.log"
+        kernel_env[results.RECOMPUTE_ENV] = "1"
+    stem = str(output).replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".ipynb")
+    return Job(name, nbformat.writes(profiles.read_notebook(name)), injected, params, stamp, str(output),
+               env=kernel_env, cwd=str(root()), log=f"_build/logs/{stem}.log")
+
+
+def run_job(job: Job) -> Outcome:
+    """Execute a ``Job`` with papermill, here (a thread of the build, or a Dask worker's task thread).
+
+    The notebook is executed into a hidden ``.<stem>.partial.ipynb`` (beside the output, or in a temporary folder
+    when the output is a URL) and gets the final name only once complete, so an interrupted run never leaves an
+    output that a later run takes for finished; a notebook at a URL is uploaded whole once complete (a failed one
+    under its partial name). Failures come back as data (``Outcome.failure``), worded by ``finish``."""
+    import nbformat
+    import papermill
+
+    remote = results.is_url(job.output)
+    stem = job.output.replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".ipynb")
     start = time.perf_counter()
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            src = Path(tmp) / f"{name}.ipynb"
-            nbformat.write(profiles.read_notebook(name), src)
-            try:
-                with _stderr_to(log):
-                    papermill.execute_notebook(str(src), str(partial), parameters=injected, kernel_name=KERNEL,
-                                               cwd=str(root()), progress_bar=False, log_output=False)
-            except Exception as exc:  # noqa: BLE001 - every failure becomes one report, never a traceback
-                message = _failure_message(name, exc, partial, log)
-                return Outcome(name, partial, time.perf_counter() - start, error=message, params=params)
-    finally:
-        os.environ.clear()
-        os.environ.update(env_backup)
-    seconds = time.perf_counter() - start
-    nb = nbformat.read(partial, as_version=4)
-    _fill_wall_time(nb, seconds)
-    _hide_parameter_cells(nb)
-    nb.metadata["anisotropy"] = {"stamp": stamp, "complete": True, "seconds": round(seconds, 2)}
-    nbformat.write(nb, partial)
-    os.replace(partial, output)  # only a complete notebook ever carries the final name
-    return Outcome(name, output, seconds, params=params)
+    with tempfile.TemporaryDirectory(prefix="anisotropy-") as tmp:
+        tmp = Path(tmp)
+        cwd = Path(job.cwd) if job.cwd and Path(job.cwd).is_dir() else tmp
+        log = cwd / job.log if job.log else tmp / f"{stem}.log"
+        src = tmp / f"{job.name}.ipynb"
+        src.write_text(job.notebook)
+        if remote:
+            partial, partial_at = tmp / f".{stem}.partial.ipynb", f"{job.output.rsplit('/', 1)[0]}/.{stem}.partial.ipynb"
+        else:
+            partial = Path(job.output).with_name(f".{stem}.partial.ipynb")
+            partial.parent.mkdir(parents=True, exist_ok=True)
+            partial_at = partial
+        env = dict(os.environ)
+        for key, value in job.env.items():
+            if value is None:
+                env.pop(key, None)
+            else:
+                env[key] = str(value)
+        try:
+            with _kernel(env, str(cwd), log) as manager:
+                papermill.execute_notebook(str(src), str(partial), parameters=job.injected, kernel_name=KERNEL,
+                                           progress_bar=False, log_output=False, kernel_manager_class=manager)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes one report, never a traceback
+            if remote and partial.is_file():
+                _write_bytes(partial_at, partial.read_bytes())
+            return Outcome(job.name, partial_at, time.perf_counter() - start, params=job.params,
+                           failure=_failure(exc), log=str(log))
+        seconds = time.perf_counter() - start
+        nb = nbformat.read(partial, as_version=4)
+        _fill_wall_time(nb, seconds)
+        _hide_parameter_cells(nb)
+        nb.metadata["anisotropy"] = {**nb.metadata.get("anisotropy", {}), "stamp": job.stamp, "complete": True,
+                                     "seconds": round(seconds, 2)}
+        nbformat.write(nb, partial)
+        glued = glued_values(partial)
+        if remote:
+            _write_bytes(job.output, partial.read_bytes())
+        else:
+            os.replace(partial, job.output)  # only a complete notebook ever carries the final name
+    return Outcome(job.name, job.output if remote else Path(job.output), seconds, params=job.params, glued=glued,
+                   log=str(log))
+
+
+def finish(outcome: Outcome) -> Outcome:
+    """Word a failure reported as data (here, where the chapter's source is at hand)."""
+    if outcome.failure and not outcome.error:
+        outcome.error = _failure_message(outcome.name, outcome.failure, outcome.path, outcome.log)
+    return outcome
+
+
+def execute(name: str, profile: str, overrides: dict | None = None, output: Path | None = None,
+            force: bool = False, recompute: bool = False, quiet: bool = False, env: dict | None = None) -> Outcome:
+    """Execute chapter ``name`` under ``profile`` (plus ``overrides``) into ``output`` (``prepare``, then ``run_job``
+    here).
+
+    Papermill injects ``profile`` and the overrides; the chapter takes the rest from the profile (``profiles.apply``).
+    ``force`` executes it again even if a current notebook exists; ``recompute`` also recomputes every result the
+    chapter reads from the results store (``ANISOTROPY_RECOMPUTE``) instead of reading it.
+    A finished notebook whose stamp (profile, parameters, source hash) matches is reused, not executed again.
+    """
+    job = prepare(name, profile, overrides, output, force=force, recompute=recompute, env=env)
+    return job if isinstance(job, Outcome) else finish(run_job(job))
 
 
 def _progress(outcome: Outcome, profile: str, index: int, total: int, label: str | None = None) -> None:
-    status = "reused" if outcome.reused else ("FAILED" if outcome.error else f"{outcome.seconds:7.1f} s")
+    if outcome.blocked:
+        status = "not run"
+    else:
+        status = "reused" if outcome.reused else ("FAILED" if outcome.error else f"{outcome.seconds:7.1f} s")
     print(f"[{index}/{total}] {label or outcome.name:<32} profile={profile:<6} {status}", flush=True)
 
 
-def execute_all(profile: str, only: list[str] | None = None, force: bool = False, recompute: bool = False
-                ) -> list[Outcome]:
+# ---- what a chapter runs after ---------------------------------------------------------------------------------------
+
+def dependencies(names: list[str] | None = None) -> dict[str, list[str]]:
+    """For each chapter, the chapters it runs after, as its front matter states (``anisotropy: {after: [...]}``):
+    those whose stored results or trained suites it reads. Each must be a chapter that comes before it in
+    ``_toc.yml`` (the serial order stays a valid order)."""
+    order = chapters()
+    names = names or order
+    found, problems = {}, []
+    for name in names:
+        after = profiles.read_notebook(name).metadata.get("anisotropy", {}).get("after", []) or []
+        for dep in after:
+            if dep not in order:
+                problems.append(f"notebooks/{name}.md runs after {dep!r}, which is not a chapter of _toc.yml")
+            elif name in order and order.index(dep) >= order.index(name):
+                problems.append(f"notebooks/{name}.md runs after {dep!r}, which comes after it in _toc.yml")
+        found[name] = list(after)
+    if problems:
+        raise RunnerError("; ".join(problems) + ".")
+    return found
+
+
+def _build_chapter(name: str, env: dict, profile: str, force: bool, recompute: bool) -> Outcome:
+    return execute(name, profile, force=force, recompute=recompute, env={**KERNEL_THREADS, **env})
+
+
+# One torch/BLAS thread per chapter kernel of a build: the build keeps every core busy with chapters (and their own
+# Dask workers), and two threads on one core spin against each other. It also keeps the numbers independent of how
+# the chapters happen to overlap. A value set in the environment is kept.
+KERNEL_THREADS = {name: os.environ.get(name, "1") for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+
+
+def execute_all(profile: str, only: list[str] | None = None, force: bool = False, recompute: bool = False,
+                jobs: int | None = None, processes: bool = False) -> list[Outcome]:
+    """Execute the chapters (``only`` some) under ``profile``: each after the chapters it depends on
+    (``dependencies``), independent ones at the same time, ``jobs`` at a time (default: the cores; the cores are
+    shared with what a chapter starts itself through ``executor.map``). One progress line per chapter as it ends; a
+    failed chapter does not stop the others, but those that run after it are not run. Returns the outcomes in
+    ``_toc.yml`` order."""
+    import functools
+
+    from . import executor
+
     names = chapters()
     if only:
         unknown = [n for n in only if n not in names]
@@ -271,12 +477,39 @@ def execute_all(profile: str, only: list[str] | None = None, force: bool = False
             raise RunnerError(f"Not chapters of the book: {', '.join(unknown)}. Chapters: {', '.join(names)}.")
         names = [n for n in names if n in only]
     profiles.check_profile(profile, names)
-    outcomes = []
-    for i, name in enumerate(names, 1):
-        outcome = execute(name, profile, force=force, recompute=recompute)
-        _progress(outcome, profile, i, len(names))
-        outcomes.append(outcome)
-    return outcomes
+    after = dependencies(names)
+    outcomes: dict[str, Outcome] = {}
+
+    def done(name, result) -> None:
+        if isinstance(result, executor.Blocked):
+            outcome = Outcome(name, root() / EXECUTED / f"{name}.ipynb", 0.0, blocked=True,
+                              error=f"{name}: not run, because it runs after {result.because}, which "
+                                    f"{'was not run' if outcomes[result.because].blocked else 'failed'}")
+        elif isinstance(result, BaseException):
+            outcome = Outcome(name, root() / EXECUTED / f"{name}.ipynb", 0.0,
+                              error=f"{name}: {type(result).__name__}: {_first_line(result)}")
+        else:
+            outcome = result
+        outcomes[name] = outcome
+        _progress(outcome, profile, len(outcomes), len(names))
+
+    fn = functools.partial(_build_chapter, profile=profile, force=force, recompute=recompute)
+    try:
+        executor.schedule(fn, names, after, jobs=jobs, processes=processes, failed=lambda o: bool(o.error),
+                          on_done=done)
+    except KeyboardInterrupt:
+        stop_kernels()  # the chapters still running: their partial notebooks stay partial
+        raise
+    return [outcomes[n] for n in names]
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process and of every child it has waited for (the chapters' kernels, with whatever they
+    started and waited for in turn: their Dask workers, jupyter-book)."""
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def vendor_mathjax() -> Path:
@@ -314,44 +547,70 @@ def build_html(strict: bool = True) -> Path:
     return root() / "_build" / "html" / "index.html"
 
 
-def build(profile: str = "local", force: bool = False, recompute: bool = False) -> Path:
-    """Execute every chapter under ``profile``, then render the book. Raises ``ChapterFailed`` with one report."""
-    start = time.perf_counter()
-    outcomes = execute_all(profile, force=force, recompute=recompute)
-    failed = [o for o in outcomes if o.error]
+def build(profile: str = "local", force: bool = False, recompute: bool = False, jobs: int | None = None,
+          processes: bool = False) -> Path:
+    """Execute every chapter under ``profile`` (``execute_all``: independent chapters at once, ``jobs`` at a time),
+    then render the book. Reports wall and CPU time; raises ``ChapterFailed`` with one report."""
+    from .executor import cores
+
+    start, cpu_start = time.perf_counter(), _cpu_seconds()
+    jobs = max(1, jobs or cores())
+    outcomes = execute_all(profile, force=force, recompute=recompute, jobs=jobs, processes=processes)
+    failed = [o for o in outcomes if o.error and not o.blocked]
+    blocked = [o for o in outcomes if o.blocked]
     ran = sum(o.seconds for o in outcomes)
-    print(f"{len(outcomes) - len(failed)} of {len(outcomes)} chapters executed ({ran:.0f} s of execution).")
-    if failed:
-        report = "\n".join(f"  - {o.error}" for o in failed)
-        raise ChapterFailed(f"{len(failed)} chapter(s) failed; the book was not rendered:\n{report}")
+    wall, cpu = time.perf_counter() - start, _cpu_seconds() - cpu_start
+    print(f"{len(outcomes) - len(failed) - len(blocked)} of {len(outcomes)} chapters executed ({ran:.0f} s of "
+          f"execution, up to {jobs} at a time): {wall:.0f} s of wall time, {cpu:.0f} s of CPU time (this process "
+          f"and the chapters' kernels), {cpu / max(wall, 1e-9):.2f} cores busy on average.")
+    if failed or blocked:
+        report = "\n".join(f"  - {o.error}" for o in failed + blocked)
+        after = f" ({len(blocked)} not run after them)" if blocked else ""
+        raise ChapterFailed(f"{len(failed)} chapter(s) failed{after}; the book was not rendered:\n{report}")
     index = build_html()
-    print(f"Book built in {time.perf_counter() - start:.0f} s: open {index}")
+    wall, cpu = time.perf_counter() - start, _cpu_seconds() - cpu_start
+    print(f"Book built in {wall:.0f} s of wall time, {cpu:.0f} s of CPU time ({cpu / max(wall, 1e-9):.2f} cores "
+          f"busy on average): open {index}")
     return index
 
 
-def clean(dry_run: bool = False) -> tuple[list[Path], int]:
+def clean(dry_run: bool = False) -> tuple[list, int]:
     """Remove what no key of the current code reaches: stored results computed by other code, trained runs and
-    tokenizers of another trainer, conversions of other converters, executed notebooks stamped with other code.
-    Returns (paths, bytes freed)."""
+    tokenizers of another trainer, conversions of other converters, executed notebooks stamped with other code (those
+    of sweeps too, in a URL store). Returns (paths or URLs, bytes freed)."""
     import shutil
 
     from . import formats, training
 
-    stale = results.Store().stale() + training.stale_runs() + formats.stale_conversions()
+    store = results.Store()
+    stored = store.stale()
+    local = training.stale_runs() + formats.stale_conversions()
     code = fingerprint.package()
+
+    def stale_stamp(text: str | None) -> bool:
+        try:
+            stamp = json.loads(text)["metadata"].get("anisotropy", {}).get("stamp", {})
+        except (TypeError, ValueError, KeyError, AttributeError):
+            stamp = {}
+        return stamp.get("code") != code
+
     for folder in (root() / EXECUTED, root() / SWEEPS):
         for nb in sorted(folder.rglob("*.ipynb")) if folder.is_dir() else []:
-            try:
-                stamp = json.loads(nb.read_text())["metadata"].get("anisotropy", {}).get("stamp", {})
-            except (OSError, ValueError, KeyError):
-                stamp = {}
-            if stamp.get("code") != code:
-                stale.append(nb)
-    size = sum(f.stat().st_size for p in stale for f in ([p] if p.is_file() else p.rglob("*")) if f.is_file())
+            if stale_stamp(_read_text(nb)):
+                local.append(nb)
+    if store.remote:
+        fs, base = store.fs, store._fs_path(store.location(SWEEPS_IN_STORE))
+        for path in sorted(fs.glob(f"{base}/*/*.ipynb")) + sorted(fs.glob(f"{base}/*/.*.ipynb")):
+            url = store._url(path)
+            if stale_stamp(_read_text(url)):
+                stored.append(url)
+    size = store.size(stored) + sum(f.stat().st_size for p in local for f in ([p] if p.is_file() else p.rglob("*"))
+                                    if f.is_file())
     if not dry_run:
-        for p in stale:
+        store.remove(stored)
+        for p in local:
             shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
-    return stale, size
+    return stored + local, size
 
 
 # ---- sweeps ---------------------------------------------------------------------------------------------------------
@@ -366,12 +625,14 @@ def _slug(value) -> str:
 WALL_CLOCK_GLUE = re.compile(r"(seconds|minutes)$")
 
 
-def glued_values(nb_path: Path, wall_clock: bool = True) -> dict:
-    """The scalars a notebook glued, as plain text (myst-nb stores them as ``display_data`` outputs tagged
-    ``scrapbook``, under ``application/papermill.record/text/plain``); ``wall_clock=False`` leaves out timings."""
+def glued_values(nb_path, wall_clock: bool = True) -> dict:
+    """The scalars a notebook (a path, or a URL of the results store) glued, as plain text (myst-nb stores them as
+    ``display_data`` outputs tagged ``scrapbook``, under ``application/papermill.record/text/plain``);
+    ``wall_clock=False`` leaves out timings."""
     import nbformat
 
-    nb = nbformat.read(nb_path, as_version=4)
+    nb = nbformat.reads(_read_text(nb_path), as_version=4) if results.is_url(nb_path) else \
+        nbformat.read(nb_path, as_version=4)
     values = {}
     for cell in nb.cells:
         for out in cell.get("outputs", []):
@@ -388,33 +649,90 @@ def glued_values(nb_path: Path, wall_clock: bool = True) -> dict:
     return values
 
 
-def sweep(name: str, profile: str, grid: dict[str, list]) -> Path:
+SWEEPS_IN_STORE = "_sweeps"  # <store URL>/_sweeps/<chapter>/: a sweep's notebooks when the store is a URL
+
+
+def sweep_folder(name: str, store: results.Store | None = None):
+    """Where a sweep's executed notebooks go: ``book/sweeps/<name>`` beside a folder store, or
+    ``<store URL>/_sweeps/<name>`` when the results store is a URL (shared by the machines that run the points)."""
+    store = store or results.Store()
+    return store.location(SWEEPS_IN_STORE, name) if store.remote else root() / SWEEPS / name
+
+
+def sweep(name: str, profile: str, grid: dict[str, list], address: str | None = None,
+          workers: int | None = None, retries: int = 2, announce=print) -> Path:
     """Run chapter ``name`` once per point of the grid (cartesian product); one executed notebook per point, named by
-    its parameters, and one table ``sweep.csv`` of every point's parameters and glued values."""
+    its parameters (``sweep_folder``), and one table ``book/sweeps/<name>/sweep.csv`` of every point's parameters
+    and glued values (and a copy beside the notebooks when they are in a URL store).
+
+    The points are tasks of a Dask client (``executor.map``): a LocalCluster of ``workers`` processes (default: the
+    cores; 1 runs them here, one after another), or the cluster at ``address`` / ``$DASK_SCHEDULER_ADDRESS``. Each
+    task runs its point's notebook with papermill on its worker and writes the notebook and the results to the
+    store. A point whose notebook is finished is not run again; a worker that dies mid-point costs the point one of
+    ``retries`` + 1 attempts elsewhere; a point that fails for good has its one-line reason in the table. Everything
+    is checked first (parameters, store, scheduler): a bad input writes nothing."""
     import pandas as pd
 
+    from . import executor
+
     keys = list(grid)
-    folder = root() / SWEEPS / name
-    rows = []
-    points = list(itertools.product(*(grid[k] for k in keys)))
+    points = [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))]
     given = profiles.chapter_parameters(profile, name)
     defaults, rules = profiles.notebook_parameters(name), profiles.parameter_rules(name)
-    for values in points:  # every point is checked before the first one runs
-        profiles.check(name, {**given, **dict(zip(keys, values))}, defaults, rules)
-    for i, values in enumerate(points, 1):
-        point = dict(zip(keys, values))
+    for point in points:  # every point is checked before the first one runs
+        profiles.check(name, {**given, **point}, defaults, rules)
+    store = results.Store()
+    store.check()
+    folder = sweep_folder(name, store)
+    # A point is one unit of work on one worker: its kernel starts no cluster of its own, and writes to this store.
+    env = {"ANISOTROPY_RESULTS": str(store.root), executor.WORKERS_ENV: "1", executor.SCHEDULER_ENV: None,
+           **KERNEL_THREADS}
+    rows: list = [None] * len(points)
+    jobs: list[Job] = []
+    where: dict[int, tuple[int, str]] = {}
+    errors: dict[int, str] = {}
+    finished = 0
+
+    def record(i: int, stem: str, outcome: Outcome) -> None:
+        nonlocal finished
+        finished += 1
+        _progress(outcome, profile, finished, len(points), label=stem)
+        path = str(outcome.path).replace("\\", "/")
+        row = {**points[i], "notebook": path.rsplit("/", 1)[-1], "seconds": round(outcome.seconds, 2),
+               "error": _first_line(outcome.error) if outcome.error else ""}
+        rows[i] = {**row, **(outcome.glued or {})} if not outcome.error else row
+        if outcome.error:
+            errors[i] = outcome.error
+
+    for i, point in enumerate(points):
         stem = "__".join([name, *(f"{k}={_slug(v)}" for k, v in point.items())])
-        outcome = execute(name, profile, overrides=point, output=folder / f"{stem}.ipynb")
-        _progress(outcome, profile, i, len(points), label=stem)
-        row = {**point, "notebook": outcome.path.name, "seconds": round(outcome.seconds, 2),
-               "error": outcome.error or ""}
-        if not outcome.error:
-            row.update(glued_values(outcome.path))
-        rows.append(row)
-    table = folder / "sweep.csv"
-    pd.DataFrame(rows).to_csv(table, index=False)
-    failed = [r for r in rows if r["error"]]
-    if failed:
-        raise ChapterFailed(f"{len(failed)} of {len(rows)} sweep points failed:\n" +
-                            "\n".join(f"  - {r['error']}" for r in failed) + f"\n  table: {table}")
+        output = folder / f"{stem}.ipynb" if isinstance(folder, Path) else f"{folder}/{stem}.ipynb"
+        prepared = prepare(name, profile, overrides=point, output=output, env=env)
+        if isinstance(prepared, Outcome):
+            prepared.glued = glued_values(prepared.path)
+            record(i, stem, prepared)
+        else:
+            where[id(prepared)] = (i, stem)
+            jobs.append(prepared)
+
+    def done(job: Job, result) -> None:
+        i, stem = where[id(job)]
+        if isinstance(result, BaseException):  # its workers died (retries + 1 times), or the task could not run
+            outcome = Outcome(name, job.output, 0.0, params=job.params,
+                              error=f"{stem}: {type(result).__name__}: {_first_line(result)}")
+        else:
+            outcome = finish(result)
+        record(i, stem, outcome)
+
+    executor.map(run_job, jobs, address=address, workers=workers, retries=retries, on_done=done, errors="return",
+                 announce=announce)
+    table = root() / SWEEPS / name / "sweep.csv"
+    table.parent.mkdir(parents=True, exist_ok=True)
+    frame = pd.DataFrame(rows)
+    frame.to_csv(table, index=False)
+    if not isinstance(folder, Path):
+        _write_bytes(f"{folder}/sweep.csv", frame.to_csv(index=False).encode())
+    if errors:
+        raise ChapterFailed(f"{len(errors)} of {len(rows)} sweep points failed:\n" +
+                            "\n".join(f"  - {errors[i]}" for i in sorted(errors)) + f"\n  table: {table}")
     return table

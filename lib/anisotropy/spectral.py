@@ -22,6 +22,7 @@ with the mean and standard deviation over batches, ``profile_shape`` quantifies 
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import hashlib
 import re
@@ -401,32 +402,42 @@ def profile(model: str | Path, variant: str = "pretrained", revision: str | None
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def profiles(models: Sequence[dict | str], skip_unavailable: bool = True, **kwargs):
+def _profile_entry(entry, kwargs: dict, skip_unavailable: bool):
+    """``(frame, None)``, or ``(None, Skipped)`` for a model that cannot be had here: one entry of ``profiles``."""
+    from . import hub, layerwise, registry
+
+    entry = {"model": entry} if isinstance(entry, (str, Path)) else dict(entry)
+    args = {k: entry.pop(k) for k in ("model", "variant", "revision", "model_seed", "n_batches", "part", "source",
+                                      "n_texts", "batch_size", "max_length", "data_options") if k in entry}
+    try:
+        return profile(**{**kwargs, **args}, extra=entry), None
+    except hub.Offline:
+        raise  # nothing else will load either: stop at the first, naming it
+    except (hub.Unavailable, registry.ModelTooLargeError) as exc:
+        if not skip_unavailable:
+            raise
+        ref = layerwise.ModelRef(str(args["model"]), args.get("variant", "pretrained"), args.get("revision"),
+                                 entry.get("label"))
+        return None, layerwise.Skipped(ref, str(exc).splitlines()[0])
+
+
+def profiles(models: Sequence[dict | str], skip_unavailable: bool = True, fan_out: str = "none", **kwargs):
     """``profile`` of each entry, concatenated, and the entries that could not be measured here.
 
     An entry is a registry name or a dict with ``model`` and optionally ``variant``, ``revision``, ``model_seed``,
     ``n_batches`` (overriding the keyword argument) and constant columns (``label``, ``step``, ``seed``...).
     Returns ``(frame, skipped)``: ``skipped`` lists ``layerwise.Skipped`` (one-line reason: offline and not cached,
-    gated, too large), raised instead when ``skip_unavailable`` is False.
+    gated, too large), raised instead when ``skip_unavailable`` is False. ``fan_out`` measures the entries through
+    ``executor.map`` ("none": one after another here; "auto" or a scheduler address: in parallel, each result
+    written to this store by the worker that computes it).
     """
-    from . import hub, layerwise, registry
+    from . import executor, layerwise, results
 
-    frames, skipped = [], []
-    unavailable = (hub.Unavailable, registry.ModelTooLargeError)
-    for entry in models:
-        entry = {"model": entry} if isinstance(entry, (str, Path)) else dict(entry)
-        args = {k: entry.pop(k) for k in ("model", "variant", "revision", "model_seed", "n_batches", "part", "source",
-                                          "n_texts", "batch_size", "max_length", "data_options") if k in entry}
-        try:
-            frames.append(profile(**{**kwargs, **args}, extra=entry))
-        except hub.Offline:
-            raise  # nothing else will load either: stop at the first, naming it
-        except unavailable as exc:
-            if not skip_unavailable:
-                raise
-            ref = layerwise.ModelRef(str(args["model"]), args.get("variant", "pretrained"), args.get("revision"),
-                                     entry.get("label"))
-            skipped.append(layerwise.Skipped(ref, str(exc).splitlines()[0]))
+    kwargs = {**kwargs, "store": kwargs.get("store") or results.Store()}
+    done = executor.map(functools.partial(_profile_entry, kwargs=kwargs, skip_unavailable=skip_unavailable),
+                        list(models), retries=1, **executor.fan_out(fan_out))
+    frames = [frame for frame, _ in done if frame is not None]
+    skipped = [s for _, s in done if s is not None]
     layerwise.stop_if_nothing_measured(frames, skipped)
     return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()), skipped
 
