@@ -411,7 +411,7 @@ def _layer_lines(ax, frame: pd.DataFrame, x: str, hue: str, colours: dict) -> No
             if {"mean_cosine_low", "mean_cosine_high"} <= set(piece) and piece["mean_cosine_low"].notna().any():
                 # the confidence band of the layer's mean cosine (resampling the examples, layerwise.BOOTSTRAP)
                 ax.fill_between(piece[x], piece["mean_cosine_low"], piece["mean_cosine_high"], color=colour,
-                                alpha=0.2, lw=0, zorder=2)
+                                alpha=0.16, lw=0, zorder=2)
         emb = sub[sub["is_embedding"].astype(bool)]
         if len(emb):  # the input of the first block (layer 0, and a decoder's embeddings): hollow and larger
             ax.scatter(emb[x], emb["mean_cosine"], s=46, facecolors="white", edgecolors=colour, linewidths=1.5,
@@ -440,7 +440,11 @@ def layer_cosines(frame: pd.DataFrame, panel: str | None = None, titles: dict | 
         ax.set_xlabel("relative depth (0 = first layer shown, 1 = last)" if x == "relative_depth"
                       else "layer (0 = embeddings)")
         ax.set_ylabel("mean cosine similarity")
-        ax.set_ylim(min(-0.02, float(sub["mean_cosine"].min()) - 0.02), max(0.2, float(sub["mean_cosine"].max()) + 0.05))
+        low = sub["mean_cosine_low"].min() if "mean_cosine_low" in sub else np.nan
+        high = sub["mean_cosine_high"].max() if "mean_cosine_high" in sub else np.nan
+        low = float(np.nanmin([sub["mean_cosine"].min(), low]))
+        high = float(np.nanmax([sub["mean_cosine"].max(), high]))
+        ax.set_ylim(min(-0.02, low - 0.02), min(1.02, max(0.2, high + 0.05)))
         if key is not None:
             ax.set_title((titles or {}).get(key, str(key)))
         ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.0, 1.0) if ncols == 1 else None,
