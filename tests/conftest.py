@@ -80,19 +80,54 @@ def repo_copy(tmp_path) -> Path:
     return copy_repo(tmp_path / "repo")
 
 
+def session_dir(tmp_path_factory) -> Path:
+    """A folder shared by every process of the test session: pytest's base temporary folder, or with pytest-xdist
+    (``make test`` runs ``pytest -n``) the folder above the workers' own base folders."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist's ``--dist loadgroup``, the tests of a module that use a module- or session-scoped fixture
+    of their own (a book built against the Hub stand-in, a repository copy with a changed module, a converted model)
+    go to one worker together, so that fixture is built once; every other test is distributed alone. The smoke book
+    is built once per session whatever the workers (``smoke_book``)."""
+    shared = {"smoke_book", "tmp_path_factory", "worker_id", "testrun_uid"}
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None or any(m.name == "xdist_group" for m in item.iter_markers()):
+            continue
+        scoped = [name for name in info.names_closure if name not in shared and any(
+            d.scope in ("module", "session") and d.baseid for d in info.name2fixturedefs.get(name, ()))]
+        if scoped:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
 @pytest.fixture(scope="session")
 def smoke_book(tmp_path_factory) -> Path:
-    """Build the whole book under the `smoke` profile, once per session, in a copy of the repository.
+    """Build the whole book under the `smoke` profile, once per test session, in a copy of the repository.
 
+    Under pytest-xdist every worker shares the one build: the first to ask builds it under a file lock in the
+    session's shared folder, the others wait for it and read it (none of them writes into it but screenshots).
     Returns the copy's root: the HTML is in ``<root>/_build/html``, executed notebooks in ``<root>/book/executed``,
     results in ``<root>/results``; the build's output is kept in ``<root>/_build/smoke_build.log``.
     """
-    root = copy_repo(tmp_path_factory.mktemp("smoke_book") / "repo")
-    proc = run_cli(root, "build", "--profile", "smoke")
-    log = root / "_build" / "smoke_build.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    log.write_text(f"$ python -m anisotropy build --profile smoke\n{proc.stdout}\n--- stderr ---\n{proc.stderr}")
-    if proc.returncode != 0:
-        pytest.fail(f"the smoke build failed (exit {proc.returncode}); log: {log}\n{proc.stdout[-3000:]}"
-                    f"\n{proc.stderr[-3000:]}", pytrace=False)
+    from filelock import FileLock
+
+    folder = session_dir(tmp_path_factory) / "smoke_book"
+    folder.mkdir(exist_ok=True)
+    root, log, status = folder / "repo", folder / "repo" / "_build" / "smoke_build.log", folder / "exit_status"
+    with FileLock(str(folder / "build.lock")):
+        if not status.is_file():
+            shutil.rmtree(root, ignore_errors=True)  # a build interrupted by a crashed worker
+            copy_repo(root)
+            proc = run_cli(root, "build", "--profile", "smoke")
+            log.parent.mkdir(parents=True, exist_ok=True)
+            log.write_text(f"$ python -m anisotropy build --profile smoke\n{proc.stdout}\n--- stderr ---\n"
+                           f"{proc.stderr}")
+            status.write_text(str(proc.returncode))
+    code = int(status.read_text())
+    if code != 0:
+        tail = log.read_text()[-6000:] if log.is_file() else ""
+        pytest.fail(f"the smoke build failed (exit {code}); log: {log}\n{tail}", pytrace=False)
     return root

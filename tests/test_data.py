@@ -265,3 +265,78 @@ def test_a_full_crop_of_a_photo_is_the_photo_itself(monkeypatch):
     monkeypatch.setattr(data, "photo_library", lambda: [square])
     for crop in data.photos(4, seed=3, size=48, min_fraction=1.0):
         assert np.array_equal(crop, square) or np.array_equal(crop, square[:, ::-1])
+
+
+# ---- the docstring corpus ----------------------------------------------------------------------------------------
+
+def test_docstring_paragraphs_keep_running_text_only():
+    keep = data.docstring_paragraph("Return the sum of the array elements over the given axis, treating missing "
+                                    "values as zero.")
+    assert keep == ("Return the sum of the array elements over the given axis, treating missing values as zero.")
+    # inline markup reduced to its text, lines joined
+    assert data.docstring_paragraph("Construct a :class:`~torch.nn.Module` from the [`PreTrainedModel`] weights\n"
+                                    "and keep ``strict`` checking on.") == (
+        "Construct a Module from the PreTrainedModel weights and keep strict checking on.")
+    # the leading prose of a block is kept up to a section header or an indented parameter table
+    assert data.docstring_paragraph("Compute the mean of the tensor along every axis it has.\nArgs:\n    x: a tensor"
+                                    ) == "Compute the mean of the tensor along every axis it has."
+    for bad in (">>> import torch\n>>> torch.zeros(3)",  # doctest
+                "x : array_like\n    The input array, of any shape and any numeric type here.",  # parameter table
+                "Parameters\n----------",  # heading
+                "- the first item of a list that is long enough to pass the length test.",  # list item
+                "Set ``x = 1`` before calling the function so that the loop starts at one.",  # code
+                "see https://example.org for the details of this very long explanation here.",  # no capital
+                "Return the value",  # too short, no full stop
+                ".. note:: This directive is long enough to be mistaken for a paragraph of text."):
+        assert data.docstring_paragraph(bad) is None, bad
+
+
+def test_docstring_corpus_is_deduplicated_split_by_document_and_hashed(monkeypatch):
+    corpus = data.build_docstring_corpus(("pygments", "no_such_package_here"))
+    assert set(corpus.packages) == {"pygments"}  # an absent package is left out, and named nowhere
+    assert len(corpus.train) > 100 and corpus.documents["train"] > corpus.documents["validation"] > 0
+    everything = corpus.train + corpus.validation
+    assert len({data._template_key(p) for p in everything}) == len(everything)  # no copies, not even templated ones
+    assert all(data.docstring_paragraph(p) == p for p in everything)  # every paragraph passes the filter as it is
+    assert corpus == data.build_docstring_corpus(("pygments",))  # deterministic, content hash included
+    # held out by document: the files of the validation side never contribute to training
+    docs = dict(data._package_documents("pygments"))
+    held = [d for d in docs if data._is_validation_document(d)]
+    assert all(data._is_validation_document(d) == (d in held) for d in docs)
+    train_text = set(corpus.train)
+    assert not any(p in train_text for d in held for p in docs[d])
+    # a changed paragraph is a different corpus
+    monkeypatch.setattr(data, "_package_documents", lambda package: [
+        (d, [p.replace("template", "templates") for p in ps]) for d, ps in docs.items()])
+    assert data.build_docstring_corpus(("pygments",)).content_hash != corpus.content_hash
+
+
+def test_docstring_corpus_is_cached_and_keys_the_recipes(tmp_path, monkeypatch):
+    from anisotropy import training
+
+    monkeypatch.setenv("ANISOTROPY_CACHE", str(tmp_path))
+    monkeypatch.setattr(data, "DOCSTRING_PACKAGES", ("pygments",))
+    real = data.docstring_corpus
+    real.cache_clear()
+    training._data_fingerprint.cache_clear()
+    training.split_paragraphs.cache_clear()
+    try:
+        first = data.docstring_corpus()
+        assert len(list((tmp_path / "corpora").glob("docstrings-*.json.gz"))) == 1
+        data.docstring_corpus.cache_clear()
+        monkeypatch.setattr(data, "build_docstring_corpus", lambda *a: pytest.fail("should come from the cache"))
+        assert data.docstring_corpus() == first
+        assert training.split_paragraphs("docstrings") == (list(first.train), list(first.validation))
+        sample = data.load("docstrings", 5, seed=1)
+        assert sample == data.load("docstrings", 5, seed=1) and set(sample) <= set(first.validation)
+        recipe = training.Recipe(suite="s", kind="mlm", corpus="docstrings")
+        before = recipe.hash
+        data.docstring_corpus.cache_clear()
+        training._data_fingerprint.cache_clear()
+        monkeypatch.setattr(data, "docstring_corpus", lambda: data.DocstringCorpus(
+            first.train, first.validation, first.packages, first.documents, "0" * 16))
+        assert recipe.hash != before  # another content hash, other weights
+    finally:  # the corpus of one package must not stay in the caches of this process
+        real.cache_clear()
+        training._data_fingerprint.cache_clear()
+        training.split_paragraphs.cache_clear()

@@ -112,6 +112,41 @@ def test_first_moments_agree_with_metrics_and_exclude_bad_rows():
     assert acc.mean_cosine == pytest.approx((gram.sum() - np.trace(gram)) / (len(good) * (len(good) - 1)))
 
 
+def test_first_moments_interval_resamples_the_examples_it_was_told():
+    """Rows fed with their example index (as taps.extract does) give the interval of resampling examples, whatever
+    the order and batching of the rows and with masked rows left out; without indices, no interval."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((90, 5)) + 0.5
+    example = np.repeat(np.arange(9), 10)
+    mask = rng.random(90) > 0.1
+    acc = layerwise.FirstMoments(5, seed=2)
+    for part in (slice(0, 40), slice(40, 90)):
+        acc.update(torch.from_numpy(x[part]), mask=torch.from_numpy(mask[part]), groups=torch.from_numpy(example[part]))
+    row = acc.as_dict()
+    kept, ids = x[mask], example[mask]
+    unit = kept / np.linalg.norm(kept, axis=1, keepdims=True)
+    sums = np.stack([unit[ids == e].sum(axis=0) for e in range(9)])
+    expected = metrics.grouped_bootstrap_mean_cosine(sums @ sums.T, np.bincount(ids), seed=2,
+                                                     **layerwise.BOOTSTRAP)
+    assert row["n_examples"] == 9 and row["mean_cosine"] == pytest.approx(expected.estimate, abs=1e-12)
+    assert (row["mean_cosine_low"], row["mean_cosine_high"]) == pytest.approx((expected.low, expected.high), abs=1e-6)
+    plain = layerwise.FirstMoments(5)
+    plain.update(torch.from_numpy(x))
+    assert np.isnan(plain.as_dict()["mean_cosine_low"])
+
+
+def test_extract_gives_each_text_its_own_example(monkeypatch):
+    """taps.extract tells the accumulators which text each token comes from: one example per text."""
+    loaded = registry.load("bert-base-uncased", variant="tiny")
+    from anisotropy import taps
+
+    stats = taps.extract(loaded, TEXTS, batch_size=2, max_length=MAX_LENGTH,
+                         stats_factory=layerwise.stats_factory("moments"))
+    for acc in stats.values():
+        assert acc.as_dict()["n_examples"] == len(TEXTS)
+        assert acc.as_dict()["mean_cosine_low"] <= acc.mean_cosine <= acc.as_dict()["mean_cosine_high"]
+
+
 def test_store_reuses_rows_and_recomputes_only_what_a_parameter_changes(store, monkeypatch):
     ref = layerwise.ModelRef("bert-base-uncased", "tiny")
     kwargs = dict(source="prose", n=3, seed=0, max_length=MAX_LENGTH, store=store)

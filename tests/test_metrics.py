@@ -475,6 +475,38 @@ def test_bootstrap_mean_cosine():
         assert fast[k] == pytest.approx(c[idx[:, None] != idx[None, :]].mean(), abs=1e-6)  # float32 product
 
 
+def test_grouped_bootstrap_resamples_whole_groups():
+    """Texts of tokens that share a text-specific direction: the interval from resampling texts is the honest one
+    (it matches the spread of the mean cosine over fresh corpora), and with one vector per group it is the row
+    bootstrap exactly."""
+    def corpus(seed, k=200):
+        g = rng(seed)
+        groups = [g.standard_normal(16) * 1.5 + g.standard_normal((int(g.integers(5, 30)), 16)) + 0.3
+                  for _ in range(k)]
+        return groups
+
+    def gram_and_sizes(groups):
+        sums = np.stack([(x / np.linalg.norm(x, axis=1, keepdims=True)).sum(axis=0) for x in groups])
+        return sums @ sums.T, [len(x) for x in groups]
+
+    groups = corpus(0)
+    ci = M.grouped_bootstrap_mean_cosine(*gram_and_sizes(groups), n_boot=2000, level=0.9, seed=1)
+    assert ci.estimate == pytest.approx(brute_mean_cosine(np.concatenate(groups)), abs=1e-12)
+    assert ci.low < ci.estimate < ci.high
+    fresh = [brute_mean_cosine(np.concatenate(corpus(s))) for s in range(100, 200)]
+    assert (ci.high - ci.low) / (2 * 1.645 * np.std(fresh)) == pytest.approx(1.0, abs=0.3)
+    rows = M.bootstrap_mean_cosine(np.concatenate(groups), n_boot=2000, level=0.9, seed=1)
+    assert rows.high - rows.low < 0.6 * (ci.high - ci.low)  # treating tokens as independent is overconfident
+    # one vector per group: the same replicates as the row bootstrap (same seed, same multinomial draws)
+    x = rng(3).standard_normal((40, 6)) + 0.4
+    u = x / np.linalg.norm(x, axis=1, keepdims=True)
+    single = M.grouped_bootstrap_mean_cosine(u @ u.T, np.ones(40), n_boot=300, seed=4)
+    rows = M.bootstrap_mean_cosine(x, n_boot=300, seed=4)  # float32 products there
+    assert (single.estimate, single.low, single.high) == pytest.approx((rows.estimate, rows.low, rows.high), abs=1e-6)
+    with pytest.raises(ValueError, match="2 groups"):
+        M.grouped_bootstrap_mean_cosine(np.ones((1, 1)), [3])
+
+
 def test_bad_rows_are_excluded_and_counted():
     x = rng(130).standard_normal((50, 8)).astype(np.float32)
     x[3] = 0

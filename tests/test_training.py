@@ -188,6 +188,33 @@ def test_resume_after_interruption_matches_an_uninterrupted_run(stop_after, tmp_
     assert not list(folder.glob("resume-*"))
 
 
+def test_parallel_runs_end_bit_identical_to_serial_runs(tmp_path):
+    """train_many trains in worker processes (executor.map, two at once) what train trains here one after another:
+    every checkpoint of every run has the same weights and the same loss records, and a run interrupted before the
+    parallel batch resumes in its worker to the same end."""
+    recipes = [tiny("mlm", steps=6), tiny("mlm", steps=6, seed=1), tiny("clm", steps=6), tiny("vit", steps=6)]
+    serial = {r: run(r, out_dir=tmp_path / "serial") for r in recipes}
+    run(recipes[1], out_dir=tmp_path / "parallel", stop_after=3)  # interrupted: resumed by its worker
+    parallel = training.train_many(recipes, out_dir=tmp_path / "parallel", workers=2, progress=False)
+    for r in recipes:
+        assert [c.step for c in parallel[r]] == [c.step for c in serial[r]] == list(r.checkpoint_steps)
+        for a, b in zip(serial[r], parallel[r]):
+            assert_same_weights(weights(a.path), weights(b.path))
+        sa, sb = (training.training_state(c[-1]) for c in (serial[r], parallel[r]))
+        assert sa["train_loss"] == sb["train_loss"] and sa["validation"] == sb["validation"]
+        assert sb["threads"] == r.threads == 1
+    # trained runs are reused, not trained again
+    stamp = (parallel[recipes[0]][-1].path / "model.safetensors").stat().st_mtime_ns
+    again = training.train_many(recipes, out_dir=tmp_path / "parallel", workers=2, progress=False)
+    assert (again[recipes[0]][-1].path / "model.safetensors").stat().st_mtime_ns == stamp
+
+
+def test_runs_are_scheduled_costliest_first():
+    small, wide, long = tiny("mlm", steps=6), tiny("mlm", steps=6, width=64), tiny("mlm", steps=60)
+    assert training.cost(wide) > training.cost(small) and training.cost(long) == 10 * training.cost(small)
+    assert training.cost(tiny("vit", steps=6)) > 0 and training.cost(tiny("cnn", steps=6)) > 0
+
+
 def test_two_seeds_differ_and_one_seed_repeats(tmp_path):
     r0, r1 = tiny("vit", steps=4), tiny("vit", steps=4, seed=1)
     a = run(r0, out_dir=tmp_path / "a")

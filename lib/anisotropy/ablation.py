@@ -55,25 +55,48 @@ def checkpoint_statistics(folder, texts: list[str], max_length: int = 64, batch_
 
 
 def run(variants, seeds, recipe: dict, n_texts: int = 32, max_length: int = 64, threads: int | None = None,
-        store: results.Store | None = None, progress: bool = True) -> dict[str, pd.DataFrame]:
+        store: results.Store | None = None, progress: bool = True, workers: int | None = None
+        ) -> dict[str, pd.DataFrame]:
     """Train (or reuse) every (variant, seed) run and measure every checkpoint. Returns tidy frames:
     ``loss`` (variant, seed, step, split, loss), ``heads`` (variant, seed, step, layer, head, entropy,
     entropy_uniform, cos_qk (NaN where a mean is zero), q_norm, k_norm), ``hidden`` (variant, seed, step, layer, mean_cosine, sigma1_share), ``runs``
-    (``training.summary`` with the variant)."""
+    (``training.summary`` with the variant).
+
+    The runs train in parallel worker processes and their checkpoints are measured in parallel too
+    (``training.train_many``, ``executor.map``; ``workers`` defaults to the cores, 1 = one after another here):
+    each run's weights are those of a serial run, bit for bit. ``threads`` (torch threads of the measurements; the
+    training uses each recipe's own) defaults to 1 per process."""
     store = store or results.Store()
-    with training._threads(threads or training.default_threads()):
-        return _run(recipes(variants, seeds, **recipe), n_texts, max_length, threads, store, progress)
+    runs = recipes(variants, seeds, **recipe)
+    training.train_many(runs, workers=workers, progress=progress)
+    return _run(runs, n_texts, max_length, threads or 1, store, workers)
 
 
-def _run(runs, n_texts, max_length, threads, store, progress) -> dict[str, pd.DataFrame]:
+def _measure_checkpoint(job: tuple) -> None:
+    """Measure one checkpoint into the store (in a worker process of ``executor.map``)."""
+    root, key, folder, texts, max_length, threads = job
+    with training._threads(threads):
+        results.Store(root).cached(CHAPTER, key, lambda: checkpoint_statistics(folder, texts, max_length))
+
+
+def _run(runs, n_texts, max_length, threads, store, workers) -> dict[str, pd.DataFrame]:
+    from . import executor
+
     texts = held_out_texts(n_texts, runs[0].corpus)
-    frames = []
+    jobs = []
     for r in runs:
-        for ck in training.train(r, progress=progress, threads=threads):
+        for ck in training.checkpoints(r):
             key = {"what": "ablation checkpoint statistics", "recipe": r.hash, "suite": r.suite, "seed": r.seed,
                    "step": ck.step, "n_texts": n_texts, "max_length": max_length, "version": 2}
-            frame = store.cached(CHAPTER, key, lambda ck=ck: checkpoint_statistics(ck.path, texts, max_length))
-            frames.append(frame.assign(variant=r.attention_variant, seed=r.seed, step=ck.step, val_loss=ck.loss))
+            jobs.append((r, ck, key))
+    missing = [(store.root, key, ck.path, texts, max_length, threads) for r, ck, key in jobs
+               if not store.has(CHAPTER, key)]
+    if missing:
+        executor.map(_measure_checkpoint, missing, workers=min(workers or executor.cores(), len(missing)))
+    frames = []
+    for r, ck, key in jobs:
+        frame = store.cached(CHAPTER, key, lambda ck=ck: checkpoint_statistics(ck.path, texts, max_length))
+        frames.append(frame.assign(variant=r.attention_variant, seed=r.seed, step=ck.step, val_loss=ck.loss))
     stats = pd.concat(frames, ignore_index=True)
     loss = training.loss_curves(runs)
     loss["variant"] = loss["suite"].str.removeprefix("ablation-")

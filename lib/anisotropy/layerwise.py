@@ -123,26 +123,43 @@ def self_trained_refs(suites: Sequence[str], profile: str = "local", train_missi
 # ---------------------------------------------------------------------------------------------------------------------
 
 
+BOOTSTRAP = {"n_boot": 1000, "level": 0.95}  # the bands of Figures 1-4: resampling the examples (texts, clips, images)
+
+
 class FirstMoments:
     """Streaming n, sum of unit vectors, sum of vectors and sum of norms, in float64: ``mean_cosine`` =
     (||sum_i u_i||^2 - n) / (n (n - 1)) over ordered pairs i != j, ``drift_norm`` = ||mean||, ``mean_norm``.
 
-    Memory O(d), for layers such as CNN maps flattened to C*H*W where ``LayerStats``' d x d scatter cannot be held.
+    Memory O(d), for layers such as CNN maps flattened to C*H*W where ``LayerStats``' d x d scatter cannot be held,
+    plus one sum of unit vectors per example (text, clip, image) when ``update`` is told which example each row comes
+    from (``groups``; ``taps.extract`` does): those give the mean cosine's confidence interval by resampling examples
+    (``metrics.grouped_bootstrap_mean_cosine``; ``BOOTSTRAP``), columns ``mean_cosine_low``/``_high``.
     Zero, NaN and inf rows are excluded and counted, as in ``metrics``. ``sigma1_share`` and TwoNN are not available.
     """
 
-    def __init__(self, dim: int):
+    wants_groups = True  # taps.extract passes each row's example index
+
+    def __init__(self, dim: int, seed: int = 0):
         self.dim = int(dim)
+        self.seed = int(seed)
         self.n = 0
         self.n_excluded = 0
         self._sum_unit = torch.zeros(self.dim, dtype=torch.float64)
         self._sum = torch.zeros(self.dim, dtype=torch.float64)
         self._sum_norm = 0.0
+        self._groups: dict[int, list] = {}  # example -> [sum of its unit vectors (float32), count]
+        self._ungrouped = False
 
-    def update(self, batch, mask=None) -> "FirstMoments":
+    def update(self, batch, mask=None, groups=None) -> "FirstMoments":
         rows = torch.as_tensor(batch).detach().reshape(-1, self.dim)
+        if groups is not None:
+            groups = torch.as_tensor(groups).reshape(-1).to(rows.device)
+        else:
+            self._ungrouped = True
         if mask is not None:
-            rows = rows[torch.as_tensor(mask).reshape(-1).to(device=rows.device).bool()]
+            keep = torch.as_tensor(mask).reshape(-1).to(device=rows.device).bool()
+            rows = rows[keep]
+            groups = groups[keep] if groups is not None else None
         # On a GPU the batch is reduced where it lies, in float32 (a batch's sums lose nothing that matters), and
         # only d-vectors travel; on the CPU everything is float64. Across batches the sums are float64.
         rows = rows.to(torch.float64 if rows.device.type == "cpu" else torch.float32)
@@ -151,10 +168,31 @@ class FirstMoments:
         self.n_excluded += int((~valid).sum())
         rows, norms = rows[valid], norms[valid]
         self.n += rows.shape[0]
-        self._sum_unit += (rows / norms[:, None]).sum(dim=0).to("cpu", torch.float64)
+        unit = rows / norms[:, None]
+        self._sum_unit += unit.sum(dim=0).to("cpu", torch.float64)
         self._sum += rows.sum(dim=0).to("cpu", torch.float64)
         self._sum_norm += float(norms.double().sum())
+        if groups is not None and rows.shape[0]:
+            ids, where = torch.unique(groups[valid], return_inverse=True)
+            sums = torch.zeros(len(ids), self.dim, dtype=unit.dtype, device=unit.device).index_add_(0, where, unit)
+            sizes = torch.bincount(where, minlength=len(ids))
+            for e, total, size in zip(ids.tolist(), sums.to("cpu", torch.float32), sizes.tolist()):
+                if e in self._groups:
+                    self._groups[e][0] += total
+                    self._groups[e][1] += size
+                else:
+                    self._groups[e] = [total, size]
         return self
+
+    def interval(self):
+        """The mean cosine's ``metrics.ConfidenceInterval`` from resampling examples, or None (rows fed without
+        their examples, or fewer than 2 examples)."""
+        if self._ungrouped or len(self._groups) < 2 or self.n < 2:
+            return None
+        keys = sorted(self._groups)
+        sums = torch.stack([self._groups[k][0] for k in keys]).double()
+        return metrics.grouped_bootstrap_mean_cosine((sums @ sums.T).numpy(), [self._groups[k][1] for k in keys],
+                                                     seed=self.seed, **BOOTSTRAP)
 
     @property
     def mean_cosine(self) -> float:
@@ -182,6 +220,9 @@ class FirstMoments:
             except ValueError:
                 row[name] = float("nan")
         row.update(sigma1_share=float("nan"), twonn_dimension=float("nan"), twonn_n_duplicates=0)
+        ci = self.interval()
+        row.update(mean_cosine_low=ci.low if ci else float("nan"), mean_cosine_high=ci.high if ci else float("nan"),
+                   n_examples=len(self._groups))
         return row
 
 
@@ -195,7 +236,7 @@ def stats_factory(stats: str = "moments", reservoir_size: int = 0, seed: int = 0
     def make(dim: int):
         if stats == "full" and dim <= FULL_STATS_MAX_DIM:
             return metrics.LayerStats(dim, reservoir_size=reservoir_size, seed=seed)
-        return FirstMoments(dim)
+        return FirstMoments(dim, seed=seed)
 
     return make
 
@@ -461,6 +502,19 @@ def series_sentences(frame: pd.DataFrame, labels: Sequence[str], absent: str = "
             parts.append(f"{label}: {v.iloc[0]:.2f} at layer {v.index[0]}, at most {v.max():.2f} (layer "
                          f"{v.idxmax()}), {v.iloc[-1]:.2f} at the last layer")
     return "; ".join(parts) if parts else absent
+
+
+def glue_sample(prefix: str, frame: pd.DataFrame) -> None:
+    """Glue what a figure's bands rest on: ``<prefix>_examples`` (the most examples any model read: texts, clips or
+    images), ``<prefix>_min_vectors`` (the fewest vectors in any layer of any model), ``<prefix>_n_boot`` and
+    ``<prefix>_level`` (the bootstrap's resamples and confidence level, ``BOOTSTRAP``)."""
+    from . import report
+
+    has = len(frame) and "n_examples" in frame
+    report.glue(f"{prefix}_examples", int(frame["n_examples"].max()) if has else 0, "{:,}")
+    report.glue(f"{prefix}_min_vectors", int(frame["n"].min()) if len(frame) else 0, "{:,}")
+    report.glue(f"{prefix}_n_boot", BOOTSTRAP["n_boot"], "{:,}")
+    report.glue(f"{prefix}_level", f"{100 * BOOTSTRAP['level']:.0f}%")
 
 
 def share_above_null(frame: pd.DataFrame, by: str = "label") -> pd.Series:

@@ -35,6 +35,7 @@ __all__ = [
     "TwoNNEstimate",
     "batched",
     "bootstrap_mean_cosine",
+    "grouped_bootstrap_mean_cosine",
     "drift_norm",
     "layer_correlation",
     "mean_cosine",
@@ -825,6 +826,36 @@ def bootstrap_mean_cosine(x, n_boot: int = 1000, level: float = 0.95, seed: int 
     for s in range(0, n_boot, step):
         counts = rng.multinomial(n, p, size=min(step, n_boot - s))
         reps[s:s + counts.shape[0]] = _resampled_mean_cosine(unit, counts)
+    low, high = np.nanquantile(reps, [(1 - level) / 2, (1 + level) / 2])
+    return ConfidenceInterval(estimate, float(low), float(high), float(level), int(n_boot))
+
+
+def grouped_bootstrap_mean_cosine(gram, sizes, n_boot: int = 1000, level: float = 0.95, seed: int = 0
+                                  ) -> ConfidenceInterval:
+    """Percentile bootstrap confidence interval for the mean cosine of vectors that come in groups (the tokens of a
+    text, the frames of a clip, the patches of an image), resampling whole groups: the vectors of one text are not
+    independent draws, the texts are.
+
+    ``gram[e, f]`` = s_e . s_f for the sums s_e of the unit vectors of groups e and f; ``sizes[e]`` = the group's
+    number of vectors. Each replicate draws the groups with replacement (counts c_e) and takes the mean cosine over
+    ordered pairs of drawn vectors that are not one vector paired with its own copy:
+    (c' G c - sum_e c_e^2 n_e) / (N^2 - sum_e c_e^2 n_e) with N = sum_e c_e n_e; with every c_e = 1 this is the
+    exact mean cosine ``mean_cosine_from_sums``, the estimate returned. Needs 2 groups and 2 vectors."""
+    if n_boot < 2 or not 0 < level < 1:
+        raise ValueError(f"grouped_bootstrap_mean_cosine needs n_boot >= 2 and 0 < level < 1, got {n_boot} and {level}")
+    g = np.asarray(gram, dtype=np.float64)
+    n_e = np.asarray(sizes, dtype=np.float64)
+    k, n = len(n_e), float(n_e.sum())
+    if g.shape != (k, k) or k < 2 or n < 2:
+        raise ValueError(f"grouped_bootstrap_mean_cosine needs a k x k Gram matrix of k >= 2 groups and >= 2 vectors, "
+                         f"got shape {g.shape}, {k} groups, {n:.0f} vectors")
+    estimate = float((g.sum() - n) / (n * (n - 1)))
+    counts = np.random.default_rng(seed).multinomial(k, np.full(k, 1.0 / k), size=n_boot).astype(np.float64)
+    quad = np.einsum("be,ef,bf->b", counts, g, counts)
+    own = (counts**2) @ n_e
+    total = counts @ n_e
+    with np.errstate(invalid="ignore", divide="ignore"):
+        reps = (quad - own) / (total**2 - own)
     low, high = np.nanquantile(reps, [(1 - level) / 2, (1 + level) / 2])
     return ConfidenceInterval(estimate, float(low), float(high), float(level), int(n_boot))
 

@@ -408,6 +408,10 @@ def _layer_lines(ax, frame: pd.DataFrame, x: str, hue: str, colours: dict) -> No
             ax.plot(piece[x], piece["mean_cosine"], color=colour, ls=dash, lw=1.5, marker=markers[label], ms=4.5,
                     markerfacecolor="none" if markers[label] in ("s", "D") else colour,
                     label=label if k == 0 else None, zorder=3)
+            if {"mean_cosine_low", "mean_cosine_high"} <= set(piece) and piece["mean_cosine_low"].notna().any():
+                # the confidence band of the layer's mean cosine (resampling the examples, layerwise.BOOTSTRAP)
+                ax.fill_between(piece[x], piece["mean_cosine_low"], piece["mean_cosine_high"], color=colour,
+                                alpha=0.16, lw=0, zorder=2)
         emb = sub[sub["is_embedding"].astype(bool)]
         if len(emb):  # the input of the first block (layer 0, and a decoder's embeddings): hollow and larger
             ax.scatter(emb[x], emb["mean_cosine"], s=46, facecolors="white", edgecolors=colour, linewidths=1.5,
@@ -419,7 +423,8 @@ def layer_cosines(frame: pd.DataFrame, panel: str | None = None, titles: dict | 
     """Paper 1, Figures 1-4: mean cosine similarity against depth, one line per model (column ``hue``), dashes by
     ``variant`` (solid pretrained, dash-dot self-trained, dashed untrained, dotted tiny); hollow markers for the
     input of the first block (column ``is_embedding``); the isotropic 95th percentile of the layers' dims (column
-    ``null_q95``) dotted: grey when the panel has one dim, else one thin line per model in its colour. ``panel`` splits the frame into panels titled by
+    ``null_q95``) dotted: grey when the panel has one dim, else one thin line per model in its colour; a shaded band
+    between ``mean_cosine_low`` and ``mean_cosine_high`` where the frame has them. ``panel`` splits the frame into panels titled by
     ``titles``. ``x`` is ``relative_depth`` (0 = first measured layer, 1 = last) or ``layer`` (absolute index)."""
     keys = list(dict.fromkeys(frame[panel])) if panel else [None]
     ncols = ncols or len(keys)
@@ -435,7 +440,11 @@ def layer_cosines(frame: pd.DataFrame, panel: str | None = None, titles: dict | 
         ax.set_xlabel("relative depth (0 = first layer shown, 1 = last)" if x == "relative_depth"
                       else "layer (0 = embeddings)")
         ax.set_ylabel("mean cosine similarity")
-        ax.set_ylim(min(-0.02, float(sub["mean_cosine"].min()) - 0.02), max(0.2, float(sub["mean_cosine"].max()) + 0.05))
+        low = sub["mean_cosine_low"].min() if "mean_cosine_low" in sub else np.nan
+        high = sub["mean_cosine_high"].max() if "mean_cosine_high" in sub else np.nan
+        low = float(np.nanmin([sub["mean_cosine"].min(), low]))
+        high = float(np.nanmax([sub["mean_cosine"].max(), high]))
+        ax.set_ylim(min(-0.02, low - 0.02), min(1.02, max(0.2, high + 0.05)))
         if key is not None:
             ax.set_title((titles or {}).get(key, str(key)))
         ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.0, 1.0) if ncols == 1 else None,
@@ -688,12 +697,14 @@ def qk_entropy_by_run(stats: pd.DataFrame, max_cols: int = 3):
 
 # ---- Our checkpoint suites: loss curves of the self-trained models (issue 7) ----------------------------------------
 
-def suite_loss_curves(curves: pd.DataFrame, baselines: pd.DataFrame, smooth: int = 25, max_cols: int = 3):
+def suite_loss_curves(curves: pd.DataFrame, baselines: pd.DataFrame, smooth: int = 25, max_cols: int = 3,
+                      targets: dict | None = None):
     """Training (rolling mean over ``smooth`` updates, thin) and validation (markers) loss of each self-trained suite,
     one panel per suite, one colour per seed, with the context-free baselines as horizontal lines.
 
     ``curves``: columns suite, seed, step, split ("train" / "validation"), loss (nats), as ``training.loss_curves``.
     ``baselines``: one row per suite with columns suite, chance and (language models) unigram, in nats.
+    ``targets``: {suite: validation loss to reach} drawn dash-dotted (green).
     """
     suites = list(dict.fromkeys(curves["suite"]))
     ncols = min(max_cols, len(suites))
@@ -714,6 +725,8 @@ def suite_loss_curves(curves: pd.DataFrame, baselines: pd.DataFrame, smooth: int
         ax.axhline(base["chance"], color="0.35", ls=":", lw=1.1, label="chance (uniform)")
         if "unigram" in base and pd.notna(base["unigram"]):
             ax.axhline(base["unigram"], color="0.2", ls="--", lw=1.1, label="unigram")
+        if targets and name in targets:
+            ax.axhline(targets[name], color="tab:green", ls="-.", lw=1.1, label="target")
         ax.set_title(name)
         ax.set_ylim(0, base["chance"] * 1.12)
         ax.set_xlabel("training step")

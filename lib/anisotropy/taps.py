@@ -389,13 +389,14 @@ def extract(loaded, examples: Iterable, batch_size: int = 8, max_length: int = 1
             if not checked:
                 _check_modality(spec, chunk[0])
                 checked = True
+            first_example = n_examples
             n_examples += len(chunk)
             offset = first
             for name, states, keep in fn(loaded, chunk, ctx):
                 for i, h in enumerate(states):
                     layer = offset + i
                     if part is None or name == part:
-                        _feed(result, layer, name, i, h, keep, make)
+                        _feed(result, layer, name, i, h, keep, make, first_example)
                 offset += len(states)
             if bar is not None:
                 bar.update(len(chunk))
@@ -414,18 +415,25 @@ def extract(loaded, examples: Iterable, batch_size: int = 8, max_length: int = 1
     return result
 
 
-def _feed(result: Extraction, layer: int, part: str, index: int, h: torch.Tensor, keep, make) -> None:
+def _feed(result: Extraction, layer: int, part: str, index: int, h: torch.Tensor, keep, make,
+          first_example: int = 0) -> None:
     rows = h.reshape(-1, h.shape[-1])
     if layer not in result:
         result[layer] = make(rows.shape[-1])
         result.parts[layer], result.layer_in_part[layer], result.n_masked[layer] = part, index, 0
+    extra = {}
+    if getattr(result[layer], "wants_groups", False) and rows.shape[0] % h.shape[0] == 0:
+        # the example each row comes from (h is (examples, positions, d) or (examples, d)): for intervals that
+        # resample examples rather than positions
+        extra["groups"] = torch.arange(first_example, first_example + h.shape[0], device=rows.device
+                                       ).repeat_interleave(rows.shape[0] // h.shape[0])
     if keep is None:
-        result[layer].update(rows.float())
+        result[layer].update(rows.float(), **extra)
         return
     keep = keep[:, : h.shape[1]].reshape(-1)
     result.n_masked[layer] += int((~keep).sum())
     if bool(keep.any()):
-        result[layer].update(rows.float(), mask=keep)
+        result[layer].update(rows.float(), mask=keep, **extra)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

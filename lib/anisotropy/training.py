@@ -42,9 +42,10 @@ TEXT_KINDS = ("mlm", "clm", "char-mlm")
 # enter the scores, run eager attention, and are installed by ``attention_variants.apply_attention_variant``.
 ATTENTION_VARIANTS = {"standard": "sdpa", "qk_norm": "eager", "centred": "eager", "temperature": "eager"}
 VALIDATION_EVERY = 10  # every 10th prose paragraph is held out for the validation loss
-# Text corpora: the offline prose (local profile), or WikiText-103 (train / validation splits; paper profile, needs
-# the Hub or its cache) for runs whose token budget would see the 50k-token prose thousands of times.
-CORPORA = ("prose", "wikitext-103")
+# Text corpora: the docstring prose of the installed packages (local profile: millions of tokens, offline, keyed by
+# its content hash), the Python reference's prose (50k tokens: small tests), or WikiText-103 (train / validation
+# splits; paper profile, needs the Hub or its cache).
+CORPORA = ("docstrings", "prose", "wikitext-103")
 BERT_SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 GPT_SPECIALS = ("<|endoftext|>", "<|pad|>")
 _VALIDATION_TAG = 2**31 - 1  # seeds the validation masks and images, the same for every training seed
@@ -236,7 +237,9 @@ def training_state(checkpoint: Checkpoint | str | Path) -> dict:
 
 @lru_cache(maxsize=None)
 def _data_fingerprint(kind: str, image_size: int, corpus: str = "prose") -> str:
-    if kind in TEXT_KINDS and corpus != "prose":
+    if kind in TEXT_KINDS and corpus == "docstrings":
+        blob = f"docstrings {data.docstring_corpus().content_hash}".encode()  # its content, not the packages' names
+    elif kind in TEXT_KINDS and corpus != "prose":
         blob = corpus.encode()  # a published, fixed dataset: its name identifies it
     elif kind in TEXT_KINDS:
         blob = data.prose_corpus().encode()
@@ -248,9 +251,13 @@ def _data_fingerprint(kind: str, image_size: int, corpus: str = "prose") -> str:
 @lru_cache(maxsize=2)
 def split_paragraphs(corpus: str = "prose") -> tuple[list[str], list[str]]:
     """(train, validation) paragraphs. Prose: every ``VALIDATION_EVERY``-th distinct paragraph is held out.
-    WikiText-103: its train and validation splits (lines of >= 80 characters, headings dropped)."""
+    Docstrings: the corpus's own split by document (``data.docstring_corpus``). WikiText-103: its train and
+    validation splits (lines of >= 80 characters, headings dropped)."""
     if corpus == "wikitext-103":
         return data.wikitext_lines("train"), data.wikitext_lines("validation")
+    if corpus == "docstrings":  # deduplicated and split by document when extracted
+        found = data.docstring_corpus()
+        return list(found.train), list(found.validation)
     # pydoc repeats some paragraphs under several topics: deduplicate first, or the held-out text leaks into training
     paragraphs = list(dict.fromkeys(data.prose_paragraphs()))
     train = [p for i, p in enumerate(paragraphs) if i % VALIDATION_EVERY != VALIDATION_EVERY - 1]
@@ -686,6 +693,56 @@ def train(recipe: Recipe, out_dir: str | Path | None = None, progress: bool = Tr
     return checkpoints(recipe, out_dir)
 
 
+def cost(recipe: Recipe) -> float:
+    """A rough relative cost of training ``recipe`` (multiply-adds of its updates), to start the longest runs first."""
+    r = recipe
+    if r.kind == "cnn":
+        return r.steps * r.batch_size * r.image_size**2 * r.width**2 * r.depth
+    length = (r.image_size // r.patch_size) ** 2 + 1 if r.kind == "vit" else r.seq_len
+    return r.steps * r.batch_size * length * r.depth * (12 * r.width**2 + 2 * length * r.width)
+
+
+def _train_quietly(job: tuple) -> list[Checkpoint]:
+    """One run of ``train_many`` in a worker process: the recipe's own thread count, no progress bar."""
+    recipe, out_dir = job
+    return train(recipe, out_dir=out_dir, progress=False)
+
+
+def train_many(recipe_list, out_dir: str | Path | None = None, workers: int | None = None,
+               progress: bool = True) -> dict[Recipe, list[Checkpoint]]:
+    """Train every recipe not yet trained, in parallel worker processes (``executor.map``: one run per process, each
+    with its recipe's thread count), the costliest first; return ``{recipe: checkpoints}`` for all of them.
+
+    A run's weights depend on its recipe only (the batch, masks and dropout of update k are drawn from (seed, k)), so
+    a parallel run ends bit-identical to a serial one (``tests/test_training.py``). What the runs share (the corpus,
+    the tokenizers) is prepared here first, once. ``workers`` defaults to the cores (``executor.cores()``); 1 trains
+    here, one run after another. ``progress`` prints one line per finished run (bars from several processes would
+    interleave)."""
+    from . import executor
+
+    recipe_list = list(recipe_list)
+    todo = sorted((r for r in recipe_list if not is_trained(r, out_dir)), key=cost, reverse=True)
+    for r in todo:
+        if r.kind in TEXT_KINDS:
+            tokenizer(r)  # trained once here rather than raced for by the workers
+    started, clock = time.perf_counter(), time.process_time()
+
+    def done(job, found: list[Checkpoint]) -> None:
+        if progress and found:
+            state = training_state(found[-1])
+            print(f"trained {job[0].suite} seed {job[0].seed}: {state['step']} updates, final validation loss "
+                  f"{found[-1].loss:.3f}, {state['seconds']:.0f} s ({state['cpu_seconds']:.0f} s CPU) "
+                  f"[{time.perf_counter() - started:.0f} s since the start]", file=sys.stderr, flush=True)
+
+    if todo:
+        n = min(workers or executor.cores(), len(todo))
+        if progress:
+            print(f"training {len(todo)} run(s) on {n} worker process(es): "
+                  f"{', '.join(f'{r.suite} seed {r.seed}' for r in todo)}", file=sys.stderr, flush=True)
+        executor.map(_train_quietly, [(r, out_dir) for r in todo], workers=n, on_done=done)
+    return {r: checkpoints(r, out_dir) for r in recipe_list}
+
+
 def _progress_bar(recipe: Recipe, start: int, enabled: bool):
     from tqdm import tqdm
 
@@ -727,6 +784,8 @@ def summary(recipe_list: list[Recipe], out_dir: str | Path | None = None):
         rows.append({"suite": recipe.suite, "kind": recipe.kind, "seed": recipe.seed, "steps": state["step"],
                      "architecture": config["architectures"][0], "parameters": _count_parameters(done[-1].path),
                      "final_loss": final["loss"], "accuracy": final.get("accuracy"),
+                     # the training loss at the end: mean over the last 5% of updates (at least 10)
+                     "final_train_loss": float(np.mean(state["train_loss"][-max(10, state["step"] // 20):])),
                      "initial_loss": state["validation"][0]["loss"],
                      "unigram": state["baselines"].get("unigram"), "chance": state["baselines"]["chance"],
                      "train_tokens": state.get("data", {}).get("train_tokens"),
@@ -734,6 +793,23 @@ def summary(recipe_list: list[Recipe], out_dir: str | Path | None = None):
                      "seconds": state["seconds"], "cpu_seconds": state.get("cpu_seconds"),
                      "checkpoints": len(done)})
     return pd.DataFrame(rows)
+
+
+def corpus_summary(corpus: str) -> dict:
+    """What a text corpus of the recipes is: ``description``, paragraphs, characters and (docstrings) documents of its
+    train and validation splits, its ``content_hash`` (what the recipe hashes hold) and the ``packages`` it was read
+    from (docstrings: name -> version)."""
+    train, held = split_paragraphs(corpus)
+    out = {"corpus": corpus, "description": data.SOURCES[corpus].description if corpus in data.SOURCES else corpus,
+           "train_paragraphs": len(train), "validation_paragraphs": len(held),
+           "train_chars": sum(map(len, train)), "validation_chars": sum(map(len, held)),
+           "content_hash": _data_fingerprint("mlm", 0, corpus), "packages": {}, "train_documents": None,
+           "validation_documents": None}
+    if corpus == "docstrings":
+        found = data.docstring_corpus()
+        out.update(content_hash=found.content_hash, packages=dict(found.packages),
+                   train_documents=found.documents["train"], validation_documents=found.documents["validation"])
+    return out
 
 
 def _count_parameters(folder: Path) -> int:
@@ -754,6 +830,7 @@ def checkpoint_table(recipe_list: list[Recipe], out_dir: str | Path | None = Non
                          for r in recipe_list for c in checkpoints(r, out_dir)])
 
 
-__all__ = ["Recipe", "Checkpoint", "recipes", "suite", "suite_specs", "suite_checkpoints", "train", "checkpoints",
+__all__ = ["Recipe", "Checkpoint", "recipes", "suite", "suite_specs", "suite_checkpoints", "train", "train_many",
+           "cost", "corpus_summary", "checkpoints",
            "is_trained", "training_state", "tokenizer", "image_processor", "build_model", "model_config",
            "loss_curves", "summary", "checkpoint_table", "split_paragraphs"]
