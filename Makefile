@@ -16,9 +16,10 @@ book: $(STAMP)
 
 # pytest-xdist: one test process per core (TEST_WORKERS to change it); the tests that share a module's fixture run in
 # one process together (--dist loadgroup, see tests/conftest.py), and the smoke book is built once for all of them.
+# The slowest 25 tests are listed at the end: where the time of `make test` goes.
 TEST_WORKERS ?= auto
 test: $(STAMP) $(HUB_STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25 tests
 
 env: $(STAMP)
 
