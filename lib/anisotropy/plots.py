@@ -579,28 +579,36 @@ def qk_trajectories(trajectories: dict):
     return fig
 
 
-def qk_head_statistic(stats: pd.DataFrame, column: str = "cos_qk", ylabel: str = "cos(Q̄, K̄)",
-                      band: float | None = None, max_cols: int = 4):
-    """Paper 1, Figures 13 and 14: a per-head statistic (``column``) along training, one panel per layer, one line
-    per head. ``band`` shades ±band (the isotropic 95% band for a cosine)."""
-    layers = sorted(stats["layer"].unique())
-    heads = sorted(stats["head"].unique())
-    colours = dict(zip(heads, sns.color_palette("husl", len(heads))))
+def _per_layer_lines(frame: pd.DataFrame, column: str, by: str, colours: dict, ylabel: str, band, max_cols: int,
+                     lw: float):
+    """One panel per layer of ``frame``, one line of ``column`` along training per value of ``by``, ±``band``
+    shaded; returns (fig, axes)."""
+    layers = sorted(frame["layer"].unique())
     fig, axes = _panel_grid(len(layers), max_cols=max_cols, height=2.3, sharey=True)
     for ax, layer in zip(axes, layers):
-        part = stats[stats["layer"] == layer]
+        part = frame[frame["layer"] == layer]
         if band is not None:
             ax.axhspan(-band, band, color="0.85", zorder=0, lw=0)
         ax.axhline(0, color="0.4", lw=0.6)
-        for head in heads:
-            line = part[part["head"] == head].sort_values("step")
-            ax.plot(line["step"], line[column], color=colours[head], lw=1.1, marker="o", ms=2)
+        for key, colour in colours.items():
+            line = part[part[by] == key].sort_values("step")
+            ax.plot(line["step"], line[column], color=colour, lw=lw, marker="o", ms=2, label=key)
         _training_step_axis(ax, part["step"])
         ax.set_title(f"layer {layer + 1}", fontsize="small")
         ax.set_xlabel("")
     for ax in axes[:: min(len(layers), max_cols)]:
         ax.set_ylabel(ylabel)
     fig.supxlabel("training step", fontsize="small")
+    return fig, axes
+
+
+def qk_head_statistic(stats: pd.DataFrame, column: str = "cos_qk", ylabel: str = "cos(Q̄, K̄)",
+                      band: float | None = None, max_cols: int = 4):
+    """Paper 1, Figures 13 and 14: a per-head statistic (``column``) along training, one panel per layer, one line
+    per head. ``band`` shades ±band (the isotropic 95% band for a cosine)."""
+    heads = sorted(stats["head"].unique())
+    colours = dict(zip(heads, sns.color_palette("husl", len(heads))))
+    fig, _ = _per_layer_lines(stats, column, "head", colours, ylabel, band, max_cols, lw=1.1)
     return fig
 
 
@@ -652,25 +660,11 @@ def qk_concatenated_by_seed(frame: pd.DataFrame, band: float | None = None, max_
     """Paper 1, Figure 23: cos(Q̄, K̄) with queries and keys concatenated across heads (``qk_dynamics.
     concatenated_alignment``) along training, one panel per layer, one line per run (seed), one colour per seed.
     ``band`` shades ±band (the isotropic 95% band for the concatenated dimension)."""
-    layers = sorted(frame["layer"].unique())
     runs = list(dict.fromkeys(frame.sort_values("seed")["run"]))
     colours = dict(zip(runs, sns.color_palette(PALETTE, len(runs))))
-    fig, axes = _panel_grid(len(layers), max_cols=max_cols, height=2.3, sharey=True)
-    for ax, layer in zip(axes, layers):
-        part = frame[frame["layer"] == layer]
-        if band is not None:
-            ax.axhspan(-band, band, color="0.85", zorder=0, lw=0)
-        ax.axhline(0, color="0.4", lw=0.6)
-        for run in runs:
-            line = part[part["run"] == run].sort_values("step")
-            ax.plot(line["step"], line["cos_qk"], color=colours[run], lw=1.2, marker="o", ms=2, label=run)
-        _training_step_axis(ax, part["step"])
-        ax.set_title(f"layer {layer + 1}", fontsize="small")
-        ax.set_xlabel("training step", fontsize="small")
-    for ax in axes[:: min(len(layers), max_cols)]:
-        ax.set_ylabel("cos(Q̄, K̄), all heads")
+    fig, axes = _per_layer_lines(frame, "cos_qk", "run", colours, "cos(Q̄, K̄), all heads", band, max_cols, lw=1.2)
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncols=min(5, len(runs)), fontsize="x-small")
+    fig.legend(handles, labels, loc="outside upper center", ncols=min(5, len(runs)), fontsize="x-small")
     return fig
 
 
