@@ -424,3 +424,17 @@ def test_fan_out_measures_the_same_numbers_as_one_after_another(tmp_path, monkey
     here, _ = spectral.profiles(entries, fan_out="none", store=results.Store(tmp_path / "b"), **kwargs)
     pd.testing.assert_frame_equal(apart, here, check_exact=True)
     assert len(list((tmp_path / "a").rglob("*.json"))) == 3
+
+
+def test_dask_workers_keep_the_kernels_malloc_settings(monkeypatch, tmp_path):
+    """The nanny's default 64 KiB trim threshold would hand a training worker's activations back to the system at every
+    update (half its CPU time in the kernel); the workers start with the process's own settings instead."""
+    from anisotropy import executor, runner
+
+    for name, value in runner.KERNEL_MALLOC.items():
+        monkeypatch.setenv(name, value)
+    with executor.client(workers=1) as c:
+        seen = list(c.run(lambda: {k: os.environ.get(k) for k in runner.KERNEL_MALLOC}).values())
+    assert seen == [runner.KERNEL_MALLOC]
+    job = runner.prepare("appendix_b_isotropic", "smoke", output=tmp_path / "x.ipynb", force=True)
+    assert job.env.items() >= runner.KERNEL_MALLOC.items()  # a chapter run alone gets them too, not only a build

@@ -158,9 +158,15 @@ def client(address: str | None = None, workers: int | None = None, *, retries: i
             yield c
         return
     n = max(1, workers or cores())
-    with dask.config.set({"distributed.scheduler.allowed-failures": retries,
-                          # a worker's own memory is small (a kernel or a model lives beside it); no nanny limit
-                          "distributed.worker.memory.terminate": False}):
+    settings = {"distributed.scheduler.allowed-failures": retries,
+                # a worker's own memory is small (a kernel or a model lives beside it); no nanny limit
+                "distributed.worker.memory.terminate": False}
+    if os.environ.get("MALLOC_TRIM_THRESHOLD_"):
+        # Dask's nanny starts workers with a 64 KiB trim threshold (to hand memory back to the system), which makes a
+        # training step fault its activations in again at every update: half of a training worker's CPU time was
+        # system time. The process's own setting (the book's kernels: runner.KERNEL_MALLOC) is kept instead.
+        settings["distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_"] = os.environ["MALLOC_TRIM_THRESHOLD_"]
+    with dask.config.set(settings):
         dashboard = "127.0.0.1:0" if announce else None
         with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
                           dashboard_address=dashboard, memory_limit=0, silence_logs=logging.CRITICAL) as cluster, \

@@ -334,7 +334,7 @@ def prepare(name: str, profile: str, overrides: dict | None = None, output=None,
     if not (force or recompute) and _is_current(output, stamp):
         return Outcome(name, output, 0.0, reused=True, params=params)
     kernel_env = {"ANISOTROPY_RUNNER": "1",  # parameters are checked here; profiles.apply need not check again
-                  "ANISOTROPY_FIGURES": str(root() / "_build" / "figures" / name), **(env or {})}
+                  "ANISOTROPY_FIGURES": str(root() / "_build" / "figures" / name), **KERNEL_MALLOC, **(env or {})}
     if recompute:
         kernel_env[results.RECOMPUTE_ENV] = "1"
     stem = str(output).replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".ipynb")
