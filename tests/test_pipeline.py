@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from anisotropy import profiles, report, runner
+from anisotropy import paths, profiles, report, runner
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.md"))
@@ -86,6 +86,32 @@ def test_colab_links_and_install_lines_derive_from_the_one_repository_setting():
     assert spelled == [], spelled
     assert config["execute"]["execute_notebooks"] == "off"  # papermill executes, Jupyter Book renders
     assert not config["launch_buttons"]["colab_url"]  # its link would point at book/executed/, not notebooks/
+
+
+def test_outside_a_checkout_the_repository_is_where_pip_installed_from(monkeypatch):
+    """On Colab the package comes from `pip install git+URL@branch`: pip's direct_url.json (PEP 610) names both."""
+    import importlib.metadata
+    import json
+
+    class Installed:
+        def read_text(self, name):
+            assert name == "direct_url.json"
+            return json.dumps({"url": "https://github.com/someone/fork.git",
+                               "vcs_info": {"vcs": "git", "requested_revision": "topic", "commit_id": "0" * 40}})
+
+    monkeypatch.setattr(paths, "project_root", lambda: None)
+    monkeypatch.setattr(importlib.metadata, "distribution", lambda name: Installed())
+    report.repository.cache_clear()
+    try:
+        assert report.repository() == ("https://github.com/someone/fork", "topic")
+        assert report.install_command() == '%pip install -q "anisotropy[colab] @ git+https://github.com/someone/fork@topic"'
+    finally:
+        report.repository.cache_clear()
+
+
+def test_committed_files_are_read_from_the_checkout():
+    text = report.committed_text("benchmarks/results/recipes.jsonl")
+    assert text == (ROOT / "benchmarks" / "results" / "recipes.jsonl").read_text() and text.count("\n") >= 60
 
 
 def test_unknown_profile_names_the_known_ones():

@@ -23,14 +23,39 @@ WALL_TIME_PLACEHOLDER = "measured by the book runner"
 @lru_cache(maxsize=1)
 def repository() -> tuple[str, str]:
     """(URL, branch) of the book's repository: ``repository.url`` and ``repository.branch`` of ``_config.yml``, the
-    one place that says where the book is published. Every Colab link, badge and install line derives from it."""
+    one place that says where the book is published. Every Colab link, badge and install line derives from it.
+    Outside a checkout (a pip install from git, as on Colab) it is where pip installed this package from."""
+    import json
+
     import yaml
 
     root = paths.project_root()
-    if root is None:
-        raise FileNotFoundError("the repository URL lives in the checkout's _config.yml (no checkout here)")
-    config = yaml.safe_load((root / "_config.yml").read_text())["repository"]
-    return config["url"].rstrip("/"), config.get("branch", "main")
+    if root is not None:
+        config = yaml.safe_load((root / "_config.yml").read_text())["repository"]
+        return config["url"].rstrip("/"), config.get("branch", "main")
+    try:
+        import importlib.metadata
+
+        origin = json.loads(importlib.metadata.distribution("anisotropy").read_text("direct_url.json") or "{}")
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        origin = {}
+    if "vcs_info" not in origin:
+        raise FileNotFoundError("the repository URL lives in the checkout's _config.yml (no checkout here, and this "
+                                "package was not installed from git)")
+    return origin["url"].removesuffix(".git").rstrip("/"), origin["vcs_info"].get("requested_revision", "main")
+
+
+def committed_text(relative: str) -> str:
+    """A committed file of the repository (a benchmark's results, say): from the checkout, else from GitHub."""
+    import urllib.request
+
+    root = paths.project_root()
+    if root is not None and (root / relative).is_file():
+        return (root / relative).read_text()
+    url, branch = repository()
+    raw = url.replace("https://github.com/", "https://raw.githubusercontent.com/", 1)
+    with urllib.request.urlopen(f"{raw}/{branch}/{relative}", timeout=30) as response:
+        return response.read().decode()
 
 
 def install_command() -> str:
