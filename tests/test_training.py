@@ -154,11 +154,12 @@ def test_unigram_baseline_matches_a_direct_count(tmp_path):
     assert task.baselines["unigram"] < task.baselines["chance"]
 
 
-@pytest.mark.parametrize("kind", ["mlm", "vit"])
-def test_saved_checkpoint_reloads_bit_identically(kind, tmp_path):
+@pytest.mark.parametrize("kind, overrides", [("mlm", {}), ("mlm", {"positions": "relative_key", "mask_prob": 0.4}),
+                                             ("vit", {})])
+def test_saved_checkpoint_reloads_bit_identically(kind, overrides, tmp_path):
     from transformers import AutoModel
 
-    r = tiny(kind, steps=3)
+    r = tiny(kind, steps=3, **overrides)
     ckpts = run(r, out_dir=tmp_path)
     initial = training.build_model(r)
     reloaded = training._load_model(r, ckpts[0].path)
@@ -169,6 +170,35 @@ def test_saved_checkpoint_reloads_bit_identically(kind, tmp_path):
     with torch.no_grad():
         assert task.evaluate(final, "cpu")["loss"] == pytest.approx(ckpts[-1].loss, rel=1e-6)
     assert AutoModel.from_pretrained(ckpts[-1].path) is not None  # what registry.load does
+
+
+def test_relative_positions_enter_the_scores_as_shaw_et_al():
+    """A ``relative_key`` encoder's attention is softmax((q.k_j + q.r_{i-j}) / sqrt(d)), with r the learnt vector of
+    the distance: recomputed here by hand from the captured queries and keys and the distance table."""
+    from anisotropy import attention
+
+    r = tiny("mlm", positions="relative_key")
+    model = training.build_model(r).eval()
+    assert model.config.position_embedding_type == "relative_key" and model.config._attn_implementation == "eager"
+    assert model.bert.embeddings.position_embedding_type == "relative_key"  # no absolute positions added
+    ids = torch.randint(5, 300, (2, 20), generator=torch.Generator().manual_seed(0))
+    caps = attention.capture(model, {"input_ids": ids})
+    for layer, cap in caps.items():
+        table = model.bert.encoder.layer[layer].attention.self.distance_embedding.weight
+        distance = torch.arange(20)[:, None] - torch.arange(20)[None, :] + r.seq_len - 1
+        positional = torch.einsum("bhid,ijd->bhij", cap.queries, table[distance])
+        expected = torch.softmax((cap.queries @ cap.keys.transpose(-1, -2) + positional) * cap.scale, dim=-1)
+        torch.testing.assert_close(cap.probs, expected, rtol=1e-5, atol=1e-6)
+        # and the positional term is not zero: the same keys at other distances get other weights
+        assert (positional.std() / (cap.queries @ cap.keys.transpose(-1, -2)).std()) > 0.1
+
+
+def test_relative_positions_are_for_the_bert_kinds_only():
+    with pytest.raises(ValueError, match="positions"):
+        tiny("clm", positions="relative_key")
+    with pytest.raises(ValueError, match="positions"):
+        tiny("mlm", positions="rotary")
+    assert tiny("mlm").hash != tiny("mlm", positions="relative_key").hash
 
 
 @pytest.mark.parametrize("stop_after", [5, 7])  # 5 is a checkpoint step, 7 falls between checkpoints
@@ -192,7 +222,8 @@ def test_parallel_runs_end_bit_identical_to_serial_runs(tmp_path):
     """train_many trains in worker processes (executor.map, two at once) what train trains here one after another:
     every checkpoint of every run has the same weights and the same loss records, and a run interrupted before the
     parallel batch resumes in its worker to the same end."""
-    recipes = [tiny("mlm", steps=6), tiny("mlm", steps=6, seed=1), tiny("clm", steps=6), tiny("vit", steps=6)]
+    recipes = [tiny("mlm", steps=6, positions="relative_key", mask_prob=0.4), tiny("mlm", steps=6, seed=1),
+               tiny("clm", steps=6), tiny("vit", steps=6)]
     serial = {r: run(r, out_dir=tmp_path / "serial") for r in recipes}
     run(recipes[1], out_dir=tmp_path / "parallel", stop_after=3)  # interrupted: resumed by its worker
     parallel = training.train_many(recipes, out_dir=tmp_path / "parallel", workers=2, progress=False)

@@ -41,6 +41,12 @@ TEXT_KINDS = ("mlm", "clm", "char-mlm")
 # model runs with; the ablation chapter's variants (issue 11, ``attention_variants``) change how queries and keys
 # enter the scores, run eager attention, and are installed by ``attention_variants.apply_attention_variant``.
 ATTENTION_VARIANTS = {"standard": "sdpa", "qk_norm": "eager", "centred": "eager", "temperature": "eager"}
+# Position information of the BERT kinds: learnt absolute embeddings (BERT's own), or learnt embeddings of the
+# distance between query and key, met by the query (Shaw et al. 2018; `transformers`' "relative_key") or by the
+# query and the key ("relative_key_query", Huang et al. 2020).
+# Measured (issue 17, benchmarks/results/recipes.jsonl): with absolute positions the best subword encoder of the sweep
+# ended 0.64 nats below the unigram baseline after 2,400 updates; with relative ones, 1.3-1.7 nats below after 800.
+POSITIONS = ("absolute", "relative_key", "relative_key_query")
 VALIDATION_EVERY = 10  # every 10th prose paragraph is held out for the validation loss
 # Text corpora: the docstring prose of the installed packages (local profile: millions of tokens, offline, keyed by
 # its content hash), the Python reference's prose (50k tokens: small tests), or WikiText-103 (train / validation
@@ -56,7 +62,8 @@ _VALIDATION_TAG = 2**31 - 1  # seeds the validation masks and images, the same f
 @dataclass(frozen=True)
 class Recipe:
     """Everything that determines a trained model. ``seq_len`` counts tokens (bytes for ``char-mlm``), special tokens
-    included; vision kinds use ``image_size``/``patch_size`` instead. ``width`` is the hidden size (the stem's channels
+    included; vision kinds use ``image_size``/``patch_size`` instead. ``mask_prob``: the share of tokens the masked
+    kinds corrupt and predict; ``positions``: ``POSITIONS``. ``width`` is the hidden size (the stem's channels
     for ``cnn``, doubling at each of its ``depth`` stages). Learning rate: linear warm-up over ``warmup`` updates to
     ``lr``, then cosine decay to ``min_lr_ratio * lr`` at ``steps``. Validation: every checkpoint step and every
     ``eval_every`` updates, on ``eval_size`` held-out sequences (the held-out text, masked several times over for
@@ -83,6 +90,7 @@ class Recipe:
     grad_clip: float = 1.0
     dropout: float = 0.1
     mask_prob: float = 0.15
+    positions: str = "absolute"
     n_checkpoints: int = 10
     eval_every: int = 50
     eval_size: int = 64
@@ -99,6 +107,9 @@ class Recipe:
                              f"got {self.attention_variant!r}")
         if self.kind in TEXT_KINDS and self.corpus not in CORPORA:
             raise ValueError(f"Recipe {self.suite!r}: corpus must be one of {CORPORA}, got {self.corpus!r}")
+        if self.positions not in POSITIONS or (self.positions != "absolute" and self.kind not in ("mlm", "char-mlm")):
+            raise ValueError(f"Recipe {self.suite!r}: positions must be one of {POSITIONS} (relative ones for the "
+                             f"BERT kinds only), got {self.positions!r}")
         if self.kind not in ("mlm", "char-mlm") and self.attention_variant != "standard":
             raise ValueError(f"Recipe {self.suite!r}: attention variants exist for the BERT kinds (mlm, char-mlm)")
         if not (self.warmup >= 0 and self.steps >= 1 and self.n_checkpoints >= 2):
@@ -459,13 +470,14 @@ def model_config(recipe: Recipe, vocab_size: int | None = None, special: dict | 
     from transformers import BertConfig, GPT2Config, ResNetConfig, ViTConfig
 
     r, special = recipe, special or {}
-    attn = {"attn_implementation": ATTENTION_VARIANTS[r.attention_variant]}
+    attn = {"attn_implementation": _attn_implementation(r)}
     labels = {"num_labels": len(data.SHAPES), "id2label": dict(enumerate(data.SHAPES)),
               "label2id": {s: i for i, s in enumerate(data.SHAPES)}}
     if r.kind in ("mlm", "char-mlm"):
         return BertConfig(vocab_size=vocab_size, hidden_size=r.width, num_hidden_layers=r.depth,
                           num_attention_heads=r.heads, intermediate_size=4 * r.width,
-                          max_position_embeddings=r.seq_len, hidden_dropout_prob=r.dropout,
+                          max_position_embeddings=r.seq_len, position_embedding_type=r.positions,
+                          hidden_dropout_prob=r.dropout,
                           attention_probs_dropout_prob=r.dropout, **special, **attn)
     if r.kind == "clm":
         return GPT2Config(vocab_size=vocab_size, n_positions=r.seq_len, n_embd=r.width, n_layer=r.depth,
@@ -477,6 +489,11 @@ def model_config(recipe: Recipe, vocab_size: int | None = None, special: dict | 
                          hidden_dropout_prob=r.dropout, attention_probs_dropout_prob=r.dropout, **labels, **attn)
     return ResNetConfig(embedding_size=r.width, hidden_sizes=[r.width * 2**i for i in range(r.depth)],
                         depths=[1] * r.depth, layer_type="basic", **labels)
+
+
+def _attn_implementation(recipe: Recipe) -> str:
+    # BERT's sdpa path has no relative positions (it falls back to eager, with a warning, at every call)
+    return "eager" if recipe.positions != "absolute" else ATTENTION_VARIANTS[recipe.attention_variant]
 
 
 def _model_class(kind: str):
@@ -508,7 +525,7 @@ def build_model(recipe: Recipe, task=None):
 
 
 def _load_model(recipe: Recipe, folder: Path):
-    kwargs = {} if recipe.kind == "cnn" else {"attn_implementation": ATTENTION_VARIANTS[recipe.attention_variant]}
+    kwargs = {} if recipe.kind == "cnn" else {"attn_implementation": _attn_implementation(recipe)}
     if recipe.attention_variant != "standard":
         from .attention_variants import from_pretrained
 
