@@ -742,6 +742,41 @@ def suite_loss_curves(curves: pd.DataFrame, baselines: pd.DataFrame, smooth: int
     return fig
 
 
+def recipe_sweep(frame: pd.DataFrame, targets: dict):
+    """The recipe sweep of the self-trained suites: the final held-out score of each run against its training cost,
+    one panel per suite kind (the subword encoder's twice as wide), one colour per variant, the target dash-dotted.
+
+    ``frame``: columns kind, relative_cost (multiply-adds of all updates over the chosen recipe's), score (nats below
+    the unigram baseline, or accuracy for images), variant (legend label). ``targets``: {kind: score to reach}.
+    """
+    kinds = [k for k in ("mlm", "clm", "vit") if k in set(frame["kind"])]
+    fig, axes = plt.subplots(1, len(kinds), figsize=(PAGE_WIDTH, 3.6), squeeze=False, constrained_layout=True,
+                             gridspec_kw={"width_ratios": [2 if k == "mlm" else 1 for k in kinds]})
+    titles = {"mlm": "subword encoder", "clm": "decoder", "vit": "vision transformer"}
+    labels = {"mlm": "nats below unigram", "clm": "nats below unigram", "vit": "held-out accuracy"}
+    variants = list(dict.fromkeys(frame["variant"]))
+    colours = dict(zip(variants, sns.color_palette(PALETTE, len(variants))))
+    for ax, kind in zip(axes.flat, kinds):
+        part = frame[frame["kind"] == kind]
+        for variant, runs in part.groupby("variant", sort=False):
+            ax.scatter(runs["relative_cost"], runs["score"], s=20, color=colours[variant], label=variant, alpha=0.85,
+                       edgecolor="white", linewidth=0.4)
+        if kind in targets:
+            ax.axhline(targets[kind], color="tab:green", ls="-.", lw=1.1, label="target")
+        ax.axvline(1.0, color="0.6", lw=0.8, ls=":")
+        ax.set_title(titles[kind])
+        ax.set_xlabel("cost / chosen recipe's")
+        ax.set_ylabel(labels[kind])
+    handles, names = [], []
+    for ax in axes.flat:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in names:
+                handles.append(h)
+                names.append(lab)
+    fig.legend(handles, names, loc="outside lower center", ncols=3, fontsize="small")
+    return fig
+
+
 def suite_accuracy(curves: pd.DataFrame, n_classes: int):
     """Validation accuracy of the vision suites along training (columns suite, seed, step, accuracy), with chance
     1 / ``n_classes``."""
