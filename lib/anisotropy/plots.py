@@ -691,6 +691,17 @@ def qk_entropy_by_run(stats: pd.DataFrame, max_cols: int = 3):
 
 # ---- Our checkpoint suites: loss curves of the self-trained models (issue 7) ----------------------------------------
 
+def _legend_entries(axes) -> tuple[list, list]:
+    """The legend handles and labels of every panel, each label once (first panel that has it wins)."""
+    handles, labels = [], []
+    for ax in axes.flat:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    return handles, labels
+
+
 def suite_loss_curves(curves: pd.DataFrame, baselines: pd.DataFrame, smooth: int = 25, max_cols: int = 3,
                       targets: dict | None = None):
     """Training (rolling mean over ``smooth`` updates, thin) and validation (markers) loss of each self-trained suite,
@@ -727,12 +738,7 @@ def suite_loss_curves(curves: pd.DataFrame, baselines: pd.DataFrame, smooth: int
         ax.set_ylabel("loss (nats)")
     for ax in list(axes.flat)[len(suites):]:
         ax.axis("off")
-    handles, labels = [], []
-    for ax in axes.flat:
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            if lab not in labels:
-                handles.append(h)
-                labels.append(lab)
+    handles, labels = _legend_entries(axes)
     spare = list(axes.flat)[len(suites):]
     if spare:
         spare[0].legend(handles, labels, loc="center", fontsize="small", title_fontsize="small",
@@ -767,13 +773,7 @@ def recipe_sweep(frame: pd.DataFrame, targets: dict):
         ax.set_title(titles[kind])
         ax.set_xlabel("cost / chosen recipe's")
         ax.set_ylabel(labels[kind])
-    handles, names = [], []
-    for ax in axes.flat:
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            if lab not in names:
-                handles.append(h)
-                names.append(lab)
-    fig.legend(handles, names, loc="outside lower center", ncols=3, fontsize="small")
+    fig.legend(*_legend_entries(axes), loc="outside lower center", ncols=3, fontsize="small")
     return fig
 
 
