@@ -19,7 +19,6 @@ other package versions extracts another corpus).
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import multiprocessing as mp
 import os
@@ -33,9 +32,7 @@ def _use_corpus(file: str | None) -> None:
     from anisotropy import data
 
     if file:
-        s = json.loads(gzip.decompress(Path(file).read_bytes()))
-        corpus = data.DocstringCorpus(tuple(s["train"]), tuple(s["validation"]), s["packages"], s["documents"],
-                                      s["content_hash"])
+        corpus = data.read_docstring_corpus(file)
         data.docstring_corpus = lambda: corpus
 
 

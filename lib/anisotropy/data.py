@@ -226,6 +226,17 @@ def build_docstring_corpus(packages=None) -> DocstringCorpus:
     return DocstringCorpus(tuple(split["train"]), tuple(split["validation"]), versions, documents, h.hexdigest()[:16])
 
 
+def read_docstring_corpus(file: str | os.PathLike) -> DocstringCorpus:
+    """A corpus stored by ``docstring_corpus`` (``docstrings-<key>.json.gz``): e.g. to train on another machine on
+    exactly the corpus of this one (``benchmarks/bench_recipes.py --corpus``)."""
+    import gzip
+    import json
+
+    stored = json.loads(gzip.decompress(Path(file).read_bytes()))
+    return DocstringCorpus(tuple(stored["train"]), tuple(stored["validation"]), stored["packages"],
+                           stored["documents"], stored["content_hash"])
+
+
 @lru_cache(maxsize=1)
 def docstring_corpus() -> DocstringCorpus:
     """The docstring corpus of this installation, extracted once and cached under ``cache_dir()/corpora`` by the
@@ -243,9 +254,7 @@ def docstring_corpus() -> DocstringCorpus:
                                      "code": Path(__file__).read_text()}, sort_keys=True).encode()).hexdigest()[:16]
     file = cache_dir() / "corpora" / f"docstrings-{key}.json.gz"
     if file.is_file():
-        stored = json.loads(gzip.decompress(file.read_bytes()))
-        return DocstringCorpus(tuple(stored["train"]), tuple(stored["validation"]), stored["packages"],
-                               stored["documents"], stored["content_hash"])
+        return read_docstring_corpus(file)
     corpus = build_docstring_corpus()
     file.parent.mkdir(parents=True, exist_ok=True)
     tmp = file.with_name(f".{file.name}.{os.getpid()}.tmp")

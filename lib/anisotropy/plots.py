@@ -756,8 +756,8 @@ def recipe_sweep(frame: pd.DataFrame, targets: dict):
     the unigram baseline, or accuracy for images), variant (legend label). ``targets``: {kind: score to reach}.
     """
     kinds = [k for k in ("mlm", "clm", "vit") if k in set(frame["kind"])]
-    fig, axes = plt.subplots(1, len(kinds), figsize=(PAGE_WIDTH, 3.6), squeeze=False, constrained_layout=True,
-                             gridspec_kw={"width_ratios": [2 if k == "mlm" else 1 for k in kinds]})
+    fig, axes = figure(ncols=len(kinds), height=3.6,
+                       gridspec_kw={"width_ratios": [2 if k == "mlm" else 1 for k in kinds]})
     titles = {"mlm": "subword encoder", "clm": "decoder", "vit": "vision transformer"}
     labels = {"mlm": "nats below unigram", "clm": "nats below unigram", "vit": "held-out accuracy"}
     variants = list(dict.fromkeys(frame["variant"]))

@@ -450,7 +450,7 @@ def dependencies(names: list[str] | None = None) -> dict[str, list[str]]:
 
 
 def _build_chapter(name: str, env: dict, profile: str, force: bool, recompute: bool) -> Outcome:
-    return execute(name, profile, force=force, recompute=recompute, env={**KERNEL_ENV, **env})
+    return execute(name, profile, force=force, recompute=recompute, env={**KERNEL_THREADS, **env})
 
 
 # One torch/BLAS thread per chapter kernel of a build: the build keeps every core busy with chapters (and their own
@@ -461,11 +461,11 @@ KERNEL_THREADS = {name: os.environ.get(name, "1") for name in ("OMP_NUM_THREADS"
 # forward pass faults the same pages in again, zeroed by the kernel: measured on the 2-core build machine, a sixth of
 # the CPU time of a BERT-base forward pass with its attention maps was system time, and the build spent 444 of
 # 2,645 CPU-seconds there. Freed memory stays in the process's heap instead (the numbers are unchanged: only where
-# memory comes from changes). A value set in the environment is kept.
+# memory comes from changes). Every chapter kernel gets them (``prepare``: a build's, a sweep's, a chapter run alone)
+# and passes them on to its Dask workers (``executor.client``). A value set in the environment is kept.
 KERNEL_MALLOC = {name: os.environ.get(name, value) for name, value in
                  (("MALLOC_MMAP_MAX_", "0"), ("MALLOC_TRIM_THRESHOLD_", str(4 << 30)),
                   ("MALLOC_TOP_PAD_", str(256 << 20)))}
-KERNEL_ENV = {**KERNEL_THREADS, **KERNEL_MALLOC}
 
 
 def execute_all(profile: str, only: list[str] | None = None, force: bool = False, recompute: bool = False,
@@ -695,7 +695,7 @@ def sweep(name: str, profile: str, grid: dict[str, list], address: str | None = 
     folder = sweep_folder(name, store)
     # A point is one unit of work on one worker: its kernel starts no cluster of its own, and writes to this store.
     env = {"ANISOTROPY_RESULTS": str(store.root), executor.WORKERS_ENV: "1", executor.SCHEDULER_ENV: None,
-           **KERNEL_ENV}
+           **KERNEL_THREADS}
     rows: list = [None] * len(points)
     jobs: list[Job] = []
     where: dict[int, tuple[int, str]] = {}

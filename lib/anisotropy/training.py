@@ -37,6 +37,7 @@ from . import data, fingerprint, paths
 
 KINDS = ("mlm", "clm", "char-mlm", "vit", "cnn")
 TEXT_KINDS = ("mlm", "clm", "char-mlm")
+BERT_KINDS = ("mlm", "char-mlm")  # BertForMaskedLM: the kinds with attention variants and relative positions
 # The attention block of the transformer kinds. Each variant names the `transformers` attention implementation the
 # model runs with; the ablation chapter's variants (issue 11, ``attention_variants``) change how queries and keys
 # enter the scores, run eager attention, and are installed by ``attention_variants.apply_attention_variant``.
@@ -107,10 +108,10 @@ class Recipe:
                              f"got {self.attention_variant!r}")
         if self.kind in TEXT_KINDS and self.corpus not in CORPORA:
             raise ValueError(f"Recipe {self.suite!r}: corpus must be one of {CORPORA}, got {self.corpus!r}")
-        if self.positions not in POSITIONS or (self.positions != "absolute" and self.kind not in ("mlm", "char-mlm")):
+        if self.positions not in POSITIONS or (self.positions != "absolute" and self.kind not in BERT_KINDS):
             raise ValueError(f"Recipe {self.suite!r}: positions must be one of {POSITIONS} (relative ones for the "
                              f"BERT kinds only), got {self.positions!r}")
-        if self.kind not in ("mlm", "char-mlm") and self.attention_variant != "standard":
+        if self.kind not in BERT_KINDS and self.attention_variant != "standard":
             raise ValueError(f"Recipe {self.suite!r}: attention variants exist for the BERT kinds (mlm, char-mlm)")
         if not (self.warmup >= 0 and self.steps >= 1 and self.n_checkpoints >= 2):
             raise ValueError(f"Recipe {self.suite!r}: need steps >= 1, warmup >= 0, n_checkpoints >= 2")
@@ -473,7 +474,7 @@ def model_config(recipe: Recipe, vocab_size: int | None = None, special: dict | 
     attn = {"attn_implementation": _attn_implementation(r)}
     labels = {"num_labels": len(data.SHAPES), "id2label": dict(enumerate(data.SHAPES)),
               "label2id": {s: i for i, s in enumerate(data.SHAPES)}}
-    if r.kind in ("mlm", "char-mlm"):
+    if r.kind in BERT_KINDS:
         return BertConfig(vocab_size=vocab_size, hidden_size=r.width, num_hidden_layers=r.depth,
                           num_attention_heads=r.heads, intermediate_size=4 * r.width,
                           max_position_embeddings=r.seq_len, position_embedding_type=r.positions,
