@@ -291,6 +291,47 @@ def test_docstring_paragraphs_keep_running_text_only():
         assert data.docstring_paragraph(bad) is None, bad
 
 
+def test_docstring_walk_visits_definitions_in_ast_walk_order():
+    import ast
+    import inspect
+
+    nested = '''
+"""Module."""
+def f():
+    """F."""
+    def g():
+        """G."""
+    x = [lambda: 1 for _ in range(3)]
+try:
+    class A:
+        """A."""
+        async def m(self):
+            """M."""
+except ValueError:
+    def h():
+        """H."""
+else:
+    def k():
+        """K."""
+match 1:
+    case 1:
+        class B:
+            """B."""
+if True:
+    with open("x") as fh:
+        for _ in fh:
+            def w():
+                """W."""
+'''
+    kinds = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    for source in (nested, inspect.getsource(data), inspect.getsource(ast)):
+        tree = ast.parse(source)
+        walked = [n for n in ast.walk(tree) if isinstance(n, kinds)]
+        assert [n for n in data._definitions(tree) if isinstance(n, kinds)] == walked
+    docs = [ast.get_docstring(n) for n in data._definitions(ast.parse(nested)) if isinstance(n, kinds)]
+    assert docs == ["Module.", "F.", "G.", "A.", "K.", "M.", "H.", "B.", "W."]  # by depth
+
+
 def test_docstring_corpus_is_deduplicated_split_by_document_and_hashed(monkeypatch):
     corpus = data.build_docstring_corpus(("pygments", "no_such_package_here"))
     assert set(corpus.packages) == {"pygments"}  # an absent package is left out, and named nowhere

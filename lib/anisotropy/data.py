@@ -136,6 +136,21 @@ def _template_key(text: str) -> str:
     return re.sub(r"\b[A-Z]\w*|\d+", "X", text).lower()
 
 
+def _definitions(tree):
+    """The nodes of ``tree`` in ``ast.walk``'s order (breadth first), skipping expressions: a docstring belongs to a
+    module, class or function, and those sit only among statements (and except/case clauses), so the expressions
+    (most of a tree's nodes, and most of the time of a full walk) are never visited. Same order, same corpus."""
+    import ast
+    from collections import deque
+
+    containers = (ast.stmt, ast.excepthandler, ast.match_case)
+    todo = deque([tree])
+    while todo:
+        node = todo.popleft()
+        todo.extend(c for c in ast.iter_child_nodes(node) if isinstance(c, containers))
+        yield node
+
+
 def _package_documents(package: str):
     """(document, paragraphs) for every source file of an installed package, in path order: document =
     "<package>/<path inside it>", paragraphs = the prose of every module, class and function docstring
@@ -157,7 +172,7 @@ def _package_documents(package: str):
         except (SyntaxError, ValueError, OSError):
             continue
         paragraphs = []
-        for node in ast.walk(tree):
+        for node in _definitions(tree):
             if isinstance(node, kinds) and (doc := ast.get_docstring(node, clean=True)):
                 paragraphs += [p for b in re.split(r"\n\s*\n", doc) if (p := docstring_paragraph(b.strip("\n")))]
         if paragraphs:
