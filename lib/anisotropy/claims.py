@@ -514,13 +514,24 @@ def every_run_holds(qk: pd.DataFrame) -> Outcome:
                                                  f"{len(summary)} seeds")
 
 
-# Paper 1, conclusion: the ablation (columns variant, seed, val_loss, entropy_ratio, mean_cosine)
+# Paper 1, conclusion: the ablation (columns variant, seed, val_loss, entropy_ratio, mean_cosine[, unigram])
+# Runs answer the question only if they learnt: a loss LEARNT_NATS below the unigram baseline, and standard attention
+# sharp (mean row entropy at most SHARP_RATIO of the uniform row's). Otherwise the comparison is between models that
+# barely use attention, and the claim stays undecided.
+LEARNT_NATS, SHARP_RATIO = 0.5, 0.9
+
 
 @rule
 def sharp_without_anisotropy(ablation: pd.DataFrame) -> Outcome:
     if "standard" not in set(ablation["variant"]) or ablation["variant"].nunique() < 2:
         return Outcome(None, "needs the standard attention and at least one variant")
     std = ablation[ablation["variant"] == "standard"]
+    if "unigram" in ablation and (gain := float((ablation["unigram"] - ablation["val_loss"]).mean())) < LEARNT_NATS:
+        return Outcome(None, f"the runs did not learn: {gain:.2f} nats below the unigram baseline "
+                             f"(at least {LEARNT_NATS} asked)")
+    if (ratio := float(std["entropy_ratio"].mean())) > SHARP_RATIO:
+        return Outcome(None, f"standard attention is close to uniform ({ratio:.2f} of uniform entropy, at most "
+                             f"{SHARP_RATIO} asked): no answer at this size")
     winners, words = [], []
     for variant, part in ablation.groupby("variant", sort=False):
         if variant == "standard":

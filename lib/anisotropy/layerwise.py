@@ -395,9 +395,12 @@ def measure_models(refs: Iterable[ModelRef], *, source: str, n: int, seed: int =
                    batch_size: int = 8, keep_special: bool = False, part: dict | str | None = None,
                    stats: str = "moments", reservoir_size: int = 0, data_options: dict | None = None,
                    device: str | None = None, dtype: str | None = None, store=None, skip_unavailable: bool = True,
-                   ) -> tuple[pd.DataFrame, list[Skipped]]:
+                   per_model: dict | None = None) -> tuple[pd.DataFrame, list[Skipped]]:
     """Measure every ref on the same ``n`` examples of ``source`` (``data.load(source, n, seed, **data_options)``,
     loaded once and only if some model is not in the store). ``part`` is one part name for every model, or ``{model name: part}``.
+    ``per_model`` = ``{model name: {"n": ..., "data_options": ..., "max_length": ...}}`` gives a model other
+    examples than the rest: more of them where it keeps fewer vectors per example (CANINE's downsampled layers keep one
+    in four characters, a late MiT stage 49 patches an image), longer clips for a decoder that reads their transcripts.
 
     Returns the concatenated rows and the models that could not be measured here (remote code, gated, a missing
     revision, too large for the device, or a layer where every vector is zero or not finite), each with its one-line
@@ -408,20 +411,26 @@ def measure_models(refs: Iterable[ModelRef], *, source: str, n: int, seed: int =
 
     cache: dict = {}
 
-    def examples():
-        if "examples" not in cache:
-            cache["examples"] = data.load(source, n, seed, **dict(data_options or {}))
-        return cache["examples"]
+    def examples(n, options):
+        key = (n, repr(sorted((options or {}).items())))
+        if key not in cache:
+            cache.clear()  # one set of examples in memory at a time
+            cache[key] = data.load(source, n, seed, **dict(options or {}))
+        return cache[key]
 
+    for name, own in (per_model or {}).items():
+        if not set(own) <= {"n", "data_options", "max_length"}:
+            raise ValueError(f"per_model[{name!r}] may set n, data_options and max_length, got {sorted(own)}")
     frames, skipped = [], []
     unavailable = (hub.Unavailable, registry.ModelTooLargeError, UnmeasurableError)
     for ref in refs:
         ref_part = part.get(ref.name) if isinstance(part, dict) else part
+        own = {"n": n, "data_options": data_options, "max_length": max_length, **(per_model or {}).get(ref.name, {})}
         try:
-            frames.append(measure(ref, examples, source=source, n=n, seed=seed, max_length=max_length,
-                                  batch_size=batch_size, keep_special=keep_special, part=ref_part,
-                                  stats=stats, reservoir_size=reservoir_size, data_options=data_options,
-                                  device=device, dtype=dtype, store=store))
+            frames.append(measure(ref, lambda own=own: examples(own["n"], own["data_options"]), source=source,
+                                  seed=seed, batch_size=batch_size, keep_special=keep_special, part=ref_part,
+                                  stats=stats, reservoir_size=reservoir_size, device=device, dtype=dtype,
+                                  store=store, **own))
         except hub.Offline:
             raise  # nothing else will load either: stop at the first, naming it
         except unavailable as exc:
@@ -515,6 +524,19 @@ def glue_sample(prefix: str, frame: pd.DataFrame) -> None:
     report.glue(f"{prefix}_min_vectors", int(frame["n"].min()) if len(frame) else 0, "{:,}")
     report.glue(f"{prefix}_n_boot", BOOTSTRAP["n_boot"], "{:,}")
     report.glue(f"{prefix}_level", f"{100 * BOOTSTRAP['level']:.0f}%")
+
+
+MIN_VECTORS = 5000  # the vectors per layer the Section 3 chapters aim at (issue 17), for narrow bands
+
+
+def short_layers(frame: pd.DataFrame, minimum: int = MIN_VECTORS) -> pd.DataFrame:
+    """Per model and part with some layer below ``minimum`` vectors: ``fewest`` (vectors in its smallest layer),
+    ``examples`` (texts, clips or images read) and ``per_example`` (``fewest / examples``)."""
+    if frame.empty:
+        return pd.DataFrame(columns=["label", "part", "fewest", "examples", "per_example"])
+    grouped = frame.groupby(["label", "part"], sort=False).agg(fewest=("n", "min"), examples=("n_examples", "max"))
+    short = grouped[grouped["fewest"] < minimum].reset_index()
+    return short.assign(per_example=short["fewest"] / short["examples"].clip(lower=1))
 
 
 def share_above_null(frame: pd.DataFrame, by: str = "label") -> pd.Series:

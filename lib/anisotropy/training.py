@@ -33,7 +33,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from . import data, fingerprint, paths
+from . import data, executor, fingerprint, paths
 
 KINDS = ("mlm", "clm", "char-mlm", "vit", "cnn")
 TEXT_KINDS = ("mlm", "clm", "char-mlm")
@@ -606,14 +606,6 @@ def _threads(n: int | None):
         torch.set_num_threads(before)
 
 
-def default_threads() -> int:
-    """The cores this process may use (the whole machine's share; torch's default can exceed a container's quota)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:
-        return max(1, os.cpu_count() or 1)
-
-
 def _fresh_state(recipe: Recipe, task, threads: int) -> dict:
     """The ``training_state.json`` of step 0; the loss lists grow along the run (train_loss[i] is update i + 1)."""
     import transformers
@@ -644,7 +636,8 @@ def train(recipe: Recipe, out_dir: str | Path | None = None, progress: bool = Tr
     device = torch.device(recipe.device)
     task = _task(recipe)
     ckpt_steps, eval_steps = set(recipe.checkpoint_steps), set(recipe.eval_steps)
-    threads = threads or recipe.threads or default_threads()
+    # the cores this process may use: torch's own default can exceed a container's quota
+    threads = threads or recipe.threads or executor.cores()
     with _threads(threads), torch.random.fork_rng(
             devices=[device] if device.type == "cuda" else []):
         resume = _resumable(run)
@@ -736,7 +729,6 @@ def train_many(recipe_list, out_dir: str | Path | None = None, workers: int | No
     the tokenizers) is prepared here first, once. ``workers`` defaults to the cores (``executor.cores()``); 1 trains
     here, one run after another. ``progress`` prints one line per finished run (bars from several processes would
     interleave)."""
-    from . import executor
 
     recipe_list = list(recipe_list)
     todo = sorted((r for r in recipe_list if not is_trained(r, out_dir)), key=cost, reverse=True)
