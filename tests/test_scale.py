@@ -404,6 +404,9 @@ def test_store_on_a_url_reads_writes_resumes_and_cleans(tmp_path):
     assert len(stale) == 2 and store.size(stale) > 0
     store.remove(stale)
     assert store.stale() == [] and len(store.frames("chapter")) == 3
+    # listing by pattern gives the store's own URLs (what clean removes), the half-written Parquet included
+    listed = store.glob("chapter", "*.parquet")
+    assert len(listed) == 2 and all(u.startswith(f"{url}/chapter/") for u in listed) and str(data) in listed
     # file:// is the folder store
     local = results.Store(f"file://{tmp_path}/store")
     assert not local.remote and local.root == tmp_path / "store"

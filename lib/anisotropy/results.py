@@ -153,6 +153,13 @@ class Store:
     def _url(self, fs_path: str) -> str:
         return self.root + fs_path[len(self._base):]
 
+    def glob(self, *parts: str) -> list:
+        """The stored files matching ``parts`` (a glob pattern, one part per level), sorted: paths in a folder store,
+        URLs in an fsspec store."""
+        if not self.remote:
+            return sorted(self.root.glob("/".join(parts))) if self.root.is_dir() else []
+        return [self._url(p) for p in sorted(self.fs.glob(self._fs_path(self.location(*parts))))]
+
     def check(self) -> None:
         """Fail with one line now, before anything runs, if the store cannot be reached (a bucket that does not exist,
         no credentials); a folder store is created when first written."""

@@ -608,9 +608,7 @@ def clean(dry_run: bool = False) -> tuple[list, int]:
             if stale_stamp(_read_text(nb)):
                 local.append(nb)
     if store.remote:
-        fs, base = store.fs, store._fs_path(store.location(SWEEPS_IN_STORE))
-        for path in sorted(fs.glob(f"{base}/*/*.ipynb")) + sorted(fs.glob(f"{base}/*/.*.ipynb")):
-            url = store._url(path)
+        for url in store.glob(SWEEPS_IN_STORE, "*", "*.ipynb") + store.glob(SWEEPS_IN_STORE, "*", ".*.ipynb"):
             if stale_stamp(_read_text(url)):
                 stored.append(url)
     size = store.size(stored) + sum(f.stat().st_size for p in local for f in ([p] if p.is_file() else p.rglob("*"))
