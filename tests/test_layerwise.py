@@ -198,7 +198,7 @@ def test_per_model_examples_give_a_model_its_own_sample(store, monkeypatch):
                                   frame[frame["model"] == "gpt2"].reset_index(drop=True))
     short = layerwise.short_layers(frame, minimum=int(frame["n"].max()) + 1)
     assert set(short["label"]) == set(frame["label"])
-    assert (short["per_example"] == short["fewest"] / short["examples"]).all()
+    assert (short["per_example"] == short["fewest"] / short["examples"]).all() and set(short["modality"]) == {"text"}
     with pytest.raises(ValueError, match="per_model"):
         layerwise.measure_models(refs, source="prose", n=3, store=store, per_model={"gpt2": {"seed": 2}})
 

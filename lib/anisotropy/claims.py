@@ -521,17 +521,31 @@ def every_run_holds(qk: pd.DataFrame) -> Outcome:
 LEARNT_NATS, SHARP_RATIO = 0.5, 0.9
 
 
+def ablation_learnt(ablation: pd.DataFrame) -> tuple[float, float]:
+    """What the two conditions read: the runs' mean final loss below the unigram baseline (nats; NaN without a
+    ``unigram`` column) and the standard runs' mean entropy ratio (row entropy / uniform row's)."""
+    gain = float((ablation["unigram"] - ablation["val_loss"]).mean()) if "unigram" in ablation else float("nan")
+    return gain, float(ablation.loc[ablation["variant"] == "standard", "entropy_ratio"].mean())
+
+
+def ablation_unanswerable(ablation: pd.DataFrame) -> str | None:
+    """Why the ablation's runs cannot answer its question (they did not learn), or None when they can."""
+    gain, ratio = ablation_learnt(ablation)
+    if gain < LEARNT_NATS:
+        return f"the runs did not learn: {gain:.2f} nats below the unigram baseline (at least {LEARNT_NATS} asked)"
+    if ratio > SHARP_RATIO:
+        return (f"standard attention is close to uniform ({ratio:.2f} of uniform entropy, at most {SHARP_RATIO} "
+                f"asked): no answer at this size")
+    return None
+
+
 @rule
 def sharp_without_anisotropy(ablation: pd.DataFrame) -> Outcome:
     if "standard" not in set(ablation["variant"]) or ablation["variant"].nunique() < 2:
         return Outcome(None, "needs the standard attention and at least one variant")
     std = ablation[ablation["variant"] == "standard"]
-    if "unigram" in ablation and (gain := float((ablation["unigram"] - ablation["val_loss"]).mean())) < LEARNT_NATS:
-        return Outcome(None, f"the runs did not learn: {gain:.2f} nats below the unigram baseline "
-                             f"(at least {LEARNT_NATS} asked)")
-    if (ratio := float(std["entropy_ratio"].mean())) > SHARP_RATIO:
-        return Outcome(None, f"standard attention is close to uniform ({ratio:.2f} of uniform entropy, at most "
-                             f"{SHARP_RATIO} asked): no answer at this size")
+    if (why := ablation_unanswerable(ablation)) is not None:
+        return Outcome(None, why)
     winners, words = [], []
     for variant, part in ablation.groupby("variant", sort=False):
         if variant == "standard":

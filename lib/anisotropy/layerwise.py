@@ -530,11 +530,12 @@ MIN_VECTORS = 5000  # the vectors per layer the Section 3 chapters aim at (issue
 
 
 def short_layers(frame: pd.DataFrame, minimum: int = MIN_VECTORS) -> pd.DataFrame:
-    """Per model and part with some layer below ``minimum`` vectors: ``fewest`` (vectors in its smallest layer),
-    ``examples`` (texts, clips or images read) and ``per_example`` (``fewest / examples``)."""
+    """Per model and part with some layer below ``minimum`` vectors: its ``modality``, ``fewest`` (vectors in its
+    smallest layer), ``examples`` (texts, clips or images read) and ``per_example`` (``fewest / examples``)."""
     if frame.empty:
-        return pd.DataFrame(columns=["label", "part", "fewest", "examples", "per_example"])
-    grouped = frame.groupby(["label", "part"], sort=False).agg(fewest=("n", "min"), examples=("n_examples", "max"))
+        return pd.DataFrame(columns=["label", "part", "modality", "fewest", "examples", "per_example"])
+    grouped = frame.groupby(["label", "part"], sort=False).agg(modality=("modality", "first"), fewest=("n", "min"),
+                                                               examples=("n_examples", "max"))
     short = grouped[grouped["fewest"] < minimum].reset_index()
     return short.assign(per_example=short["fewest"] / short["examples"].clip(lower=1))
 

@@ -729,7 +729,6 @@ def train_many(recipe_list, out_dir: str | Path | None = None, workers: int | No
     the tokenizers) is prepared here first, once. ``workers`` defaults to the cores (``executor.cores()``); 1 trains
     here, one run after another. ``progress`` prints one line per finished run (bars from several processes would
     interleave)."""
-
     recipe_list = list(recipe_list)
     todo = sorted((r for r in recipe_list if not is_trained(r, out_dir)), key=cost, reverse=True)
     for r in todo:
