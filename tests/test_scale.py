@@ -441,3 +441,15 @@ def test_dask_workers_keep_the_kernels_malloc_settings(monkeypatch, tmp_path):
     assert seen == [runner.KERNEL_MALLOC]
     job = runner.prepare("appendix_b_isotropic", "smoke", output=tmp_path / "x.ipynb", force=True)
     assert job.env.items() >= runner.KERNEL_MALLOC.items()  # a chapter run alone gets them too, not only a build
+
+
+def test_dask_workers_get_the_malloc_settings_outside_a_build(monkeypatch):
+    """A plain Python session (a script calling ``ablation.run`` or a sweep) sets none of them: its workers still get
+    the book's, not the nanny's 64 KiB trim threshold (which doubled a training run's CPU time on 2 cores)."""
+    from anisotropy import executor
+
+    for name in executor.MALLOC_DEFAULTS:
+        monkeypatch.delenv(name, raising=False)
+    with executor.client(workers=1) as c:
+        seen = list(c.run(lambda: {k: os.environ.get(k) for k in executor.MALLOC_DEFAULTS}).values())
+    assert seen == [executor.MALLOC_DEFAULTS]

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import yaml
 
-from . import fingerprint, paths, profiles, results
+from . import executor, fingerprint, paths, profiles, results
 
 from .profiles import EXECUTED, chapters  # noqa: E402 - the book's chapters, read from _toc.yml
 
@@ -457,15 +457,9 @@ def _build_chapter(name: str, env: dict, profile: str, force: bool, recompute: b
 # Dask workers), and two threads on one core spin against each other. It also keeps the numbers independent of how
 # the chapters happen to overlap. A value set in the environment is kept.
 KERNEL_THREADS = {name: os.environ.get(name, "1") for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-# glibc hands every freed block above its mmap threshold (32 MiB at most) back to the operating system, and the next
-# forward pass faults the same pages in again, zeroed by the kernel: measured on the 2-core build machine, a sixth of
-# the CPU time of a BERT-base forward pass with its attention maps was system time, and the build spent 444 of
-# 2,645 CPU-seconds there. Freed memory stays in the process's heap instead (the numbers are unchanged: only where
-# memory comes from changes). Every chapter kernel gets them (``prepare``: a build's, a sweep's, a chapter run alone)
-# and passes them on to its Dask workers (``executor.client``). A value set in the environment is kept.
-KERNEL_MALLOC = {name: os.environ.get(name, value) for name, value in
-                 (("MALLOC_MMAP_MAX_", "0"), ("MALLOC_TRIM_THRESHOLD_", str(4 << 30)),
-                  ("MALLOC_TOP_PAD_", str(256 << 20)))}
+# The allocator settings of every chapter kernel (``prepare``: a build's, a sweep's, a chapter run alone), which
+# passes them on to its Dask workers: ``executor.MALLOC_DEFAULTS`` says why.
+KERNEL_MALLOC = executor.malloc_env()
 
 
 def execute_all(profile: str, only: list[str] | None = None, force: bool = False, recompute: bool = False,
@@ -476,8 +470,6 @@ def execute_all(profile: str, only: list[str] | None = None, force: bool = False
     failed chapter does not stop the others, but those that run after it are not run. Returns the outcomes in
     ``_toc.yml`` order."""
     import functools
-
-    from . import executor
 
     names = chapters()
     if only:
@@ -680,7 +672,6 @@ def sweep(name: str, profile: str, grid: dict[str, list], address: str | None = 
     is checked first (parameters, store, scheduler): a bad input writes nothing."""
     import pandas as pd
 
-    from . import executor
 
     keys = list(grid)
     points = [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))]
