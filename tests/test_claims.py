@@ -229,6 +229,14 @@ def test_sharp_without_anisotropy():
     assert claims.sharp_without_anisotropy(plateau.assign(unigram=3.0)).holds  # 1 nat below: learnt
     uniform = [("standard", s, 2.0, 0.97, 0.30) for s in (0, 1)]
     assert claims.sharp_without_anisotropy(pd.DataFrame(uniform + winner, columns=cols)).holds is None
+    # the comparison the rule and the page read: a variant whose seeds straddle the standard's is "as good" on the
+    # mean, and "more isotropic" only if every seed is below every standard seed
+    straddle = [("temperature", 0, 1.9, 0.6, 0.10), ("temperature", 1, 2.05, 0.4, 0.35)]
+    table = claims.ablation_comparison(pd.DataFrame(base + winner + loser + straddle, columns=cols))
+    assert table.set_index("variant").to_dict("index") == {
+        "qk_norm": {"sharp": True, "good": True, "isotropic": True, "winner": True},
+        "centred": {"sharp": False, "good": False, "isotropic": True, "winner": False},
+        "temperature": {"sharp": True, "good": True, "isotropic": False, "winner": False}}
 
 
 # Paper 2: profiles with known shapes
