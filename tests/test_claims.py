@@ -234,9 +234,9 @@ def test_sharp_without_anisotropy():
     straddle = [("temperature", 0, 1.9, 0.6, 0.10), ("temperature", 1, 2.05, 0.4, 0.35)]
     table = claims.ablation_comparison(pd.DataFrame(base + winner + loser + straddle, columns=cols))
     assert table.set_index("variant").to_dict("index") == {
-        "qk_norm": {"sharp": True, "good": True, "isotropic": True, "winner": True},
-        "centred": {"sharp": False, "good": False, "isotropic": True, "winner": False},
-        "temperature": {"sharp": True, "good": True, "isotropic": False, "winner": False}}
+        "qk_norm": {"sharp": True, "good": True, "isotropic": True, "sharper": True, "winner": True},
+        "centred": {"sharp": False, "good": False, "isotropic": True, "sharper": False, "winner": False},
+        "temperature": {"sharp": True, "good": True, "isotropic": False, "sharper": False, "winner": False}}
 
 
 # Paper 2: profiles with known shapes

@@ -548,15 +548,17 @@ ABLATION_TOLERANCE = 0.01
 def ablation_comparison(ablation: pd.DataFrame, tolerance: float = ABLATION_TOLERANCE) -> pd.DataFrame:
     """Each variant but standard against the standard runs, one row per variant (booleans): ``sharp`` (mean entropy
     ratio no higher than the standard's worst seed), ``good`` (mean loss no higher than the standard's worst seed),
-    ``isotropic`` (every seed's hidden mean cosine below every standard seed's), each up to ``tolerance``, and
-    ``winner`` (all three)."""
+    ``isotropic`` (every seed's hidden mean cosine below every standard seed's), each up to ``tolerance``,
+    ``winner`` (all three), and ``sharper`` (mean entropy ratio below the standard's sharpest seed by more than
+    ``tolerance``)."""
     std = ablation[ablation["variant"] == "standard"]
     rows = [{"variant": variant,
              "sharp": bool(part["entropy_ratio"].mean() <= std["entropy_ratio"].max() + tolerance),
              "good": bool(part["val_loss"].mean() <= std["val_loss"].max() + tolerance),
-             "isotropic": bool(part["mean_cosine"].max() < std["mean_cosine"].min() - tolerance)}
+             "isotropic": bool(part["mean_cosine"].max() < std["mean_cosine"].min() - tolerance),
+             "sharper": bool(part["entropy_ratio"].mean() < std["entropy_ratio"].min() - tolerance)}
             for variant, part in ablation.groupby("variant", sort=False) if variant != "standard"]
-    table = pd.DataFrame(rows, columns=["variant", "sharp", "good", "isotropic"])
+    table = pd.DataFrame(rows, columns=["variant", "sharp", "good", "isotropic", "sharper"])
     return table.assign(winner=table["sharp"] & table["good"] & table["isotropic"])
 
 

@@ -672,7 +672,6 @@ def sweep(name: str, profile: str, grid: dict[str, list], address: str | None = 
     is checked first (parameters, store, scheduler): a bad input writes nothing."""
     import pandas as pd
 
-
     keys = list(grid)
     points = [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))]
     given = profiles.chapter_parameters(profile, name)
