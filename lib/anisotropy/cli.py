@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
+from pathlib import Path
 
 import yaml
 
@@ -71,6 +73,10 @@ def main(argv: list[str] | None = None) -> int:
 
     sub.add_parser("profiles", help="list the profiles")
 
+    p = sub.add_parser("calibrate", help="measure this machine (matrix products, memory, the suites' updates)")
+    p.add_argument("--profile", default="local", help="whose suite recipes to time (default: local)")
+    p.add_argument("--out", default=None, metavar="FILE", help="also write the calibration as JSON")
+
     args = parser.parse_args(argv)
     try:
         previous = signal.signal(signal.SIGTERM, _interrupt)
@@ -104,6 +110,19 @@ def main(argv: list[str] | None = None) -> int:
                 print(path)
             verb = "would free" if args.dry_run else "freed"
             print(f"{len(removed)} stale item(s); {verb} {size / 2**20:.1f} MiB")
+        elif args.command == "calibrate":
+            from . import machine
+
+            cal = machine.calibrate(args.profile)
+            print(machine.describe(cal))
+            ref = machine.reference()
+            if ref and ref.get("calibration"):
+                est = machine.estimate_build(cal, ref)
+                print(f"speed index {est['speed_index']:.2f} against the reference build's machine ({ref['commit']}); "
+                      f"a fresh `make book` here: about {est['cpu_seconds'] / 60:.0f} CPU-minutes, "
+                      f"{est['wall_seconds'] / 60:.0f} minutes of wall time")
+            if args.out:
+                Path(args.out).write_text(json.dumps(cal, indent=1) + "\n")
         elif args.command == "profiles":
             for name in profiles.names():
                 print(f"{name:<9} {profiles.load(name).get('description', '')}")

@@ -114,6 +114,7 @@ class Outcome:
     glued: dict | None = None  # the glued values of a finished notebook (read where it ran)
     log: str | None = None  # the kernel's messages
     blocked: bool = False  # not executed: a chapter it runs after failed
+    cpu_seconds: float | None = None  # CPU time of the chapter's kernel and every process it started
 
 
 @dataclass
@@ -269,10 +270,30 @@ for _name in ("papermill", "nbclient", "traitlets", "jupyter_client"):
     logging.getLogger(_name).propagate = False
 
 
+def _tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds of process ``pid``, of the children it has waited for, and of its live descendants."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0.0
+    total = 0.0
+    for proc in procs:
+        try:
+            t = proc.cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system + (t.children_user + t.children_system if proc is root else 0.0)
+    return total
+
+
 @contextmanager
-def _kernel(env: dict, cwd: str, log: Path):
+def _kernel(env: dict, cwd: str, log: Path, cpu: list | None = None):
     """A kernel manager class for papermill whose kernels start with ``env`` in ``cwd``, their standard output and
-    error (and this thread's papermill log records) going to ``log``; running kernels are known to ``stop_kernels``."""
+    error (and this thread's papermill log records) going to ``log``; running kernels are known to ``stop_kernels``.
+    ``cpu`` receives each kernel's CPU seconds (its process tree's) when it is shut down."""
     from jupyter_client import AsyncKernelManager
 
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -290,6 +311,12 @@ def _kernel(env: dict, cwd: str, log: Path):
                     started.append(pid)
                     with _KERNELS_LOCK:
                         _KERNELS[pid] = self
+
+            async def shutdown_kernel(self, now=False, restart=False):
+                pid = getattr(self.provisioner, "pid", None)
+                if pid and cpu is not None:
+                    cpu.append(_tree_cpu_seconds(pid))
+                return await super().shutdown_kernel(now=now, restart=restart)
 
         previous = getattr(_THREAD_LOG.local, "stream", None)
         _THREAD_LOG.local.stream = stream
@@ -373,8 +400,9 @@ def run_job(job: Job) -> Outcome:
                 env.pop(key, None)
             else:
                 env[key] = str(value)
+        kernel_cpu: list[float] = []
         try:
-            with _kernel(env, str(cwd), log) as manager:
+            with _kernel(env, str(cwd), log, kernel_cpu) as manager:
                 papermill.execute_notebook(str(src), str(partial), parameters=job.injected, kernel_name=KERNEL,
                                            progress_bar=False, log_output=False, kernel_manager_class=manager)
         except Exception as exc:  # noqa: BLE001 - every failure becomes one report, never a traceback
@@ -383,11 +411,12 @@ def run_job(job: Job) -> Outcome:
             return Outcome(job.name, partial_at, time.perf_counter() - start, params=job.params,
                            failure=_failure(exc), log=str(log))
         seconds = time.perf_counter() - start
+        cpu_seconds = round(sum(kernel_cpu), 2) if kernel_cpu else None
         nb = nbformat.read(partial, as_version=4)
         _fill_wall_time(nb, seconds)
         _hide_parameter_cells(nb)
         nb.metadata["anisotropy"] = {**nb.metadata.get("anisotropy", {}), "stamp": job.stamp, "complete": True,
-                                     "seconds": round(seconds, 2)}
+                                     "seconds": round(seconds, 2), "cpu_seconds": cpu_seconds}
         nbformat.write(nb, partial)
         glued = glued_values(partial)
         if remote:
@@ -395,7 +424,7 @@ def run_job(job: Job) -> Outcome:
         else:
             os.replace(partial, job.output)  # only a complete notebook ever carries the final name
     return Outcome(job.name, job.output if remote else Path(job.output), seconds, params=job.params, glued=glued,
-                   log=str(log))
+                   log=str(log), cpu_seconds=cpu_seconds)
 
 
 def finish(outcome: Outcome) -> Outcome:
@@ -424,6 +453,8 @@ def _progress(outcome: Outcome, profile: str, index: int, total: int, label: str
         status = "not run"
     else:
         status = "reused" if outcome.reused else ("FAILED" if outcome.error else f"{outcome.seconds:7.1f} s")
+        if outcome.cpu_seconds is not None and not (outcome.reused or outcome.error):
+            status += f" ({outcome.cpu_seconds:.0f} s CPU)"
     print(f"[{index}/{total}] {label or outcome.name:<32} profile={profile:<6} {status}", flush=True)
 
 
@@ -551,11 +582,26 @@ def build_html(strict: bool = True) -> Path:
 def build(profile: str = "local", force: bool = False, recompute: bool = False, jobs: int | None = None,
           processes: bool = False) -> Path:
     """Execute every chapter under ``profile`` (``execute_all``: independent chapters at once, ``jobs`` at a time),
-    then render the book. Reports wall and CPU time; raises ``ChapterFailed`` with one report."""
+    then render the book. Reports wall and CPU time beside the machine's calibration (``machine``): before it starts,
+    the estimate from the committed reference build, and after it, the measured figures, also written to
+    ``_build/build-times.json`` (the reference's format); raises ``ChapterFailed`` with one report."""
+    from . import machine
     from .executor import cores
 
     start, cpu_start = time.perf_counter(), _cpu_seconds()
     jobs = max(1, jobs or cores())
+    ref = machine.reference()
+    cal = None
+    if profile == machine.REFERENCE_PROFILE:  # the full-size build: its times are worth comparing across machines
+        cal = machine.calibrate(profile)
+        print(f"This machine: {machine.describe(cal)} (calibrated in {cal['seconds']:.0f} s).", flush=True)
+    if cal and ref and ref.get("calibration") and ref.get("profile") == profile:
+        est = machine.estimate_build(cal, ref, chapters())
+        print(f"Estimated for a fresh build here: {est['cpu_seconds'] / 60:.0f} CPU-minutes, "
+              f"{est['wall_seconds'] / 60:.0f} minutes of wall time (the reference build of {ref['commit']}: "
+              f"{ref['cpu_seconds'] / 60:.0f} CPU-minutes on a machine {1 / est['speed_index']:.2f} times "
+              f"{'slower' if est['speed_index'] > 1 else 'faster'} at the suites' updates; chapters already "
+              f"executed are reused, so a rebuild takes less).", flush=True)
     outcomes = execute_all(profile, force=force, recompute=recompute, jobs=jobs, processes=processes)
     failed = [o for o in outcomes if o.error and not o.blocked]
     blocked = [o for o in outcomes if o.blocked]
@@ -572,7 +618,28 @@ def build(profile: str = "local", force: bool = False, recompute: bool = False, 
     wall, cpu = time.perf_counter() - start, _cpu_seconds() - cpu_start
     print(f"Book built in {wall:.0f} s of wall time, {cpu:.0f} s of CPU time ({cpu / max(wall, 1e-9):.2f} cores "
           f"busy on average): open {index}")
+    _record_times(profile, outcomes, wall, cpu, cal)
     return index
+
+
+def _record_times(profile: str, outcomes: list[Outcome], wall: float, cpu: float, cal: dict | None) -> Path:
+    """Write ``_build/build-times.json``: the build's wall and CPU seconds, each executed chapter's CPU seconds and the
+    calibration, in the format of ``machine.REFERENCE`` (a fresh build's file, copied there, is the next reference).
+    With chapters reused, the file describes a partial build (``reused`` lists them)."""
+    per = {o.name: o.cpu_seconds for o in outcomes if o.cpu_seconds is not None and not o.reused}
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root(), capture_output=True,
+                                text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown"
+    record = {"profile": profile, "commit": commit, "wall_seconds": round(wall, 1), "cpu_seconds": round(cpu, 1),
+              "chapters_cpu_seconds": per, "other_cpu_seconds": round(max(0.0, cpu - sum(per.values())), 1),
+              "chapters_wall_seconds": {o.name: round(o.seconds, 1) for o in outcomes if not o.reused},
+              "reused": [o.name for o in outcomes if o.reused], "calibration": cal}
+    out = root() / "_build" / "build-times.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=1) + "\n")
+    return out
 
 
 def clean(dry_run: bool = False) -> tuple[list, int]:
