@@ -274,3 +274,52 @@ def test_chapter_defaults_are_the_local_profile():
     for profile in profiles.names():
         for name in training.suite_specs(profile):
             assert training.suite(name, profile)  # every spec builds valid recipes
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_fused_output_layer_loss_equals_cross_entropy_of_the_logits(bias):
+    """linear_cross_entropy (blocks of rows, logits recomputed backwards) against F.cross_entropy of the full logits,
+    in float64: the loss and every gradient to rounding, with a block size that does not divide the rows."""
+    gen = torch.Generator().manual_seed(0)
+    h = torch.randn(1000, 48, dtype=torch.float64, generator=gen, requires_grad=True)
+    w = torch.randn(300, 48, dtype=torch.float64, generator=gen, requires_grad=True)
+    b = torch.randn(300, dtype=torch.float64, generator=gen, requires_grad=True) if bias else None
+    y = torch.randint(0, 300, (1000,), generator=gen)
+    params = [h, w] + ([b] if bias else [])
+    reference = torch.nn.functional.cross_entropy(h @ w.T + (b if bias else 0), y)
+    expected = torch.autograd.grad(reference, params)
+    fused = training.linear_cross_entropy(h, w, b, y, chunk=128)
+    got = torch.autograd.grad(fused, params)
+    assert float(fused) == pytest.approx(float(reference), abs=1e-12)
+    for e, g in zip(expected, got):
+        assert torch.allclose(e, g, atol=1e-14, rtol=1e-10)
+
+
+def test_task_losses_equal_the_models_own_losses(tmp_path):
+    """The trainer's losses (output layer fused into the cross-entropy) equal what GPT2LMHeadModel and
+    BertForMaskedLM compute themselves on the same batch."""
+    for kind in ("clm", "mlm"):
+        recipe = tiny(kind)
+        task = training._task(recipe)
+        model = training.build_model(recipe, task).eval()  # no dropout: both passes see the same network
+        batch = task.batch(1)
+        with torch.no_grad():
+            ours = float(task.loss(model, batch))
+            theirs = float(model(input_ids=batch["input_ids"], labels=batch["labels"]).loss)
+        assert ours == pytest.approx(theirs, rel=1e-5), kind
+
+
+def test_pixel_values_equal_the_image_processors():
+    """The trainer's direct normalisation of synthetic images equals what the recipe's ViTImageProcessor makes of
+    them (float32 rounding), and images of another size still go through the processor."""
+    from anisotropy import data
+
+    recipe = tiny("vit")
+    processor = training.image_processor(recipe)
+    images, _ = data.synthetic_shapes(6, recipe.image_size, seed=3)
+    expected = processor(images=list(images), return_tensors="pt")["pixel_values"]
+    got = training.pixel_values(images, processor)
+    assert got.shape == expected.shape and got.dtype == torch.float32
+    assert torch.allclose(got, expected, atol=1e-6)
+    larger, _ = data.synthetic_shapes(2, 2 * recipe.image_size, seed=3)
+    assert training.pixel_values(larger, processor).shape[-1] == recipe.image_size

@@ -75,7 +75,7 @@ def _synthetic_step(recipe) -> float:
     """Seconds of one update of ``recipe`` (its model, batch shape and loss; random tokens or images), one thread."""
     from . import training
 
-    vocab = recipe.vocab_size if recipe.kind in ("mlm", "clm") else 256 + 5
+    vocab = recipe.vocab_size if recipe.kind in ("mlm", "clm") else 256 + 5  # char-mlm: bytes and 5 specials
     special = {"pad_token_id": 0}
     if recipe.kind == "clm":
         special.update(bos_token_id=1, eos_token_id=1)
@@ -87,18 +87,15 @@ def _synthetic_step(recipe) -> float:
     optimizer = training._optimizer(recipe, model)
     gen = torch.Generator().manual_seed(0)
     b, n = recipe.batch_size, recipe.seq_len
-    if recipe.kind in training.BERT_KINDS:
+    if recipe.kind in training.TEXT_KINDS:
         ids = torch.randint(5, vocab, (b, n), generator=gen)
-        chosen = torch.rand(b, n, generator=gen) < recipe.mask_prob
+        labels = ids
+        if recipe.kind in training.BERT_KINDS:
+            labels = torch.where(torch.rand(b, n, generator=gen) < recipe.mask_prob, ids, -100)
+        batch = {"input_ids": ids, "labels": labels}
 
         def loss():
-            hidden = model.bert(input_ids=ids).last_hidden_state
-            return torch.nn.functional.cross_entropy(model.cls(hidden[chosen]), ids[chosen])
-    elif recipe.kind == "clm":
-        ids = torch.randint(2, vocab, (b, n), generator=gen)
-
-        def loss():
-            return model(input_ids=ids, labels=ids).loss
+            return training.text_loss(model, batch, recipe.kind in training.BERT_KINDS)
     else:
         pixels = torch.randn(b, 3, recipe.image_size, recipe.image_size, generator=gen)
         labels = torch.randint(0, config.num_labels, (b,), generator=gen)
