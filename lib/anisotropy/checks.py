@@ -601,3 +601,44 @@ def quantisation_effect(name: str = "minilm-l6", types: Sequence[str] = QUANTISA
     finally:
         loaded.model.load_state_dict(original)
     return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Sentence encoders: paraphrases closer than unrelated sentences
+# ---------------------------------------------------------------------------------------------------------------------
+
+PARAPHRASES = (
+    ("A man is playing a guitar on the stage.", "On stage, a man plays the guitar."),
+    ("The weather will be cold and rainy tomorrow.", "Tomorrow it is going to be chilly and wet."),
+    ("She bought three apples at the market.", "At the market she purchased three apples."),
+)
+UNRELATED = (
+    ("A man is playing a guitar on the stage.", "The train to Paris leaves at noon."),
+    ("The weather will be cold and rainy tomorrow.", "Photosynthesis turns light into chemical energy."),
+    ("She bought three apples at the market.", "The compiler reported a syntax error on line four."),
+)
+
+
+@torch.inference_mode()
+def sentence_embeddings(loaded, sentences: Sequence[str], max_length: int = 384) -> torch.Tensor:
+    """Sentence embeddings as sentence-transformers computes them for all-mpnet-base-v2 and all-MiniLM-L6-v2 (its
+    ``modules.json``: the transformer, mean pooling over the attention mask, L2 normalisation)."""
+    enc = loaded.preprocessor(list(sentences), padding=True, truncation=True, max_length=max_length,
+                              return_tensors="pt")
+    inputs = {k: v for k, v in enc.items() if k in ("input_ids", "attention_mask")}
+    hidden = loaded.model(**inputs).last_hidden_state
+    mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+    pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+    return torch.nn.functional.normalize(pooled, dim=-1)
+
+
+def paraphrase_check(loaded, paraphrases=PARAPHRASES, unrelated=UNRELATED) -> dict:
+    """Cosine similarities of the sentence embeddings of paraphrase pairs and unrelated pairs; ``ordered``: every
+    paraphrase pair more similar than every unrelated pair (what a sentence encoder must do)."""
+    def sims(pairs):
+        a = sentence_embeddings(loaded, [p[0] for p in pairs])
+        b = sentence_embeddings(loaded, [p[1] for p in pairs])
+        return (a * b).sum(-1).tolist()
+
+    close, far = sims(paraphrases), sims(unrelated)
+    return {"paraphrases": close, "unrelated": far, "ordered": min(close) > max(far)}

