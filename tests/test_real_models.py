@@ -327,7 +327,11 @@ def mpnet():
 
 def test_mpnet_orders_paraphrases_above_unrelated_pairs(mpnet):
     r = checks.paraphrase_check(mpnet)
-    assert r["ordered"], r
+    assert r["ordered"] and min(r["paraphrases"]) - max(r["unrelated"]) > 0.5, r
+    # random weights order these pairs too (the paraphrases share words, and every mean-pooled random vector is
+    # close to every other), but by a hair: the gap is the trained encoder's
+    twin = checks.paraphrase_check(registry.load("mpnet-base-v2", "untrained"))
+    assert min(twin["paraphrases"]) - max(twin["unrelated"]) < 0.2, twin
     folder = formats.converted_folder("mpnet-base-v2")
     size, sha = formats.MPNET_SAFETENSORS
     assert (folder / "model.safetensors").stat().st_size == size == 437_971_872
@@ -340,3 +344,18 @@ def test_mpnet_layers_count_content_tokens_as_minilm(mpnet):
     assert sorted(stats) == list(range(13))
     enc = mpnet.preprocessor(texts, truncation=True, max_length=64)
     assert all(s.n == sum(len(ids) - 2 for ids in enc["input_ids"]) for s in stats.values())  # minus <s>, </s>
+
+
+@needs_gguf
+def test_gguf_roundtrip_is_q8_0_as_llama_cpp_defines_it():
+    # Q8_0: blocks of 32 along a row, scale d = max|x| / 127 stored in float16, values round(x / d) as int8
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=(4, 64)).astype(np.float32)
+    blocks = w.reshape(-1, 32)
+    d = (np.abs(blocks).max(axis=1, keepdims=True) / 127).astype(np.float16).astype(np.float32)
+    expected = (np.round(blocks / np.where(d == 0, 1, d)) * d).reshape(w.shape)
+    got = checks.gguf_roundtrip(torch.from_numpy(w), "Q8_0").numpy()
+    assert np.allclose(got, expected, atol=1e-6)
+    errors = [float((checks.gguf_roundtrip(torch.from_numpy(w), t) - torch.from_numpy(w)).pow(2).mean())
+              for t in ("Q8_0", "Q5_0", "Q4_1")]
+    assert errors[0] < errors[1] < errors[2]  # 8, 5 and 4 bits per weight
