@@ -291,7 +291,7 @@ def test_real_decoder_weights_equal_gguf_dequantisation_and_it_predicts_prose(de
     # do not even reach the unigram model
     assert row["perplexity"] < 0.5 * row["perplexity_unigram"], shown
     assert row["perplexity_untrained"] > row["perplexity_unigram"], shown
-    assert row["tokens"] > 500, shown
+    assert row["tokens"] > 150, shown  # 8 paragraphs of at least 80 characters
 
 
 def test_real_decoder_layers_and_attention_after_rotary(decoder):
@@ -359,3 +359,16 @@ def test_gguf_roundtrip_is_q8_0_as_llama_cpp_defines_it():
     errors = [float((checks.gguf_roundtrip(torch.from_numpy(w), t) - torch.from_numpy(w)).pow(2).mean())
               for t in ("Q8_0", "Q5_0", "Q4_1")]
     assert errors[0] < errors[1] < errors[2]  # 8, 5 and 4 bits per weight
+
+
+@pytest.mark.parametrize("name", ["smollm2-135m", "gemma3-270m"])
+def test_untrained_twins_load_offline_with_the_same_layers(name):
+    spec = registry.spec(name)
+    loaded = registry.load(name, "untrained", attn_implementation="eager")
+    assert type(loaded.model).__name__ == spec.architecture
+    assert sum(p.numel() for p in loaded.model.parameters()) == spec.n_params
+    stats = taps.extract(loaded, ["A short sentence of plain English prose."], max_length=16)
+    assert sorted(stats) == list(range(spec.config["num_hidden_layers"] + 1))
+    enc = loaded.preprocessor(["A short sentence."], return_tensors="pt")
+    captured = attention.capture(loaded.model, {"input_ids": enc["input_ids"]}, layers=[0])
+    assert captured[0].queries.shape[1] == spec.config["num_attention_heads"]
