@@ -913,6 +913,10 @@ def convert_gguf(path: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
+# The converters of plain PyTorch state dicts, by registry entry (each file has its own layout).
+STATE_DICT_CONVERTERS = {"craft-vgg16-bn": convert_craft_vgg}
+
+
 def _converter(name: str, pkg: WeightPackage):
     if pkg.fmt == "state-dict":
         return STATE_DICT_CONVERTERS[name]
