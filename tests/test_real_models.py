@@ -280,9 +280,11 @@ def decoder(request):
     return name, registry.load(name, attn_implementation="eager")
 
 
-def test_real_decoder_weights_equal_gguf_dequantisation_and_it_predicts_prose(decoder):
+def test_real_decoder_weights_equal_gguf_dequantisation_and_it_predicts_prose(decoder, tmp_path):
+    from anisotropy import results
+
     name, _ = decoder
-    row = checks.decoder_check(name, n=8).iloc[0]
+    row = checks.decoder_check(name, n=8, store=results.Store(tmp_path / "results")).iloc[0]
     shown = row.to_dict()
     assert row["uncovered"] == 0 and row["unmapped"] == 0, shown
     # exact for llama (a permutation of gguf's own dequantisation); Gemma's norms go through 1 + (w - 1) in float32
