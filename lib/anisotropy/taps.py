@@ -171,7 +171,7 @@ def position_limit(loaded) -> int:
     for attr in ("max_position_embeddings", "n_positions"):
         value = getattr(config, attr, None)
         if value:
-            limits.append(value - 2 if config.model_type in ("roberta", "xlm-roberta", "camembert") else value)
+            limits.append(value - 2 if config.model_type in ("roberta", "xlm-roberta", "camembert", "mpnet") else value)
     limits = [int(v) for v in limits if v and v < 1_000_000]
     return min(limits) if limits else 1_000_000
 
