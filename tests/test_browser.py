@@ -14,7 +14,6 @@ import functools
 import os
 import re
 import shutil
-import subprocess
 import threading
 import urllib.error
 import urllib.request
@@ -24,6 +23,7 @@ from urllib.parse import urldefrag, urlparse
 
 import pytest
 import yaml
+from conftest import run_guarded
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -47,7 +47,7 @@ def chromium() -> Path:
                     "run `apt-get install chromium` as root")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     for cmd in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "chromium"]):
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
+        proc = run_guarded(cmd, expected_s=180, env=env, capture_output=True, text=True)  # a download: minutes
         assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
     assert CHROMIUM.exists(), "apt-get installed chromium but /usr/bin/chromium is missing"
     return CHROMIUM

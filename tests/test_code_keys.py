@@ -34,7 +34,7 @@ def _runs(root: Path) -> set[str]:
 
 
 def _build(root: Path, *extra: str) -> dict:
-    proc = run_cli(root, "run", CHAPTER, "--profile", "smoke", *extra, timeout=900)
+    proc = run_cli(root, "run", CHAPTER, "--profile", "smoke", *extra)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     glued = runner.glued_values(root / "book" / "executed" / f"{CHAPTER}.ipynb", wall_clock=False)
     return {"stdout": proc.stdout, "glued": glued, "results": _sidecars(root), "runs": _runs(root),

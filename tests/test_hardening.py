@@ -21,7 +21,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import PYTHON, book_env, copy_repo, run_cli
+from conftest import (CHAPTER_S, PYTHON, SMOKE_BUILD_S, book_env, communicate_guarded, copy_repo, hang_failure,
+                      hang_guard, run_cli, run_guarded)
 
 # A chapter-shaped notebook that exists only in the tests' copies of the repository: two declared ranges and a
 # parameter value that makes a cell raise.
@@ -56,7 +57,6 @@ if mode == "die":  # as the kernel of a run that exhausts the memory: killed by 
 ```
 '''
 POLL_S = 0.02  # polling interval while waiting for a file (never a synchronisation by itself)
-WAIT_LIMIT_S = 600  # only against hanging forever
 
 
 def add_probe(root: Path) -> Path:
@@ -108,7 +108,7 @@ class Bad:
 def cli(*args: str) -> Callable[[Ctx], str]:
     """The CLI refuses: exit status 1, one paragraph on stderr, no traceback."""
     def action(ctx: Ctx) -> str:
-        proc = run_cli(ctx.repo, *args, timeout=300)
+        proc = run_cli(ctx.repo, *args)
         assert proc.returncode == 1, proc.stdout + proc.stderr
         assert proc.stderr.startswith("error: "), proc.stderr
         return proc.stderr
@@ -127,9 +127,9 @@ def papermill_cli(*params: str) -> Callable[[Ctx], str]:
     """Plain papermill on the committed-style .ipynb, bypassing our runner: the chapter's provenance call checks."""
     def action(ctx: Ctx) -> str:
         out = ctx.tmp / "out.ipynb"
-        proc = subprocess.run([PYTHON, "-m", "papermill", f"notebooks/{PROBE}.ipynb", str(out), *params,
-                               "--cwd", str(ctx.repo)], cwd=ctx.repo, env=book_env(ctx.repo), capture_output=True,
-                              text=True, timeout=300)
+        proc = run_guarded([PYTHON, "-m", "papermill", f"notebooks/{PROBE}.ipynb", str(out), *params,
+                            "--cwd", str(ctx.repo)], expected_s=CHAPTER_S, cwd=ctx.repo, env=book_env(ctx.repo),
+                           capture_output=True, text=True)
         assert proc.returncode != 0
         out.unlink(missing_ok=True)  # the user's own output file, not ours
         plain = re.sub(r"\x1b\[[0-9;]*m", "", proc.stderr)
@@ -525,13 +525,14 @@ def test_dead_kernel_gives_one_report(tmp_path):
 
 def wait_for(condition: Callable[[], bool], proc: subprocess.Popen, what: str) -> None:
     """Poll ``condition`` until true; fail if the process ends first (it should still be running)."""
-    deadline = time.monotonic() + WAIT_LIMIT_S
+    deadline = time.monotonic() + hang_guard(CHAPTER_S)
     while not condition():
         if proc.poll() is not None:
             out, err = proc.communicate()
             pytest.fail(f"the run ended (exit {proc.returncode}) before {what}:\n{out}\n{err}")
         if time.monotonic() > deadline:
-            pytest.fail(f"gave up waiting for {what}")
+            proc.kill()
+            hang_failure(f"waiting for {what}", CHAPTER_S, *proc.communicate())
         time.sleep(POLL_S)
 
 
@@ -548,7 +549,7 @@ def kill_tree(proc: subprocess.Popen, sig: int) -> None:
             p.send_signal(sig)
         except psutil.NoSuchProcess:
             pass
-    psutil.wait_procs(family, timeout=60)
+    psutil.wait_procs(family, timeout=hang_guard(5))  # returns as soon as all are gone
 
 
 def spawn(root: Path, *args: str) -> subprocess.Popen:
@@ -581,7 +582,7 @@ def test_killed_sweep_resumes_where_it_stopped(repo_copy):
     proc = spawn(repo_copy, *args)
     wait_for(lambda: first in finished(), proc, "the first sweep point finished")
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=WAIT_LIMIT_S)
+    out, err = communicate_guarded(proc, expected_s=CHAPTER_S, what="the interrupted sweep's exit")
     kill_tree(proc, signal.SIGKILL)
     assert proc.returncode == 128 + signal.SIGTERM, out + err
     assert err.strip().splitlines()[-1].startswith("interrupted (SIGTERM): finished notebooks and results are kept")
@@ -602,7 +603,7 @@ def test_killed_sweep_resumes_where_it_stopped(repo_copy):
     assert {k["seed"] for k in stored_keys} >= {101}
 
     # 3. A third run finishes the sweep: the first point is reused, nothing stored is recomputed.
-    proc = run_cli(repo_copy, *args, timeout=WAIT_LIMIT_S)
+    proc = run_cli(repo_copy, *args)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert re.search(r"^\[1/2\] appendix_b_isotropic__seed=101 .* reused$", proc.stdout, flags=re.M), proc.stdout
     assert re.search(r"^\[2/2\] appendix_b_isotropic__seed=102 .* \d+\.\d s$", proc.stdout, flags=re.M), proc.stdout
@@ -695,7 +696,7 @@ def test_killed_training_resumes_and_keeps_finished_checkpoints(tmp_path):
     then = {p.name: (p / "model.safetensors").stat().st_mtime_ns for p in complete()}
     for folder in complete():  # a checkpoint that counts as finished has every file
         assert {"config.json", "model.safetensors"} <= {f.name for f in folder.iterdir()}, folder
-    done = subprocess.run(command, env=book_env(tmp_path), text=True, capture_output=True, timeout=WAIT_LIMIT_S)
+    done = run_guarded(command, expected_s=CHAPTER_S, env=book_env(tmp_path), text=True, capture_output=True)
     assert done.returncode == 0, done.stderr[-3000:]
     steps = [int(s) for s in done.stdout.split()]
     assert steps[-1] == 30 and len(steps) == 5
@@ -716,8 +717,8 @@ def test_same_profile_and_seed_give_identical_results(smoke_book, tmp_path):
 
     again = copy_repo(tmp_path / "again")
     code = "import sys; from anisotropy import runner; sys.exit(any(o.error for o in runner.execute_all('smoke')))"
-    proc = subprocess.run([PYTHON, "-c", code], cwd=again, env=book_env(again), capture_output=True, text=True,
-                          timeout=1200)
+    proc = run_guarded([PYTHON, "-c", code], expected_s=SMOKE_BUILD_S, what="the smoke chapters, again", cwd=again,
+                       env=book_env(again), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     first, second = stored_frames(smoke_book / "results"), stored_frames(again / "results")
     assert second and set(second) <= set(first), "the second run stored results under other keys"

@@ -25,6 +25,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
+from conftest import run_guarded  # noqa: E402
 from hub_standin import build, serve  # noqa: E402
 
 TOKEN = "hf_standin_accepted_token"
@@ -55,13 +56,13 @@ def max_diff(a, b):
 """
 
 
-def run_client(standin, code: str, tmp: Path, timeout: float = 300) -> dict:
+def run_client(standin, code: str, tmp: Path, expected_s: float = 60) -> dict:
     """Run ``code`` (after PRELUDE) in a fresh interpreter with the stand-in's environment and an empty HF cache."""
     env = standin.env(hf_home=tmp / "hf-home")
     env.update(STANDIN_LOG=str(standin.log_path), STANDIN_MANIFEST=str(standin.root / "manifest.json"),
                STANDIN_TOKEN=TOKEN)
-    proc = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(code)], env=env, cwd=tmp,
-                          capture_output=True, text=True, timeout=timeout)
+    proc = run_guarded([sys.executable, "-c", PRELUDE + textwrap.dedent(code)], expected_s=expected_s,
+                       what="a client script of the stand-in", env=env, cwd=tmp, capture_output=True, text=True)
     if proc.returncode != 0 or not proc.stdout.strip():
         pytest.fail(f"client script failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}",
                     pytrace=False)
@@ -449,9 +450,9 @@ def test_clients_reached_nothing_beyond_loopback(standin, models_run, registry_r
 
 def test_cli_run_passes_the_environment_and_exit_code(standin):
     code = "import os, sys; print(os.environ['HF_ENDPOINT'], 'HF_HUB_OFFLINE' in os.environ); sys.exit(3)"
-    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "hub_standin"), "run", "--root", str(standin.root),
-                           "--", sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    proc = run_guarded([sys.executable, str(ROOT / "tests" / "hub_standin"), "run", "--root", str(standin.root),
+                        "--", sys.executable, "-c", code], expected_s=30, capture_output=True, text=True,
+                       env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert proc.returncode == 3, proc.stderr[-2000:]
     endpoint, offline = proc.stdout.split()
     assert endpoint.startswith("http://127.0.0.1:") and endpoint != standin.endpoint and offline == "False"

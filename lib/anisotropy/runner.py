@@ -580,11 +580,12 @@ def build_html(strict: bool = True) -> Path:
 
 
 def build(profile: str = "local", force: bool = False, recompute: bool = False, jobs: int | None = None,
-          processes: bool = False) -> Path:
+          processes: bool = False, html: bool = True) -> Path | None:
     """Execute every chapter under ``profile`` (``execute_all``: independent chapters at once, ``jobs`` at a time),
-    then render the book. Reports wall and CPU time beside the machine's calibration (``machine``): before it starts,
-    the estimate from the committed reference build, and after it, the measured figures, also written to
-    ``_build/build-times.json`` (the reference's format); raises ``ChapterFailed`` with one report."""
+    then render the book (unless not ``html``: then returns None). Reports wall and CPU time beside the machine's
+    calibration (``machine``): before it starts, the estimate from the committed reference build, and after it, the
+    measured figures, also written to ``_build/build-times.json`` (the reference's format); raises ``ChapterFailed``
+    with one report."""
     from . import machine
     from .executor import cores
 
@@ -614,6 +615,8 @@ def build(profile: str = "local", force: bool = False, recompute: bool = False, 
         report = "\n".join(f"  - {o.error}" for o in failed + blocked)
         after = f" ({len(blocked)} not run after them)" if blocked else ""
         raise ChapterFailed(f"{len(failed)} chapter(s) failed{after}; the book was not rendered:\n{report}")
+    if not html:
+        return None
     index = build_html()
     wall, cpu = time.perf_counter() - start, _cpu_seconds() - cpu_start
     print(f"Book built in {wall:.0f} s of wall time, {cpu:.0f} s of CPU time ({cpu / max(wall, 1e-9):.2f} cores "

@@ -121,10 +121,11 @@ class StandIn:
 
 
 @contextmanager
-def serve(root: str | os.PathLike | None = None, gated_tokens=(), port: int = 0, startup_timeout: float = 60.0):
+def serve(root: str | os.PathLike | None = None, gated_tokens=(), port: int = 0, startup_timeout: float = 600.0):
     """Build (or reuse) the repositories, start the server on 127.0.0.1 (``port`` 0 = a free one), wait until it
     answers, yield a ``StandIn``, and stop the server on exit. ``gated_tokens`` are the tokens that may read the
-    gated repositories; ``root`` serves an already populated folder instead of the cached paper build."""
+    gated repositories; ``root`` serves an already populated folder instead of the cached paper build.
+    ``startup_timeout`` is a hang guard: the server starts in about 10 s on a slow, busy 2-core machine."""
     python = ensure_venv()
     if root is None:
         from .build import ensure_built  # heavy imports only when building
@@ -146,13 +147,15 @@ def serve(root: str | os.PathLike | None = None, gated_tokens=(), port: int = 0,
         port_file = state / "port"
         while not port_file.is_file():
             if proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError(f"the hub stand-in did not start (exit {proc.poll()}); its log:\n"
+                guard = f"; hang guard: {startup_timeout:.0f} s, against about 10 expected" if proc.poll() is None else ""
+                raise RuntimeError(f"the hub stand-in did not start (exit {proc.poll()}{guard}); its log:\n"
                                    + (state / "server.log").read_text()[-3000:])
             time.sleep(0.05)
         endpoint = f"http://127.0.0.1:{int(port_file.read_text())}"
         while not _http_ok(f"{endpoint}/api/models/{manifest['models'][0]['repo']}"):
             if proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError("the hub stand-in does not answer; its log:\n"
+                raise RuntimeError(f"the hub stand-in does not answer (hang guard: {startup_timeout:.0f} s, against "
+                                   "about 10 expected); its log:\n"
                                    + (state / "server.log").read_text()[-3000:])
             time.sleep(0.05)
         yield StandIn(endpoint, root, manifest, state, state / "hf-home", tuple(gated_tokens), proc)

@@ -1,0 +1,222 @@
+"""What the Makefile installs, read from its install lines, and what environment.yml installs, read the same way.
+
+The Makefile is the one place that says how the book's environment is made (``make book``); environment.yml (for conda)
+and benchmarks/python_range.py (which Python versions the pinned set resolves on) must follow it. Both read it here,
+so a package added to a Makefile install line or to a pyproject extra that the Makefile installs is checked without
+anyone updating a second list. Not a test module: tests/test_pipeline.py and the benchmark import it.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# Options of pip / uv pip install that take a value (the value is not a requirement).
+WITH_VALUE = {"-c", "--constraint", "--constraints", "-r", "--requirement", "-i", "--index-url", "--extra-index-url",
+              "-f", "--find-links", "--python", "-p", "--target", "--prefix"}
+# Installers of the installation itself, not packages of the environment.
+TOOLS = {"uv", "pip"}
+SHELL_WORDS = {"if", "then", "else", "elif", "fi", "do", "done", "{", "}", "!"}
+
+
+@dataclass
+class Install:
+    """One ``pip install`` / ``uv pip install`` command: its requirements and the options that matter here."""
+
+    requirements: list[str] = field(default_factory=list)
+    editable: list[str] = field(default_factory=list)
+    constraints: list[str] = field(default_factory=list)
+    index_url: str | None = None
+    extra_index_urls: list[str] = field(default_factory=list)
+    no_deps: bool = False
+    no_index: bool = False
+
+
+def name(requirement: str) -> str:
+    """The normalised project name of a requirement string (``"moto[server]==5.2.5"`` -> ``"moto"``)."""
+    return re.sub(r"[-_.]+", "-", re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement).group(1)).lower()
+
+
+def spec(requirement: str) -> str:
+    """A requirement without spaces and quotes, its name normalised: comparable across files."""
+    req = requirement.replace(" ", "").strip("\"'")
+    return name(req) + req[len(re.match(r"[A-Za-z0-9._-]*", req).group(0)):]
+
+
+def extras_of(editable: str) -> list[str]:
+    """``".[book,colab]"`` -> ``["book", "colab"]``."""
+    m = re.search(r"\[([^\]]*)\]", editable)
+    return [e.strip() for e in m.group(1).split(",") if e.strip()] if m else []
+
+
+def parse_install_args(tokens: list[str]) -> Install:
+    """The arguments after ``install``: requirements, ``-e``, ``-c``, index options and ``--no-deps``."""
+    out, i = Install(), 0
+    while i < len(tokens):
+        tok = tokens[i]
+        opt, _, inline = tok.partition("=") if tok.startswith("--") else (tok, "", "")
+        if tok in ("-e", "--editable"):
+            out.editable.append(tokens[i + 1])
+            i += 2
+            continue
+        if opt in WITH_VALUE:
+            value = inline or tokens[i + 1]
+            i += 1 if inline else 2
+            if opt in ("-c", "--constraint", "--constraints"):
+                out.constraints.append(value)
+            elif opt in ("-i", "--index-url"):
+                out.index_url = value
+            elif opt == "--extra-index-url":
+                out.extra_index_urls.append(value)
+            continue
+        if tok == "--no-deps":
+            out.no_deps = True
+        elif tok == "--no-index":
+            out.no_index = True
+        elif not tok.startswith("-"):
+            out.requirements.append(tok)
+        i += 1
+    return out
+
+
+def makefile_variables(text: str) -> dict[str, str]:
+    """The Makefile's simple variables (``NAME := value``, ``?=``, ``=``), continuation lines joined."""
+    text = text.replace("\\\n", " ")
+    found = {}
+    for m in re.finditer(r"^([A-Za-z_][A-Za-z0-9_]*)\s*(?::=|\?=|=)\s*(.*)$", text, flags=re.M):
+        found.setdefault(m.group(1), m.group(2).strip())
+    return found
+
+
+def expand(text: str, variables: dict[str, str]) -> str:
+    for _ in range(10):
+        new = re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: variables.get(m.group(1), m.group(0)), text)
+        if new == text:
+            break
+        text = new
+    return text.replace("$$", "$")
+
+
+def recipe(text: str, target: str) -> list[str]:
+    """The command lines of ``target``'s rule (as written, e.g. ``$(STAMP)``), continuation lines joined."""
+    lines = text.replace("\\\n", " ").splitlines()
+    start = next(i for i, line in enumerate(lines) if re.match(rf"^{re.escape(target)}\s*:(?!=)", line))
+    body = []
+    for line in lines[start + 1:]:
+        if not line.startswith("\t"):
+            break
+        body.append(line.strip().lstrip("@-"))
+    return body
+
+
+def install_commands(lines: list[str], variables: dict[str, str]) -> list[Install]:
+    """Every ``pip install`` / ``uv pip install`` in these shell lines (each alternative of a ``||`` chain too)."""
+    found = []
+    for line in lines:
+        lex = shlex.shlex(expand(line, variables), posix=True, punctuation_chars=";&|<>()")
+        lex.whitespace_split = True
+        tokens, command, skip = [*lex, ";"], [], False
+        for i, tok in enumerate(tokens):
+            if skip:
+                skip = False
+            elif tok in ("<", ">", ">>", ">&"):  # a redirection: neither its fd nor its file is an argument
+                if command and command[-1].isdigit():
+                    command.pop()
+                skip = True
+            elif tok and set(tok) <= set(";&|<>()") or tok in SHELL_WORDS:
+                if "install" in command and "pip" in command[:command.index("install")]:
+                    found.append(parse_install_args(command[command.index("install") + 1:]))
+                command = []
+            else:
+                command.append(tok)
+    return found
+
+
+@dataclass
+class InstallSet:
+    """A whole environment's installation: requirements by name (the specs as written), the extras of the editable
+    install of the project, the constraints files, the packages installed without their dependencies."""
+
+    requirements: dict[str, str]
+    extras: list[str]
+    constraints: list[str]
+    no_deps: set[str]
+    installs: list[Install]
+
+    @property
+    def specs(self) -> set[str]:
+        return {spec(r) for r in self.requirements.values()}
+
+
+def _gather(installs: list[Install]) -> InstallSet:
+    reqs, extras, constraints, no_deps = {}, [], [], set()
+    for inst in installs:
+        for r in inst.requirements:
+            if name(r) not in TOOLS:
+                reqs[name(r)] = r
+                if inst.no_deps and inst.requirements:
+                    no_deps.add(name(r))
+        for e in inst.editable:
+            extras += [x for x in extras_of(e) if x not in extras]
+        constraints += [c for c in inst.constraints if c not in constraints]
+    # torch's wheel alone comes --no-deps from where the machine provides it; its dependencies follow from another
+    # install of the same pin, so it is not a package installed without its dependencies.
+    no_deps -= {n for inst in installs if not inst.no_deps for n in map(name, inst.requirements)}
+    return InstallSet(reqs, extras, constraints, no_deps, installs)
+
+
+def makefile(target: str, root: Path = ROOT) -> InstallSet:
+    """What the Makefile's rule ``target`` (``"$(STAMP)"``: the book, ``"$(TEST_STAMP)"``: the tests) installs."""
+    text = (root / "Makefile").read_text()
+    return _gather(install_commands(recipe(text, target), makefile_variables(text)))
+
+
+def book(root: Path = ROOT) -> InstallSet:
+    return makefile("$(STAMP)", root)
+
+
+def tests(root: Path = ROOT) -> InstallSet:
+    return makefile("$(TEST_STAMP)", root)
+
+
+def pyproject(root: Path = ROOT) -> dict:
+    return tomllib.loads((root / "pyproject.toml").read_text())["project"]
+
+
+def project_requirements(extras: list[str], root: Path = ROOT) -> list[str]:
+    """The project's own dependencies and those of ``extras``, as pyproject.toml writes them."""
+    project = pyproject(root)
+    return list(project["dependencies"]) + [r for e in extras for r in project["optional-dependencies"][e]]
+
+
+def resolved(install: InstallSet, root: Path = ROOT) -> dict[str, list[str]]:
+    """Everything an install set asks for, by name: the project's requirements (with its extras) and the Makefile's
+    own; the resolver meets them all at once (``-c constraints.txt`` pins the result)."""
+    found: dict[str, list[str]] = {}
+    for r in project_requirements(install.extras, root) + list(install.requirements.values()):
+        found.setdefault(name(r), []).append(r)
+    return found
+
+
+def environment_yml(root: Path = ROOT) -> tuple[dict, InstallSet]:
+    """environment.yml's conda part and its pip section read as one requirements file."""
+    import yaml
+
+    env = yaml.safe_load((root / "environment.yml").read_text())
+    conda = [d for d in env["dependencies"] if isinstance(d, str)]
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    tokens = [t for line in pip for t in shlex.split(line)]
+    return {"name": env.get("name"), "conda": conda, "channels": env.get("channels", [])}, _gather(
+        [parse_install_args(tokens)])
+
+
+def requires_python(root: Path = ROOT) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """pyproject.toml's ``requires-python`` as (lowest version, first version above the range)."""
+    text = pyproject(root)["requires-python"]
+    m = re.fullmatch(r">=\s*([\d.]+)\s*,\s*<\s*([\d.]+)", text.replace(" ", ""))
+    assert m, f"requires-python should read '>=X.Y.Z,<A.B', not {text!r}"
+    return tuple(map(int, m.group(1).split("."))), tuple(map(int, m.group(2).split(".")))
