@@ -554,8 +554,18 @@ def gguf_roundtrip(weight: torch.Tensor, qtype: str) -> torch.Tensor:
 
 
 @torch.inference_mode()
+def decoder_checks(names: Sequence[str], n: int = 16, seed: int = 0, store=None):
+    """``decoder_check`` of every GGUF decoder among ``names`` (others are left out), one row each; an empty frame
+    when there is none."""
+    import pandas as pd
+
+    rows = [decoder_check(m, n=n, seed=seed, store=store) for m in names
+            if m in formats.PACKAGES and formats.PACKAGES[m].fmt == "gguf"]
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=["model", "status"])
+
+
 def quantisation_effect(name: str = "minilm-l6", types: Sequence[str] = QUANTISABLE_TYPES, n: int = 32,
-                        seed: int = 0, max_length: int = 128, source: str = "prose"):
+                        seed: int = 0, max_length: int = 128, source: str = "prose", store=None):
     """Each layer's mean cosine and sigma_1 share (``taps.extract`` on ``n`` examples of ``source``) of a float model
     of the registry, and of the same model with every 2-D weight (linear maps and embedding tables; norms and biases
     stay float32, as in the GGUF files) quantised to each GGUF type of ``types`` and dequantised
@@ -563,6 +573,15 @@ def quantisation_effect(name: str = "minilm-l6", types: Sequence[str] = QUANTISA
     float model (``d_mean_cosine``, ``d_sigma1_share``), and per type the weights' relative RMS error and how many
     matrices were quantised (a matrix whose rows are not a whole number of the type's blocks is left float32 and
     counted in ``skipped``)."""
+    from . import results
+
+    key = {"what": "quantisation effect", "model": name, "types": list(types), "n": n, "seed": seed,
+           "max_length": max_length, "source": source}
+    return (store or results.Store()).cached(
+        CHECKS_CHAPTER, key, lambda: _quantisation_effect(name, types, n, seed, max_length, source))
+
+
+def _quantisation_effect(name, types, n, seed, max_length, source):
     import pandas as pd
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 

@@ -525,6 +525,15 @@ def every_run_holds(qk: pd.DataFrame) -> Outcome:
 LEARNT_NATS, SHARP_RATIO = 0.5, 0.9
 
 
+def learnt_words(model: str, nats: float, unigram_nats: float) -> str:
+    """The book's one definition of a language model that learnt (a loss at least ``LEARNT_NATS`` below the unigram
+    model of the same tokens), as the sentence a page prints about ``model``."""
+    gain = unigram_nats - nats
+    verdict = "a model that learnt" if gain >= LEARNT_NATS else "not a model that learnt"
+    return (f"{model} is {verdict} by the book's definition: {gain:.2f} nats a token below the unigram model "
+            f"(at least {LEARNT_NATS} asked)")
+
+
 def ablation_learnt(ablation: pd.DataFrame) -> tuple[float, float]:
     """What the two conditions read: the runs' mean final loss below the unigram baseline (nats; NaN without a
     ``unigram`` column) and the standard runs' mean entropy ratio (row entropy / uniform row's)."""
@@ -803,7 +812,7 @@ def verdict_rows(chapter: str, profile: str, frames: dict[str, pd.DataFrame],
             else:
                 outcome = RULES[c.rule](*selected, **c.params)
                 value = outcome.value
-                verdict = UNTESTABLE if outcome.holds is None else HOLDS if outcome.holds else FAILS
+                verdict = verdict_word(outcome)
                 if outcome.holds is None:
                     why = f"the measured models cannot decide it: {outcome.value}"
         rows.append({"id": c.id, "paper": c.paper, "source": c.source, "section": c.section, "figure": c.figure,
@@ -813,6 +822,17 @@ def verdict_rows(chapter: str, profile: str, frames: dict[str, pd.DataFrame],
     return pd.DataFrame(rows, columns=["id", "paper", "source", "section", "figure", "chapter", "claim", "evidence",
                                        "quantity", "scope", "verdict", "value", "why", "tested_on", "stand_in",
                                        "profile"])
+
+
+def decide(claim_id: str, **frames: pd.DataFrame) -> Outcome:
+    """The rule of claim ``claim_id`` with its ledger parameters, on ``frames`` (named as its ``input``): what a
+    page prints about a subset of its models comes from the same function as the claims row."""
+    c = claim(claim_id)
+    return RULES[c.rule](*[frames[name] for name in c.input], **c.params)
+
+
+def verdict_word(outcome: Outcome) -> str:
+    return UNTESTABLE if outcome.holds is None else HOLDS if outcome.holds else FAILS
 
 
 def _key(chapter: str, profile: str, parameters: dict, what: str) -> dict:

@@ -186,6 +186,13 @@ def glue(name: str, value, fmt: str | None = None):
     # Returns None: a returned value would be displayed as a stray output when glue is a cell's last line.
 
 
+def glue_fields(prefix: str, row, fields: dict[str, str], absent: str = "not measured under this profile"):
+    """Glue ``<prefix>_<field>`` for each ``field: format`` of ``fields`` from ``row`` (a mapping or a frame row), or
+    ``absent`` for every one when ``row`` is None, so that a page builds under every profile."""
+    for field, fmt in fields.items():
+        glue(f"{prefix}_{field}", absent if row is None else fmt.format(row[field]))
+
+
 def glue_figure(name: str, fig, dpi: int = 110):
     """Glue a matplotlib figure for a ``{glue:figure}`` directive, save a PNG copy for people to look at, close it."""
     import matplotlib.pyplot as plt

@@ -654,6 +654,21 @@ def profile_shape(summary_frame: pd.DataFrame, metric: str = "sigma1_share", by:
     return pd.DataFrame(rows)
 
 
+def profile_words(shape: pd.DataFrame, summary_frame: pd.DataFrame, label: str,
+                  absent: str = "not measured under this profile") -> str:
+    """One profile in words for a page: its values from embeddings to last block and where its largest value sits
+    (``shape``: ``profile_shape`` by label; ``summary_frame``: ``summary``)."""
+    rows = shape[shape["label"] == label]
+    if rows.empty:
+        return absent
+    r = rows.iloc[0]
+    values = summary_frame[summary_frame["label"] == label].sort_values("relative_depth")["sigma1_share"]
+    where = "inside the stack" if r["interior_peak"] else "at an end"
+    return (f"{', '.join(f'{v:.3f}' for v in values)} from embeddings to last block; its largest value, "
+            f"{r['peak']:.3f}, is {where} (relative depth {r['peak_depth']:.2f}), {r['peak_to_ends']:.2f} times the "
+            f"mean of its two ends")
+
+
 def isotropic_sigma1_share(d, n: int = BATCH_SIZE):
     """The sigma_1 share that n isotropic Gaussian vectors in dimension d show by chance (Paper 2's anisotropy of a
     perfectly isotropic batch): the top eigenvalue of their sample covariance sits at the Marchenko-Pastur upper edge
