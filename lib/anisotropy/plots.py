@@ -35,6 +35,16 @@ def figure(ncols: int = 1, nrows: int = 1, height: float = 3.6, **kwargs):
                         **kwargs)
 
 
+def empty_figure(message: str):
+    """A small figure that says why there is nothing to draw (a model list empty under this profile), so that a
+    page's glued figure exists under every profile."""
+    fig, axes = figure(height=1.2)
+    ax = axes[0, 0]
+    ax.axis("off")
+    ax.text(0.5, 0.5, message, ha="center", va="center", fontsize="small", color="0.4", transform=ax.transAxes)
+    return fig
+
+
 # ---- Appendix B: the isotropic null -------------------------------------------------------------------------------
 
 def cosine_null_densities(samples: pd.DataFrame, exact: pd.DataFrame):

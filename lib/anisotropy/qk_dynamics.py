@@ -131,6 +131,15 @@ def runs(source: str, profile: str = "local", seeds=None, revisions=None, progre
     return suite_stages(source, profile, seeds, progress=progress)
 
 
+def twin_stages(name: str) -> list[Stage]:
+    """A pretrained model of the registry as a two-stage "run": its untrained twin (the same architecture, random
+    weights, the registry's offline tokenizer) at step 0 and its released weights at step 1. For models without
+    intermediate checkpoints (the real decoders offline) this is the only before and after there is; the first
+    stage is an initialisation, not the paper's first checkpoint after warm-up."""
+    run = f"{registry.spec(name).display}: untrained twin, then pretrained"
+    return [Stage(run, 0, 0, name, variant="untrained"), Stage(run, 0, 1, name, variant="pretrained")]
+
+
 def modality(stage: Stage) -> str:
     """"text" or "vision": what the stage's model reads (registry entry, or the folder's config)."""
     if not Path(stage.source).is_dir():
@@ -511,7 +520,8 @@ def alignment_summary(stats: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-__all__ = ["CHAPTER", "Stage", "revision_step", "multiberts_stages", "suite_stages", "pick_stages", "examples",
+__all__ = ["CHAPTER", "Stage", "revision_step", "multiberts_stages", "suite_stages", "twin_stages", "pick_stages",
+           "examples",
            "batches", "head_statistics", "step_statistics", "head_vectors", "step_vectors", "svd_basis",
            "projection_basis", "project_vectors", "project_means", "concatenated_alignment", "head_dynamics",
            "pick_heads",
