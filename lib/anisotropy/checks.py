@@ -581,6 +581,7 @@ def quantisation_effect(name: str = "minilm-l6", types: Sequence[str] = QUANTISA
         CHECKS_CHAPTER, key, lambda: _quantisation_effect(name, types, n, seed, max_length, source))
 
 
+@torch.no_grad()
 def _quantisation_effect(name, types, n, seed, max_length, source):
     import pandas as pd
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
