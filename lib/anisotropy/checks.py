@@ -26,13 +26,17 @@ WHISPER_PROMPT = ("<|startoftranscript|>", "<|notimestamps|>")  # English-only m
 MULTILINGUAL_PROMPT = ("<|startoftranscript|>", "<|en|>", "<|transcribe|>", "<|notimestamps|>")
 
 
-def _prompt_ids(tokenizer) -> list[int]:
+def _prompt_ids(tokenizer, vocab_size: int) -> list[int]:
     """The decoder prompt: English-only models start with <|startoftranscript|><|notimestamps|>; multilingual ones
-    (whose vocabulary has language tokens) are told the language and the task, English transcription."""
-    vocab = tokenizer.get_vocab()
-    prompt = MULTILINGUAL_PROMPT if "<|en|>" in vocab and "<|transcribe|>" in vocab and len(vocab) > 51864 \
-        else WHISPER_PROMPT
-    return [tokenizer.convert_tokens_to_ids(t) for t in prompt]
+    are told the language and the task, English transcription. Which one a model is follows from its output
+    vocabulary, as in OpenAI's code (``is_multilingual = n_vocab >= 51865``): the tokenizer's ``get_vocab()`` does not
+    tell (it has ``<|en|>`` and ``<|transcribe|>`` in both kinds, and counts 50,364 entries for Whisper base's
+    51,865-row embedding), and a multilingual model prompted without them writes "..." for every clip."""
+    prompt = MULTILINGUAL_PROMPT if vocab_size >= 51865 else WHISPER_PROMPT
+    ids = [tokenizer.convert_tokens_to_ids(t) for t in prompt]
+    if any(i is None or i == tokenizer.unk_token_id for i in ids):
+        raise ValueError(f"the tokenizer lacks a token of the prompt {prompt}: {ids}")
+    return ids
 
 
 def whisper_features(loaded, waveforms: Sequence[np.ndarray]) -> torch.Tensor:
@@ -63,7 +67,7 @@ def transcribe(loaded, waveforms: Sequence[np.ndarray], max_new_tokens: int = 12
     if encoded is None:
         features = whisper_features(loaded, waveforms).to(model.dtype)
         encoded = model.get_encoder()(features).last_hidden_state
-    prompt = _prompt_ids(tok)
+    prompt = _prompt_ids(tok, model.config.vocab_size)
     eos = config.eos_token_id
     suppress = torch.tensor(suppressed_tokens(model), dtype=torch.long)
     begin = torch.tensor(suppressed_tokens(model, begin=True), dtype=torch.long)
@@ -131,7 +135,7 @@ def whisper_against_ct2(loaded, examples: Sequence[dict], model_dir: str | os.Pa
         enc_hf = model.get_encoder()(features.to(model.dtype)).last_hidden_state.float().numpy()
     encoded_ct2 = ct2.encode(storage, to_cpu=True)
     enc_ct2 = np.asarray(encoded_ct2)
-    prompt = _prompt_ids(tok)
+    prompt = _prompt_ids(tok, model.config.vocab_size)
     results = ct2.generate(encoded_ct2, [prompt] * len(waves), beam_size=1, max_length=max_new_tokens,
                            return_logits_vocab=True)
     logit_diffs, masked_agree, logits_scale = [], True, 0.0

@@ -558,6 +558,11 @@ def convert_whisper_ct2(model_dir: str | os.PathLike, out_dir: str | os.PathLike
         tok = WhisperTokenizerFast(tokenizer_file=str(tokenizer_file), unk_token="<|endoftext|>",
                                    bos_token="<|endoftext|>", eos_token="<|endoftext|>", pad_token="<|endoftext|>",
                                    add_prefix_space=False)
+        if config.vocab_size >= 51865:
+            # a multilingual model (OpenAI's rule: n_vocab >= 51865) is told the language and the task, as its
+            # transcripts are decoded (checks.MULTILINGUAL_PROMPT): the transcripts that taps feeds the decoder start
+            # <|startoftranscript|><|en|><|transcribe|><|notimestamps|>, not the English-only prompt
+            tok.set_prefix_tokens(language="en", task="transcribe", predict_timestamps=False)
         tok.save_pretrained(out_dir)
     (out_dir / "conversion.json").write_text(json.dumps(
         {"source": str(model_dir / "model.bin"), "sha256": file_sha256(model_dir / "model.bin"),
