@@ -708,3 +708,37 @@ def paraphrase_check(loaded, paraphrases=PARAPHRASES, unrelated=UNRELATED) -> di
 
     close, far = sims(paraphrases), sims(unrelated)
     return {"paraphrases": close, "unrelated": far, "ordered": min(close) > max(far)}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# A masked language model of SMILES (rxnmapper's ALBERT): masked-token accuracy against the unigram baseline
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@torch.inference_mode()
+def masked_token_check(model, tokenizer, texts: Sequence[str], rate: float = 0.15, seed: int = 0) -> dict:
+    """Mask ``rate`` of the content tokens of each text (at least one; seeded), predict them with the masked LM
+    ``model`` (one text at a time) and count the right argmax predictions. The baseline is the unigram model of
+    the same texts (always the most frequent content token, counted over all of them: it sees the answers, so it is
+    generous). Returns accuracy, baseline accuracy, number of masked tokens and of [UNK] tokens."""
+    from collections import Counter
+
+    rng = np.random.default_rng(seed)
+    encoded = [tokenizer(t, return_special_tokens_mask=True) for t in texts]
+    counts = Counter(i for e in encoded for i, s in zip(e["input_ids"], e["special_tokens_mask"]) if not s)
+    most_common = counts.most_common(1)[0][0]
+    right = baseline = total = 0
+    for e in encoded:
+        ids = torch.tensor(e["input_ids"])
+        content = np.flatnonzero(~np.asarray(e["special_tokens_mask"], dtype=bool))
+        chosen = rng.choice(content, size=max(1, int(round(rate * len(content)))), replace=False)
+        masked = ids.clone()
+        masked[chosen] = tokenizer.mask_token_id
+        logits = model(input_ids=masked[None]).logits[0]
+        predicted = logits[chosen].argmax(-1)
+        right += int((predicted == ids[chosen]).sum())
+        baseline += int((ids[chosen] == most_common).sum())
+        total += len(chosen)
+    return {"accuracy": right / total, "unigram_accuracy": baseline / total, "masked": total,
+            "unknown_tokens": counts.get(tokenizer.unk_token_id, 0),
+            "most_common_token": tokenizer.convert_ids_to_tokens(most_common)}
