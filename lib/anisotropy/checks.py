@@ -26,13 +26,17 @@ WHISPER_PROMPT = ("<|startoftranscript|>", "<|notimestamps|>")  # English-only m
 MULTILINGUAL_PROMPT = ("<|startoftranscript|>", "<|en|>", "<|transcribe|>", "<|notimestamps|>")
 
 
-def _prompt_ids(tokenizer) -> list[int]:
+def _prompt_ids(tokenizer, vocab_size: int) -> list[int]:
     """The decoder prompt: English-only models start with <|startoftranscript|><|notimestamps|>; multilingual ones
-    (whose vocabulary has language tokens) are told the language and the task, English transcription."""
-    vocab = tokenizer.get_vocab()
-    prompt = MULTILINGUAL_PROMPT if "<|en|>" in vocab and "<|transcribe|>" in vocab and len(vocab) > 51864 \
-        else WHISPER_PROMPT
-    return [tokenizer.convert_tokens_to_ids(t) for t in prompt]
+    are told the language and the task, English transcription. Which one a model is follows from its output
+    vocabulary, as in OpenAI's code (``is_multilingual = n_vocab >= 51865``): the tokenizer's ``get_vocab()`` does not
+    tell (it has ``<|en|>`` and ``<|transcribe|>`` in both kinds, and counts 50,364 entries for Whisper base's
+    51,865-row embedding), and a multilingual model prompted without them writes "..." for every clip."""
+    prompt = MULTILINGUAL_PROMPT if vocab_size >= 51865 else WHISPER_PROMPT
+    ids = [tokenizer.convert_tokens_to_ids(t) for t in prompt]
+    if any(i is None or i == tokenizer.unk_token_id for i in ids):
+        raise ValueError(f"the tokenizer lacks a token of the prompt {prompt}: {ids}")
+    return ids
 
 
 def whisper_features(loaded, waveforms: Sequence[np.ndarray]) -> torch.Tensor:
@@ -63,7 +67,7 @@ def transcribe(loaded, waveforms: Sequence[np.ndarray], max_new_tokens: int = 12
     if encoded is None:
         features = whisper_features(loaded, waveforms).to(model.dtype)
         encoded = model.get_encoder()(features).last_hidden_state
-    prompt = _prompt_ids(tok)
+    prompt = _prompt_ids(tok, model.config.vocab_size)
     eos = config.eos_token_id
     suppress = torch.tensor(suppressed_tokens(model), dtype=torch.long)
     begin = torch.tensor(suppressed_tokens(model, begin=True), dtype=torch.long)
@@ -131,7 +135,7 @@ def whisper_against_ct2(loaded, examples: Sequence[dict], model_dir: str | os.Pa
         enc_hf = model.get_encoder()(features.to(model.dtype)).last_hidden_state.float().numpy()
     encoded_ct2 = ct2.encode(storage, to_cpu=True)
     enc_ct2 = np.asarray(encoded_ct2)
-    prompt = _prompt_ids(tok)
+    prompt = _prompt_ids(tok, model.config.vocab_size)
     results = ct2.generate(encoded_ct2, [prompt] * len(waves), beam_size=1, max_length=max_new_tokens,
                            return_logits_vocab=True)
     logit_diffs, masked_agree, logits_scale = [], True, 0.0
@@ -210,6 +214,41 @@ def vgg_against_craft(pixel_values: torch.Tensor, path: str | os.PathLike | None
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# EfficientNet-lite0: the check against the reference package's own module
+# ---------------------------------------------------------------------------------------------------------------------
+
+# ImageNet-1k classes that are right for scikit-image's photographs: chelsea is a cat (tabby, tiger cat, Persian,
+# Siamese, Egyptian cat), coffee a cup of coffee (espresso, cup, coffee mug)
+IMAGENET_CATS = (281, 282, 283, 284, 285)
+IMAGENET_COFFEE = (967, 968, 504)
+
+
+@torch.inference_mode()
+def efficientnet_against_reference(pixel_values: torch.Tensor, model=None, path: str | os.PathLike | None = None
+                                   ) -> dict:
+    """Load the state dict into the ``efficientnet-lite-pytorch`` package's own ``EfficientNet`` (built by
+    ``EfficientNet.from_name('efficientnet-lite0')``, strict) and compare its logits (its own ``forward``) with
+    ``model``'s (default: the converted ``EfficientNetLiteModel``) on ``pixel_values``. Returns the max |difference|
+    of the logits, their max |value|, both models' top-1 classes and softmax probabilities."""
+    from efficientnet_lite_pytorch import EfficientNet
+
+    path = Path(path) if path is not None else formats.PACKAGES["efficientnet-lite0"].path()
+    reference = EfficientNet.from_name("efficientnet-lite0")
+    reference.load_state_dict(formats.read_state_dict(path), strict=True)
+    reference.eval()
+    if model is None:
+        model = formats.EfficientNetLiteModel.from_pretrained(str(formats.converted_folder("efficientnet-lite0")))
+    model.eval()
+    x = pixel_values.float()
+    theirs = reference(x)
+    ours = model(pixel_values=x).logits
+    probs = ours.softmax(-1)
+    return {"max_abs": float((ours - theirs).abs().max()), "scale": float(theirs.abs().max()),
+            "top1": ours.argmax(-1).tolist(), "top1_reference": theirs.argmax(-1).tolist(),
+            "top1_probability": probs.max(-1).values.tolist()}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 # The checks as a table for the chapters (cached in the results store)
 # ---------------------------------------------------------------------------------------------------------------------
 
@@ -262,6 +301,16 @@ def check_conversion(name: str, source: str, n: int, seed: int = 0, data_options
             return _not_checked(name, reference, "not checked here: onnxruntime is not installed "
                                                  "(pip install onnxruntime==1.32.0)")
         version, source_file = onnxruntime.__version__, pkg.path()
+    elif name == "efficientnet-lite0":
+        reference = "efficientnet-lite-pytorch's EfficientNet"
+        try:
+            from importlib.metadata import version as _version
+
+            version = _version("efficientnet-lite-pytorch")
+        except Exception:
+            return _not_checked(name, reference, "not checked here: efficientnet-lite-pytorch is not installed "
+                                                 "(pip install efficientnet-lite-pytorch==0.1.0)")
+        source_file = pkg.path()
     else:
         reference, version, source_file = "original CRAFT module (craft_reference)", "CRAFT-pytorch", pkg.path()
     key = {"what": "conversion check", "model": name, "sha256": formats.source_hash(source_file), "reference": reference,
@@ -289,6 +338,15 @@ def check_conversion(name: str, source: str, n: int, seed: int = 0, data_options
             for state_name, m in r["maps"].items():
                 rows.append({"model": name, "compared with": f"{reference} {version}", "what": state_name,
                              "n": len(examples), "max_abs": m["max_abs"], "scale": m["scale"], "status": "checked"})
+        elif name == "efficientnet-lite0":
+            pixels = loaded.preprocessor(examples, return_tensors="pt", input_data_format="channels_last")
+            r = efficientnet_against_reference(pixels["pixel_values"], model=loaded.model)
+            rows.append({"model": name, "compared with": f"{reference} {version}",
+                         "what": "logits (1000 ImageNet classes)", "n": len(examples), "max_abs": r["max_abs"],
+                         "scale": r["scale"],
+                         "status": "checked; top-1 classes " + ", ".join(map(str, r["top1"])) +
+                                   (" (the reference's too)" if r["top1"] == r["top1_reference"] else
+                                    f" (the reference's: {r['top1_reference']})")})
         else:
             pixels = loaded.preprocessor(examples, return_tensors="pt", input_data_format="channels_last")
             r = vgg_against_craft(pixels["pixel_values"], model=loaded.model)
@@ -670,3 +728,37 @@ def paraphrase_check(loaded, paraphrases=PARAPHRASES, unrelated=UNRELATED) -> di
 
     close, far = sims(paraphrases), sims(unrelated)
     return {"paraphrases": close, "unrelated": far, "ordered": min(close) > max(far)}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# A masked language model of SMILES (rxnmapper's ALBERT): masked-token accuracy against the unigram baseline
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@torch.inference_mode()
+def masked_token_check(model, tokenizer, texts: Sequence[str], rate: float = 0.15, seed: int = 0) -> dict:
+    """Mask ``rate`` of the content tokens of each text (at least one; seeded), predict them with the masked LM
+    ``model`` (one text at a time) and count the right argmax predictions. The baseline is the unigram model of
+    the same texts (always the most frequent content token, counted over all of them: it sees the answers, so it is
+    generous). Returns accuracy, baseline accuracy, number of masked tokens and of [UNK] tokens."""
+    from collections import Counter
+
+    rng = np.random.default_rng(seed)
+    encoded = [tokenizer(t, return_special_tokens_mask=True) for t in texts]
+    counts = Counter(i for e in encoded for i, s in zip(e["input_ids"], e["special_tokens_mask"]) if not s)
+    most_common = counts.most_common(1)[0][0]
+    right = baseline = total = 0
+    for e in encoded:
+        ids = torch.tensor(e["input_ids"])
+        content = np.flatnonzero(~np.asarray(e["special_tokens_mask"], dtype=bool))
+        chosen = rng.choice(content, size=max(1, int(round(rate * len(content)))), replace=False)
+        masked = ids.clone()
+        masked[chosen] = tokenizer.mask_token_id
+        logits = model(input_ids=masked[None]).logits[0]
+        predicted = logits[chosen].argmax(-1)
+        right += int((predicted == ids[chosen]).sum())
+        baseline += int((ids[chosen] == most_common).sum())
+        total += len(chosen)
+    return {"accuracy": right / total, "unigram_accuracy": baseline / total, "masked": total,
+            "unknown_tokens": counts.get(tokenizer.unk_token_id, 0),
+            "most_common_token": tokenizer.convert_ids_to_tokens(most_common)}

