@@ -641,10 +641,20 @@ def qk_attention_entropy(stats: pd.DataFrame):
     return fig
 
 
+def _stage_axis(ax, steps, stage_names: dict | None) -> None:
+    """The x axis of a run: training steps, or named stages (``{0: "untrained twin", 1: "pretrained"}``)."""
+    if stage_names:
+        ax.set_xticks(sorted(stage_names), [stage_names[k] for k in sorted(stage_names)])
+        ax.set_xlabel("")
+    else:
+        _training_step_axis(ax, steps)
+
+
 def qk_statistic_by_run(stats: pd.DataFrame, column: str = "cos_qk", ylabel: str = "cos(Q̄, K̄)",
-                        band: float | dict | None = None, max_cols: int = 3):
+                        band: float | dict | None = None, max_cols: int = 3, stage_names: dict | None = None):
     """Paper 1, Figure 23 (and its extension to other models): a per-head statistic along training, one panel per
-    run, one line per head coloured by layer. ``band``: ±band shaded (a number, or one per run)."""
+    run, one line per head coloured by layer. ``band``: ±band shaded (a number, or one per run); ``stage_names``:
+    names for the steps instead of a training-step axis."""
     runs = list(dict.fromkeys(stats["run"]))
     fig, axes = _panel_grid(len(runs), max_cols=max_cols, height=2.8, sharey=True)
     for ax, run in zip(axes, runs):
@@ -659,7 +669,7 @@ def qk_statistic_by_run(stats: pd.DataFrame, column: str = "cos_qk", ylabel: str
             line = line.sort_values("step")
             ax.plot(line["step"], line[column], color=colours[layer], lw=0.9, alpha=0.85,
                     label=f"layer {layer + 1}" if head == part["head"].min() else None)
-        _training_step_axis(ax, part["step"])
+        _stage_axis(ax, part["step"], stage_names)
         ax.set_title(run, fontsize="small")
     axes[0].set_ylabel(ylabel)
     axes[-1].legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
@@ -678,7 +688,7 @@ def qk_concatenated_by_seed(frame: pd.DataFrame, band: float | None = None, max_
     return fig
 
 
-def qk_entropy_by_run(stats: pd.DataFrame, max_cols: int = 3):
+def qk_entropy_by_run(stats: pd.DataFrame, max_cols: int = 3, stage_names: dict | None = None):
     """Paper 1, Figure 15 for several runs: mean attention entropy per layer along training, one panel per run,
     as a fraction of the uniform-attention ceiling (so runs with different sequence lengths compare)."""
     runs = list(dict.fromkeys(stats["run"]))
@@ -692,7 +702,7 @@ def qk_entropy_by_run(stats: pd.DataFrame, max_cols: int = 3):
             line = per_layer[per_layer["layer"] == layer].sort_values("step")
             ax.plot(line["step"], line["entropy"] / line["entropy_uniform"], color=colours[layer], marker="o", ms=2,
                     label=f"layer {layer + 1}")
-        _training_step_axis(ax, per_layer["step"])
+        _stage_axis(ax, per_layer["step"], stage_names)
         ax.set_title(run, fontsize="small")
     axes[0].set_ylabel("attention entropy / uniform")
     axes[-1].legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
