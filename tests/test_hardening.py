@@ -606,7 +606,8 @@ def test_killed_sweep_resumes_where_it_stopped(repo_copy):
     proc = run_cli(repo_copy, *args)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert re.search(r"^\[1/2\] appendix_b_isotropic__seed=101 .* reused$", proc.stdout, flags=re.M), proc.stdout
-    assert re.search(r"^\[2/2\] appendix_b_isotropic__seed=102 .* \d+\.\d s$", proc.stdout, flags=re.M), proc.stdout
+    assert re.search(r"^\[2/2\] appendix_b_isotropic__seed=102 .* \d+\.\d s \(\d+ s CPU\)$", proc.stdout, flags=re.M), \
+        proc.stdout
     assert mtimes(sweeps, first) == {first: notebooks_then[first]}
     now = mtimes(store, "*")
     assert {k: now[k] for k in results_then} == results_then, "a finished result was written again"

@@ -308,7 +308,7 @@ def test_an_interrupted_parallel_build_stops_its_kernels_and_resumes(tmp_path):
             proc.kill()
     assert proc.returncode == 128 + signal.SIGTERM, out + err
     assert err.strip().splitlines()[-1].startswith("interrupted (SIGTERM): finished notebooks and results are kept")
-    assert re.search(rf"^\[1/3\] {short} .* \d+\.\d s$", out, flags=re.M), out
+    assert re.search(rf"^\[1/3\] {short} .* \d+\.\d s \(\d+ s CPU\)$", out, flags=re.M), out
     gone, alive = psutil.wait_procs(kernels, timeout=hang_guard(5))  # returns as soon as all are gone
     assert not alive, "an interrupted build leaves no kernel running"
     assert not (executed / f"{long}.ipynb").exists(), "an interrupted chapter never carries a finished name"
