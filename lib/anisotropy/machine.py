@@ -3,8 +3,9 @@ different machines (or on the same machine on different days) can be compared.
 
 Machines sold under one name differ about 3x in speed from host to host and day to day, and not uniformly: one 2-core
 AMD EPYC did large matrix products as fast as another but ran the suites' small training steps three times slower,
-because it paid ~10 us per page fault and its memory streamed at ~2 GB/s. So the calibration measures each kind of
-work the build does, in a few seconds:
+because it paid ~10 us per page fault (fresh pages filled at ~5 GB/s, against ~11 GB/s for copies into memory
+already touched; a freshly allocated 33 MB tensor cost five times a write into an old one). So the calibration
+measures each kind of work the build does, in a few seconds:
 
 - ``gemm_gflops_1`` / ``gemm_gflops_all``: float32 matrix products of 1024 x 1024, one thread and every core (GFLOP/s);
 - ``stream_gbs``: copying 64 MiB into memory already touched (GB/s, read + write);

@@ -591,9 +591,9 @@ def build(profile: str = "local", force: bool = False, recompute: bool = False, 
 
     start, cpu_start = time.perf_counter(), _cpu_seconds()
     jobs = max(1, jobs or cores())
-    ref = machine.reference()
-    cal = None
+    cal = ref = None
     if profile == machine.REFERENCE_PROFILE:  # the full-size build: its times are worth comparing across machines
+        ref = machine.reference()
         cal = machine.calibrate(profile)
         print(f"This machine: {machine.describe(cal)} (calibrated in {cal['seconds']:.0f} s).", flush=True)
     if cal and ref and ref.get("calibration") and ref.get("profile") == profile:
