@@ -203,6 +203,24 @@ def test_per_model_examples_give_a_model_its_own_sample(store, monkeypatch):
         layerwise.measure_models(refs, source="prose", n=3, store=store, per_model={"gpt2": {"seed": 2}})
 
 
+def test_per_model_source_gives_a_model_another_language(store, monkeypatch):
+    # RXNMapper's ALBERT reads SMILES on the character-level page, the other models prose: its rows are those of
+    # measuring it alone on that source (read back from the store), and its data sample is the SMILES one
+    calls = []
+    original = data.load
+    monkeypatch.setattr(data, "load", lambda source, n, seed=0, **options: calls.append((source, n))
+                        or original(source, n, seed, **options))
+    refs = layerwise.model_refs(["bert-base-uncased", "gpt2"], "tiny", pretrained=[])
+    frame, _ = layerwise.measure_models(refs, source="prose", n=3, seed=1, max_length=MAX_LENGTH, store=store,
+                                        per_model={"gpt2": {"source": "reaction-smiles", "n": 4}})
+    assert calls == [("prose", 3), ("reaction-smiles", 4)]
+    alone, _ = layerwise.measure_models(refs[1:], source="reaction-smiles", n=4, seed=1, max_length=MAX_LENGTH,
+                                        store=store)
+    assert len(calls) == 2
+    pd.testing.assert_frame_equal(alone.reset_index(drop=True),
+                                  frame[frame["model"] == "gpt2"].reset_index(drop=True))
+
+
 def _planted_frame():
     layers = np.arange(9)
     drift = np.exp(layers / 3.0)

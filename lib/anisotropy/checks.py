@@ -762,3 +762,23 @@ def masked_token_check(model, tokenizer, texts: Sequence[str], rate: float = 0.1
     return {"accuracy": right / total, "unigram_accuracy": baseline / total, "masked": total,
             "unknown_tokens": counts.get(tokenizer.unk_token_id, 0),
             "most_common_token": tokenizer.convert_ids_to_tokens(most_common)}
+
+
+def smiles_check(name: str = "rxnmapper-albert", n: int = 36, seed: int = 0, store=None):
+    """``masked_token_check`` of a SMILES masked LM of the registry (its converted folder, with the masked-LM head) on
+    ``n`` reactions of the ``reaction-smiles`` source, cached in the results store: one row with ``model``,
+    ``accuracy``, ``unigram_accuracy``, ``masked``, ``unknown_tokens`` and ``most_common_token``."""
+    import pandas as pd
+
+    from . import data, registry, results
+
+    def compute():
+        from transformers import AlbertForMaskedLM
+
+        loaded = registry.load(name)
+        mlm = AlbertForMaskedLM.from_pretrained(str(formats.converted_folder(name))).eval()
+        found = masked_token_check(mlm, loaded.preprocessor, data.load("reaction-smiles", n, seed=seed), seed=seed)
+        return pd.DataFrame([{"model": registry.spec(name).display, **found}])
+
+    key = {"what": "SMILES masked-token check", "model": name, "n": n, "seed": seed}
+    return (store or results.Store()).cached(CHECKS_CHAPTER, key, compute)

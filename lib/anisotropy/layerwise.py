@@ -398,9 +398,10 @@ def measure_models(refs: Iterable[ModelRef], *, source: str, n: int, seed: int =
                    per_model: dict | None = None) -> tuple[pd.DataFrame, list[Skipped]]:
     """Measure every ref on the same ``n`` examples of ``source`` (``data.load(source, n, seed, **data_options)``,
     loaded once and only if some model is not in the store). ``part`` is one part name for every model, or ``{model name: part}``.
-    ``per_model`` = ``{model name: {"n": ..., "data_options": ..., "max_length": ...}}`` gives a model other
-    examples than the rest: more of them where it keeps fewer vectors per example (CANINE's downsampled layers keep one
-    in four characters, a late MiT stage 49 patches an image), longer clips for a decoder that reads their transcripts.
+    ``per_model`` = ``{model name: {"n": ..., "data_options": ..., "max_length": ..., "source": ...}}`` gives a model
+    other examples than the rest: more of them where it keeps fewer vectors per example (CANINE's downsampled layers
+    keep one in four characters, a late MiT stage 49 patches an image), longer clips for a decoder that reads their
+    transcripts, another source for a model that reads another language (SMILES for a model of chemistry).
 
     Returns the concatenated rows and the models that could not be measured here (remote code, gated, a missing
     revision, too large for the device, or a layer where every vector is zero or not finite), each with its one-line
@@ -411,23 +412,24 @@ def measure_models(refs: Iterable[ModelRef], *, source: str, n: int, seed: int =
 
     cache: dict = {}
 
-    def examples(n, options):
-        key = (n, repr(sorted((options or {}).items())))
+    def examples(src, n, options):
+        key = (src, n, repr(sorted((options or {}).items())))
         if key not in cache:
             cache.clear()  # one set of examples in memory at a time
-            cache[key] = data.load(source, n, seed, **dict(options or {}))
+            cache[key] = data.load(src, n, seed, **dict(options or {}))
         return cache[key]
 
     for name, own in (per_model or {}).items():
-        if not set(own) <= {"n", "data_options", "max_length"}:
-            raise ValueError(f"per_model[{name!r}] may set n, data_options and max_length, got {sorted(own)}")
+        if not set(own) <= {"n", "data_options", "max_length", "source"}:
+            raise ValueError(f"per_model[{name!r}] may set n, data_options, max_length and source, got {sorted(own)}")
     frames, skipped = [], []
     unavailable = (hub.Unavailable, registry.ModelTooLargeError, UnmeasurableError)
     for ref in refs:
         ref_part = part.get(ref.name) if isinstance(part, dict) else part
-        own = {"n": n, "data_options": data_options, "max_length": max_length, **(per_model or {}).get(ref.name, {})}
+        own = {"n": n, "data_options": data_options, "max_length": max_length, "source": source,
+               **(per_model or {}).get(ref.name, {})}
         try:
-            frames.append(measure(ref, lambda own=own: examples(own["n"], own["data_options"]), source=source,
+            frames.append(measure(ref, lambda own=own: examples(own["source"], own["n"], own["data_options"]),
                                   seed=seed, batch_size=batch_size, keep_special=keep_special, part=ref_part,
                                   stats=stats, reservoir_size=reservoir_size, device=device, dtype=dtype,
                                   store=store, **own))
