@@ -261,9 +261,10 @@ def measure(loaded, examples: Iterable, batch_size: int = BATCH_SIZE, n_batches:
 
     With ``shuffle_seed`` every example is read and each layer's vectors of all of them are shuffled before
     batching, as the second paper does (``BatchedLayer``; which vectors count: ``taps``); with None, text is fed only
-    until every layer holds ``n_batches`` batches of ``batch_size`` vectors, in stream order. Returns one row per (layer, batch) with ``layer``, ``relative_depth`` (layer / last layer, in [0, 1]),
-    ``n_layers``, ``after_final_norm`` (True for the state that went through a decoder's final norm),
-    ``batches_available`` and the metrics. With ``split_final_norm`` the last block's output appears twice at the last
+    until every layer holds ``n_batches`` batches of ``batch_size`` vectors, in stream order. Returns one row per
+    (layer, batch) with ``layer``, ``relative_depth`` (layer / last layer, in [0, 1]), ``n_layers``,
+    ``after_final_norm`` (True for the state that went through a decoder's final norm), ``batches_available`` and
+    the metrics. With ``split_final_norm`` the last block's output appears twice at the last
     layer: before (``after_final_norm`` False) and after the final norm (True). Raises when a layer gets no full
     batch: give more text or a smaller ``batch_size``. ``part`` ("encoder" / "decoder" of an encoder-decoder such
     as Whisper, see ``taps``) measures that stack alone, its layers numbered from 0 within it.
