@@ -67,46 +67,76 @@ def test_every_layer_above_and_close_to_isotropic_and_majority():
     three = layers({"a": [0.01, 0.02], "b": [0.05, 0.0], "c": [0.5, 0.6]}, family="cnn")
     assert claims.majority_isotropic(three, threshold=0.1).holds
     assert claims.majority_isotropic(layers({"a": [0.01], "b": [0.5], "c": [0.6]}), threshold=0.1).holds is False
+    # "most CNNs" of one CNN is that CNN: not decided
+    out = claims.majority_isotropic(layers({"a": [0.01, 0.02]}), threshold=0.1, min_models=2)
+    assert out.holds is None and "too few models: 1" in out.value
 
 
 def test_falls_with_depth():
     assert claims.falls_with_depth(layers({"resnet": [0.9, 0.7, 0.5, 0.2]})).holds
     out = claims.falls_with_depth(layers({"resnet": [0.2, 0.5, 0.7, 0.9]}))
     assert out.holds is False and "+1.00" in out.value
+    assert claims.falls_with_depth(layers({"resnet": [0.9, 0.7, 0.5]}), min_layers=4).holds is None
 
 
 def test_group_above_compares_group_means_by_model_or_family():
-    frame = pd.concat([layers({"c": [0.6, 0.7]}), layers({"s": [0.2, 0.3]})])
-    assert claims.group_above(frame, high={"models": ["c"]}, low={"models": ["s"]}).holds
-    assert claims.group_above(frame, high={"models": ["s"]}, low={"models": ["c"]}).holds is False
-    mixed = pd.concat([layers({"w2v": [0.5, 0.6]}, family="speech"), layers({"resnet": [0.1, 0.0]}, family="cnn")])
+    frame = pd.concat([layers({"c": [0.6, 0.7], "c2": [0.5, 0.6]}), layers({"s": [0.2, 0.3], "s2": [0.1, 0.3]})])
+    assert claims.group_above(frame, high={"models": ["c", "c2"]}, low={"models": ["s", "s2"]}).holds
+    assert claims.group_above(frame, high={"models": ["s", "s2"]}, low={"models": ["c", "c2"]}).holds is False
+    # one model against one compares two draws, not two kinds of model (CANINE-c against CANINE-s)
+    out = claims.group_above(frame, high={"models": ["c"]}, low={"models": ["s"]}, min_models=2)
+    assert out.holds is None and "too few models in a group: 1" in out.value
+    mixed = pd.concat([layers({"w2v": [0.5, 0.6], "vit": [0.4, 0.5]}, family="speech"),
+                       layers({"resnet": [0.1, 0.0], "van": [0.0, 0.1]}, family="cnn")])
     assert claims.group_above(mixed, high={"families": ["speech", "vision-transformer"]},
                               low={"families": ["cnn"]}).holds
     assert claims.group_above(mixed, high={"families": ["speech"]}, low={"families": ["decoder"]}).holds is None
 
 
-def corr(rows) -> pd.DataFrame:
+def corr(rows, n_layers: int = 13) -> pd.DataFrame:
     return pd.DataFrame([{"label": n, "model": n, "variant": "pretrained", "family": f, "spearman": r,
-                          "spearman_p": p} for n, f, r, p in rows])
+                          "spearman_p": p, "n_layers": n_layers} for n, f, r, p in rows])
 
 
-def test_drift_correlated_and_contrast():
+def test_drift_correlated_leaves_out_models_too_short_to_be_significant():
     frame = corr([("bert", "token-level", 0.9, 0.001), ("gpt2", "token-level", 0.8, 0.01),
                   ("vit", "vision-transformer", 0.2, 0.4), ("resnet", "cnn", 0.1, 0.7), ("van", "cnn", 0.9, 0.01),
                   ("cvt", "cnn", -0.8, 0.01)])
     out = claims.drift_correlated(frame, alpha=0.05, share=0.5)
     assert out.holds and "2 of 3" in out.value and "vit" in out.value  # the CNNs are left out
     assert claims.drift_correlated(frame, alpha=0.005, share=0.5).holds is False
-    assert claims.drift_contrast(frame, alpha=0.05).holds  # 1 of 3 CNNs positive, 2 of 3 Transformers
-    flipped = frame.assign(spearman=np.where(frame["family"] == "cnn", 0.9, 0.1), spearman_p=0.001)
-    assert claims.drift_contrast(flipped, alpha=0.05).holds is False
+    short = frame.assign(n_layers=np.where(frame["label"] == "gpt2", 5, 13))
+    out = claims.drift_correlated(short, alpha=0.005, share=0.75)  # bert of bert and vit
+    assert out.holds is False and "1 of 2" in out.value and "left out, too few layers: gpt2" in out.value
+    assert claims.drift_correlated(frame.assign(n_layers=5), min_layers=6).holds is None
 
 
-# Section 4: a block sweep whose shape is known
+def test_drift_contrast_counts_no_significance_as_undecided_never_as_support():
+    transformers = [("bert", "token-level", 0.9, 0.001), ("gpt2", "token-level", 0.8, 0.01)]
+    # CNNs of four or five stage points are never significant: "not significant" was the default, and no support
+    few_points = corr(transformers + [("resnet", "cnn", 0.1, 0.8), ("van", "cnn", 0.3, 0.6)], n_layers=5)
+    out = claims.drift_contrast(few_points, alpha=0.05, max_rho=0.5, min_models=2)
+    assert out.holds is None and "too few CNNs with enough layers" in out.value
+    # long CNNs whose interval excludes a strong correlation support it, where Transformers are correlated
+    flat = corr(transformers + [("resnet", "cnn", 0.05, 0.8), ("van", "cnn", -0.1, 0.5)], n_layers=60)
+    out = claims.drift_contrast(flat, alpha=0.05, max_rho=0.5, min_models=2)
+    assert out.holds and "2 of 2 decided CNNs without" in out.value
+    # long CNNs significantly correlated contradict it
+    correlated = corr(transformers + [("resnet", "cnn", 0.8, 0.001), ("van", "cnn", 0.7, 0.001)], n_layers=60)
+    assert claims.drift_contrast(correlated, alpha=0.05, max_rho=0.5, min_models=2).holds is False
+    lo, hi = claims.spearman_interval(0.0, 60)
+    assert lo == pytest.approx(-hi) and 0.2 < hi < 0.3
+    assert claims.spearman_interval(0.0, 5)[1] > 0.8  # five points: the interval covers almost everything
 
-def block(n_seeds: int = 2, crossing: bool = True) -> pd.DataFrame:
+
+# Section 4: a block sweep whose shape is known. N* (norms of the averages) = 16 + 12 * 0.99 / 2 = 21.94 and the
+# mean norms cross at 27.7, with grid norms on both sides of both within a factor 4.
+
+NORMS = (0, 1, 4, 8, 12, 16, 28, 40, 64, 256)
+
+
+def block(n_seeds: int = 2, crossing: bool = True, norms=NORMS, sharpening: float = 1e-6) -> pd.DataFrame:
     rows = []
-    norms = [0, 1, 4, 16, 28, 64, 256]
     for seed in range(n_seeds):
         for n in norms:
             out_avg = min(27.0, 1 + n) if crossing else 1000.0 + n
@@ -116,8 +146,11 @@ def block(n_seeds: int = 2, crossing: bool = True) -> pd.DataFrame:
                          "predicted_n_star": float(np.sqrt(768 - 0.55**2)),
                          "query_cosine": n / (n + 1.0), "key_cosine": n / (n + 2.0),
                          "softmax_max": 1 / 512 + 1e-4 * n, "softmax_min": 1 / 512 - 1e-6 * n,
-                         "entropy_ratio": 1 - 1e-6 * n**2})
+                         "entropy_ratio": 1 - sharpening * n**2})
     return pd.DataFrame(rows)
+
+
+COARSE = (0, 16, 32, 1024)  # the smoke profile's grid: one norm on each side of N*
 
 
 def test_rises_with_bias_and_fixed_points():
@@ -126,25 +159,44 @@ def test_rises_with_bias_and_fixed_points():
     assert claims.rises_with_bias(frame, columns=["query_cosine", "key_cosine"]).holds
     falling = frame.assign(query_cosine=1 - frame["query_cosine"])
     assert claims.rises_with_bias(falling, columns=["query_cosine", "key_cosine"]).holds is False
+    out = claims.rises_with_bias(block(norms=COARSE), columns=["output_drift_norm"], min_points=4)
+    assert out.holds is None and "too few bias norms up to 4 N*" in out.value
+    assert claims.rises_with_bias(block(crossing=False)).holds is None  # no N*: the regime cannot be placed
     out = claims.average_fixed_point(frame)
     # gap output - input: +0.99 at N = 16, -1.01 at N = 28, so the crossing interpolates to 16 + 12 * 0.99 / 2
     assert out.holds and "N* (norms of the averages) = 21.94" in out.value
     assert claims.average_fixed_point(block(crossing=False)).holds is False
+    out = claims.average_fixed_point(block(norms=COARSE), min_side=2)
+    assert out.holds is None and "1 below, 1 above" in out.value
+    # a second crossing inside the regime: no attracting fixed point
+    twice = frame.assign(output_drift_norm=np.where(frame["bias_norm"] == 40, 45.0, frame["output_drift_norm"]))
+    out = claims.average_fixed_point(twice)
+    assert out.holds is False and "more than once" in out.value
     stars = claims.crossings(frame, "output_drift_norm", "input_drift_norm", "post_ln")
     assert np.allclose(stars, 16 + 12 * 0.99 / 2.0)
+    assert claims.fixed_point(frame) == pytest.approx(16 + 12 * 0.99 / 2.0)
     # the mean norms cross where sqrt(0.55^2 + N^2) reaches 27.7128, which is the LayerNorm prediction
     assert claims.layernorm_fixed_point(frame, tolerance=0.01).holds
     assert claims.layernorm_fixed_point(frame.assign(predicted_n_star=20.0), tolerance=0.01).holds is False
+    assert claims.layernorm_fixed_point(block(norms=(0, 1, 1024)), tolerance=0.01).holds is None
 
 
-def test_rows_sharpen_and_uniform_at_fixed_point():
-    frame = block()
-    assert claims.rows_sharpen(frame).holds
-    flat = frame.assign(softmax_max=1 / 512, softmax_min=1 / 512)
+def test_rows_sharpen_decides_in_the_papers_regime_not_far_beyond_it():
+    # entropy 1 - 1e-6 N^2: a drop of 0.004 at N = 64 (2.9 N*), of 0.066 at N = 256 (11.7 N*) outside the regime
+    assert claims.rows_sharpen(block(), within=4.0, min_drop=0.01).holds is False
+    assert claims.rows_sharpen(block(), within=12.0, min_drop=0.01).holds  # the same sweep, read far beyond N*
+    sharp = block(sharpening=1e-5)  # a drop of 0.04 at N = 64
+    out = claims.rows_sharpen(sharp, within=4.0, min_drop=0.01)
+    assert out.holds and "from N = 0 to N = 64 (2.9 N*)" in out.value
+    flat = sharp.assign(softmax_max=1 / 512, softmax_min=1 / 512)
     assert claims.rows_sharpen(flat).holds is False
-    assert claims.uniform_at_fixed_point(frame, level=0.99).holds  # 1 - 1e-6 * 27.7^2 = 0.9992
-    assert claims.uniform_at_fixed_point(frame.assign(entropy_ratio=1 - 1e-4 * frame["bias_norm"] ** 2),
-                                         level=0.99).holds is False
+    assert claims.rows_sharpen(block(crossing=False)).holds is None
+
+
+def test_uniform_at_fixed_point():
+    assert claims.uniform_at_fixed_point(block(), level=0.99).holds  # 1 - 1e-6 * 27.7^2 = 0.9992
+    assert claims.uniform_at_fixed_point(block(sharpening=1e-4), level=0.99).holds is False
+    assert claims.uniform_at_fixed_point(block(norms=(0, 1, 1024)), level=0.99).holds is None
 
 
 def test_n_star_order_against_a_reference_model():
@@ -153,29 +205,42 @@ def test_n_star_order_against_a_reference_model():
     out = claims.n_star_order(block(), reference, low=0.2, high=5.0)
     assert out.holds and "ratio 1.46" in out.value
     assert claims.n_star_order(block(), reference.assign(mean_norm=500.0), low=0.2, high=5.0).holds is False
+    assert claims.n_star_order(block(crossing=False), reference).holds is None
 
 
-def test_scores_shift_and_spread():
+def score_frame(moves_at: tuple = (28.0, 1024.0)) -> pd.DataFrame:
+    """Scores of 4 heads at N = 0, 28 (about N*) and 1024; at the norms in ``moves_at`` they shift and spread."""
     rng = np.random.default_rng(0)
     rows = []
-    for n, loc, scale in ((0.0, 0.0, 0.01), (1024.0, 50.0, 3.0)):
+    for n in (0.0, 28.0, 1024.0):
+        loc, scale = (50.0, 3.0) if n in moves_at else (0.0, 0.01)
         for head in range(4):
             sign = 1 if head % 2 else -1
             rows.append(pd.DataFrame({"bias_norm": n, "head": head, "score": rng.normal(sign * loc, scale, 500)}))
-    frame = pd.concat(rows, ignore_index=True)
-    assert claims.scores_shift_and_spread(frame, share=0.9).holds
-    still = frame.assign(score=np.where(frame["bias_norm"] > 0, frame["score"] * 0 + 0.001, frame["score"]))
-    assert claims.scores_shift_and_spread(still, share=0.9).holds is False
+    return pd.concat(rows, ignore_index=True)
 
 
-# Section 5: per-head statistics along training whose dynamics are planted
+def test_scores_shift_and_spread_at_the_papers_norms():
+    assert claims.scores_shift_and_spread(score_frame(), block(), share=0.9).holds
+    # moving only at N = 1024 (47 N*) is the setup's N^2, not what the paper plots
+    out = claims.scores_shift_and_spread(score_frame(moves_at=(1024.0,)), block(), share=0.9)
+    assert out.holds is False and "to N = 28" in out.value
+    far = score_frame()[lambda f: f["bias_norm"] != 28.0]
+    assert claims.scores_shift_and_spread(far, block(), share=0.9).holds is None
+    assert claims.scores_shift_and_spread(score_frame(), block(crossing=False)).holds is None
 
-def qk(runs=("mlm seed 0",), opposite_from: int = 100, steps=(0, 50, 100, 200, 400, 1250), grow: bool = True,
-       n_layers: int = 4, n_heads: int = 4) -> pd.DataFrame:
+
+# Section 5: per-head statistics along training whose dynamics are planted; warm-up of 40 steps, so the comparison
+# starts at step 50
+
+def qk(runs=("mlm seed 0", "mlm seed 1"), opposite_from: int = 100, steps=(0, 50, 100, 200, 400, 1250),
+       grow: bool = True, n_layers: int = 4, n_heads: int = 4, warmup: int | None = 40,
+       during_warmup: bool = False) -> pd.DataFrame:
+    """``during_warmup``: everything moves between step 0 and the first checkpoint after warm-up, then stays."""
     rows = []
     for run in runs:
         for step in steps:
-            t = step / steps[-1] if grow else 0.0
+            t = (step > 0) * 1.0 if during_warmup else step / steps[-1] if grow else 0.0
             for layer in range(n_layers):
                 for head in range(n_heads):
                     sign = -1.0 if (layer == n_layers - 1 and step >= opposite_from) else 1.0
@@ -183,15 +248,23 @@ def qk(runs=("mlm seed 0",), opposite_from: int = 100, steps=(0, 50, 100, 200, 4
                     rows.append({"run": run, "seed": 0, "layer": layer, "head": head, "step": step, "head_dim": 32,
                                  "cos_qk": cos, "dot_qk": cos * (1 + 10 * t), "entropy": 4.0 - (2.0 * t),
                                  "entropy_uniform": 4.1, "q_mean": np.array([1.0 + t, 0.0]),
-                                 "k_mean": np.array([cos, np.sqrt(1 - cos**2)])})
+                                 "k_mean": np.array([cos, np.sqrt(1 - cos**2)]), "warmup": warmup})
     return pd.DataFrame(rows)
 
 
-def test_alignment_dot_entropy_rules():
-    grows = qk()
+def test_alignment_dot_entropy_rules_compare_from_the_end_of_warmup():
     for rule in (claims.alignment_grows, claims.dot_grows, claims.entropy_falls):
-        assert rule(grows).holds, rule.__name__
+        assert rule(qk()).holds, rule.__name__
         assert rule(qk(grow=False)).holds is False, rule.__name__
+        # everything moved during warm-up, nothing after: from step 0 it would hold
+        assert rule(qk(during_warmup=True)).holds is False, rule.__name__
+        assert rule(qk(runs=("mlm seed 0",)), min_runs=2).holds is None, rule.__name__
+        assert rule(qk(warmup=None)).holds is None, rule.__name__  # the frame does not say the warm-up
+        assert rule(qk(warmup=2000)).holds is None, rule.__name__  # no checkpoint after it
+    out = claims.entropy_falls(qk())
+    assert "step 50 → 1,250" in out.value and "2 of 2 runs" in out.value
+    assert claims.after_warmup(qk(runs=("a",)))["step"].min() == 50
+    assert claims.after_warmup(qk(runs=("a",), warmup=50))["step"].min() == 50
 
 
 def test_common_first_opposite_last_and_onset():
@@ -205,6 +278,13 @@ def test_common_first_opposite_last_and_onset():
     never = qk(opposite_from=10**9)
     assert claims.common_first_opposite_last(never).holds is False
     assert claims.opposite_onset(never).holds is False and "never negative" in claims.opposite_onset(never).value
+    # signs without a drift: the first layer's cosine does not grow after warm-up
+    assert claims.common_first_opposite_last(qk(grow=False)).holds is False
+    assert claims.common_first_opposite_last(qk(runs=("s0",))).holds is None
+    # no checkpoint between 4% and 16% of training: the grid cannot place an onset at 8%
+    sparse = qk(steps=(0, 10, 400, 1250), opposite_from=400)
+    out = claims.opposite_onset(sparse, share=0.08, factor=2.0)
+    assert out.holds is None and "too few runs with a checkpoint between 4% and 16%" in out.value
 
 
 def test_every_run_holds_needs_several_seeds():
@@ -212,13 +292,25 @@ def test_every_run_holds_needs_several_seeds():
     assert claims.every_run_holds(qk(runs=("s0",))).holds is None
     mixed = pd.concat([qk(runs=("s0", "s1")), qk(runs=("s2",), grow=False)])
     assert claims.every_run_holds(mixed).holds is False
+    assert claims.every_run_holds(qk(runs=("s0", "s1"), during_warmup=True)).holds is False
+
+
+def test_warmup_steps_of_the_runs_a_page_follows():
+    assert claims.warmup_steps("multiberts", "paper") == claims.MULTIBERTS_WARMUP == 10_000
+    from anisotropy import training
+
+    assert claims.warmup_steps("mlm", "local") == training.suite("mlm", "local")[0].warmup
+    assert claims.warmup_steps("no-such-suite", "local") is None
+
+
+ABLATION_COLUMNS = ["variant", "seed", "val_loss", "entropy_ratio", "mean_cosine"]
+ABLATION_BASE = [("standard", s, 2.0, 0.5, 0.30) for s in (0, 1)]
+ABLATION_WINNER = [("qk_norm", s, 1.95, 0.45, 0.10) for s in (0, 1)]
+ABLATION_LOSER = [("centred", s, 2.5, 0.9, 0.10) for s in (0, 1)]
 
 
 def test_sharp_without_anisotropy():
-    base = [("standard", s, 2.0, 0.5, 0.30) for s in (0, 1)]
-    winner = [("qk_norm", s, 1.95, 0.45, 0.10) for s in (0, 1)]
-    loser = [("centred", s, 2.5, 0.9, 0.10) for s in (0, 1)]
-    cols = ["variant", "seed", "val_loss", "entropy_ratio", "mean_cosine"]
+    base, winner, loser, cols = ABLATION_BASE, ABLATION_WINNER, ABLATION_LOSER, ABLATION_COLUMNS
     assert claims.sharp_without_anisotropy(pd.DataFrame(base + winner + loser, columns=cols)).holds
     assert claims.sharp_without_anisotropy(pd.DataFrame(base + loser, columns=cols)).holds is False
     assert claims.sharp_without_anisotropy(pd.DataFrame(base, columns=cols)).holds is None
@@ -253,39 +345,71 @@ def profiles_frame(curves: dict[str, tuple[str, list[float]]], step: int | None 
 
 BELL = [0.05, 0.3, 0.6, 0.4, 0.08]
 FLAT = [0.10, 0.11, 0.10, 0.12, 0.11]
+EARLY = [0.05, 0.6, 0.3, 0.2, 0.15, 0.12, 0.1, 0.08, 0.07, 0.06]  # peak at relative depth 0.11 (Gemma-3's case)
 
 
-def test_bell_shaped_consistent_and_decoders_above_encoders():
-    frame = profiles_frame({"gpt2": ("decoder", BELL), "opt": ("decoder", [0.1, 0.5, 0.3, 0.2]),
-                            "bert": ("encoder", FLAT), "roberta": ("encoder", [0.1, 0.11, 0.1, 0.13])})
+def test_bell_shaped_flat_and_decoders_above_encoders():
+    frame = profiles_frame({"gpt2": ("decoder", BELL), "opt": ("decoder", [0.1, 0.3, 0.5, 0.3, 0.2]),
+                            "bert": ("encoder", FLAT), "roberta": ("encoder", [0.1, 0.11, 0.1, 0.13, 0.1])})
     assert claims.bell_shaped(frame, stack="decoder", min_ratio=1.5).holds
     assert claims.bell_shaped(frame, stack="encoder", min_ratio=1.5).holds is False
+    # a peak in the second of ten layers is inside the stack but not in its middle layers
+    early = profiles_frame({"gemma": ("decoder", EARLY), "smol": ("decoder", EARLY)})
+    out = claims.bell_shaped(early, stack="decoder", min_ratio=1.5, band=(0.2, 0.8))
+    assert out.holds is False and "gemma 10.91 at 0.11" in out.value
+    assert claims.bell_shaped(early, stack="decoder", band=(0.0, 1.0)).holds  # the old rule accepted it
+    assert claims.bell_shaped(frame[frame["label"] == "gpt2"], stack="decoder", min_models=2).holds is None
+    assert claims.bell_shaped(profiles_frame({"a": ("decoder", [0.1, 0.5, 0.1]), "b": ("decoder", [0.1, 0.5, 0.1])}),
+                              min_layers=5).holds is None
     assert claims.decoders_above_encoders(frame).holds
+    swapped = frame.assign(stack=frame["stack"].map({"decoder": "encoder", "encoder": "decoder"}))
+    assert claims.decoders_above_encoders(swapped).holds is False
     assert claims.decoders_above_encoders(frame[frame["stack"] == "encoder"]).holds is None
-    same = profiles_frame({"bert": ("encoder", [0.1, 0.2, 0.3, 0.4]), "roberta": ("encoder", [0.2, 0.3, 0.4, 0.5])})
-    assert claims.consistent_profiles(same, stack="encoder", min_corr=0.5).holds
-    opposite = profiles_frame({"bert": ("encoder", [0.1, 0.2, 0.3, 0.4]),
-                               "roberta": ("encoder", [0.5, 0.4, 0.3, 0.2])})
-    assert claims.consistent_profiles(opposite, stack="encoder", min_corr=0.5).holds is False
-    assert claims.consistent_profiles(same[same["label"] == "bert"], stack="encoder").holds is None
+    assert claims.decoders_above_encoders(frame[frame["label"] != "opt"], min_models=2).holds is None
+    # encoders: a consistent level across depth holds; a bell does not; one encoder decides nothing
+    assert claims.flat_profiles(frame, stack="encoder", max_ratio=1.5).holds
+    bells = profiles_frame({"bert": ("encoder", BELL), "roberta": ("encoder", BELL)})
+    out = claims.flat_profiles(bells, stack="encoder", max_ratio=1.5)
+    assert out.holds is False and "bert 12.00" in out.value
+    assert claims.flat_profiles(frame[frame["label"] == "bert"], stack="encoder").holds is None
 
 
-def test_training_dynamics_rules():
-    dim = pd.DataFrame({"label": "pythia", "model": "pythia-2.8b", "variant": "pretrained",
-                        "step": [0, 1, 64, 1000, 143000], "twonn_dimension": [10, 14, 20, 15, 12]})
-    assert claims.rise_then_fall(dim).holds
-    assert claims.rise_then_fall(dim.assign(twonn_dimension=[10, 12, 14, 16, 18])).holds is False
-    assert claims.rise_then_fall(dim.assign(twonn_dimension=[10, 10.2, 10.3, 9, 8]), min_change=0.05).holds is False
-    aniso = pd.DataFrame({"label": "run", "step": range(7), "sigma1_share": [0.05, 0.2, 0.4, 0.5, 0.52, 0.51, 0.52]})
+def dynamics(values: dict[str, tuple[str, list[float]]], column: str) -> pd.DataFrame:
+    """Layer averages along training: per run (label -> (stack, values at steps 0, 1, 64, 1000, 143000))."""
+    return pd.concat([pd.DataFrame({"label": label, "model": label, "variant": "pretrained", "stack": stack,
+                                    "step": [0, 1, 64, 1000, 143000], column: v})
+                      for label, (stack, v) in values.items()], ignore_index=True)
+
+
+def test_training_dynamics_rules_read_decoder_runs_only():
+    up_down, rising = [10, 14, 20, 15, 12], [10, 12, 14, 16, 18]
+    dim = dynamics({"pythia": ("decoder", up_down), "bloom": ("decoder", up_down),
+                    "mlm": ("encoder", rising)}, "twonn_dimension")
+    out = claims.rise_then_fall(dim)
+    assert out.holds and "2 of 2 runs" in out.value and "mlm" not in out.value  # the encoder is not read
+    assert claims.rise_then_fall(dim.assign(twonn_dimension=np.tile(rising, 3))).holds is False
+    flat = dim.assign(twonn_dimension=np.tile([10, 10.2, 10.3, 9, 8], 3))
+    assert claims.rise_then_fall(flat, min_change=0.05).holds is False
+    out = claims.rise_then_fall(dim[dim["label"] != "bloom"], min_runs=2)
+    assert out.holds is None and "too few runs that can answer: 1" in out.value
+    assert claims.rise_then_fall(dim.drop(columns="stack")).holds is None
+    aniso = dynamics({"pythia": ("decoder", [0.05, 0.2, 0.5, 0.52, 0.51]),
+                      "bloom": ("decoder", [0.05, 0.3, 0.4, 0.51, 0.5])}, "sigma1_share")
     assert claims.grows_then_stabilises(aniso, min_growth=1.2, max_late_change=0.25).holds
-    assert claims.grows_then_stabilises(aniso.assign(sigma1_share=[0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5])).holds \
-        is False
-    series = pd.concat([profiles_frame({"clm": ("decoder", FLAT)}, step=0),
-                        profiles_frame({"clm": ("decoder", BELL)}, step=400)])
+    steady = aniso.assign(sigma1_share=np.tile([0.05, 0.1, 0.2, 0.3, 0.5], 2))
+    assert claims.grows_then_stabilises(steady).holds is False
+    assert claims.grows_then_stabilises(aniso[aniso["label"] == "bloom"], min_runs=2).holds is None
+    series = pd.concat([profiles_frame({"clm": ("decoder", FLAT), "gpt": ("decoder", FLAT)}, step=0),
+                        profiles_frame({"clm": ("decoder", BELL), "gpt": ("decoder", BELL)}, step=400)])
     assert claims.bell_builds_up(series).holds
-    backwards = pd.concat([profiles_frame({"clm": ("decoder", BELL)}, step=0),
-                           profiles_frame({"clm": ("decoder", FLAT)}, step=400)])
+    backwards = pd.concat([profiles_frame({"clm": ("decoder", BELL), "gpt": ("decoder", BELL)}, step=0),
+                           profiles_frame({"clm": ("decoder", FLAT), "gpt": ("decoder", FLAT)}, step=400)])
     assert claims.bell_builds_up(backwards).holds is False
+    early = pd.concat([profiles_frame({"clm": ("decoder", FLAT[:4] * 2 + FLAT[:2]),
+                                       "gpt": ("decoder", FLAT[:4] * 2 + FLAT[:2])}, step=0),
+                       profiles_frame({"clm": ("decoder", EARLY), "gpt": ("decoder", EARLY)}, step=400)])
+    assert claims.bell_builds_up(early).holds is False  # built up, but not in the middle layers
+    assert claims.bell_builds_up(series[series["label"] == "clm"], min_runs=2).holds is None
 
 
 def test_final_norm_and_two_measures_and_null():
@@ -293,6 +417,7 @@ def test_final_norm_and_two_measures_and_null():
                           "variant": "pretrained", "before": [0.4, 0.6], "after": [0.1, 0.2]})
     assert claims.final_norm_lowers(table).holds
     assert claims.final_norm_lowers(table.assign(after=[0.1, 0.9])).holds is False
+    assert claims.final_norm_lowers(table.iloc[:0]).holds is None
     knobs = np.linspace(0, 3, 5)
     clouds = pd.concat([
         pd.DataFrame({"case": "common drift", "knob": knobs, "mean_cosine": knobs**2 / (1 + knobs**2),
@@ -301,6 +426,7 @@ def test_final_norm_and_two_measures_and_null():
                       "mean_cosine": 0.001, "sigma1_share": np.linspace(0.05, 0.95, 5)})])
     assert claims.drift_versus_spike(clouds).holds
     assert claims.drift_versus_spike(clouds.assign(mean_cosine=0.3)).holds is False
+    assert claims.drift_versus_spike(clouds[clouds["case"] == "common drift"]).holds is None
     dims = np.array([16, 64, 256, 1024, 8192])
     quantiles = pd.DataFrame({"d": dims, "exact_q95": [float(isotropic_cosine_quantile(0.95, d)) for d in dims]})
     assert claims.null_concentrates(quantiles, tolerance=0.02).holds
@@ -308,10 +434,130 @@ def test_final_norm_and_two_measures_and_null():
                                     tolerance=0.02).holds is False  # not decreasing in d
     assert claims.null_concentrates(quantiles.assign(exact_q95=2 * quantiles["exact_q95"]), tolerance=0.02).holds \
         is False  # twice the limit
+    assert claims.null_concentrates(quantiles.head(1)).holds is None
     measured = pd.DataFrame({"label": ["BERT", "GPT-2"], "model": ["bert-base-uncased", "gpt2"],
                              "variant": "pretrained", "mean_cosine": [0.4, 0.6], "null_q95": [0.06, 0.06]})
     assert claims.models_above_null(measured).holds
     assert claims.models_above_null(measured.assign(mean_cosine=[0.4, 0.01])).holds is False
+    assert claims.models_above_null(measured.iloc[:0]).holds is None
+
+
+# Every rule: a synthetic frame on which it holds, one on which it does not, and, for a rule with a minimum sample
+# (a ``min_*`` parameter), one on which it is not testable. The holds and does-not-hold frames have the same shape,
+# so neither outcome is forced by what the rule is given.
+
+def _ablation(*parts):
+    return pd.DataFrame([row for part in parts for row in part], columns=ABLATION_COLUMNS)
+
+
+_Q = float(isotropic_cosine_quantile(0.95, 768))
+_NONE = layers({"a": [0.5]}).iloc[:0]  # no model measured
+_TR = [("bert", "token-level", 0.9, 0.001), ("gpt2", "token-level", 0.8, 0.01)]
+_SPECS = {"high": {"families": ["speech"]}, "low": {"families": ["cnn"]}}
+_REF = pd.DataFrame({"label": "BERT", "model": "bert-base-uncased", "layer": range(13), "mean_norm": [15.0] * 13})
+_QUANT = pd.DataFrame({"d": [16, 256, 8192], "exact_q95": [float(isotropic_cosine_quantile(0.95, d))
+                                                           for d in (16, 256, 8192)]})
+_TWO_RUNS_PROFILES = lambda first, last: pd.concat([  # noqa: E731
+    profiles_frame({"clm": ("decoder", first), "gpt": ("decoder", first)}, step=0),
+    profiles_frame({"clm": ("decoder", last), "gpt": ("decoder", last)}, step=400)])
+
+CASES = {  # rule: (holds, does not hold, not testable or None), each a tuple of positional frames and keywords
+    "null_concentrates": ((_QUANT,), (_QUANT.assign(exact_q95=2 * _QUANT["exact_q95"]),), (_QUANT.head(1),)),
+    "models_above_null": ((layers({"a": [0.5]}),), (layers({"a": [0.0]}),), (_NONE,)),
+    "most_layers_above_null": ((layers({"a": [0.5, 0.5]}),), (layers({"a": [_Q / 2, _Q / 2]}),), (_NONE,)),
+    "every_layer_above": ((layers({"a": [0.5, 0.3]}),), (layers({"a": [0.5, 0.1]}),), (_NONE,)),
+    "close_to_isotropic": ((layers({"mit": [0.01, 0.05]}),), (layers({"mit": [0.01, 0.5]}),), (_NONE,)),
+    "majority_isotropic": ((layers({"a": [0.0], "b": [0.05]}),), (layers({"a": [0.5], "b": [0.6]}),),
+                           (layers({"a": [0.0]}),)),
+    "falls_with_depth": ((layers({"r": [0.9, 0.6, 0.4, 0.1]}),), (layers({"r": [0.1, 0.4, 0.6, 0.9]}),),
+                         (layers({"r": [0.9, 0.6, 0.1]}),)),
+    "group_above": ((pd.concat([layers({"w": [0.6], "h": [0.5]}, family="speech"),
+                                layers({"r": [0.1], "v": [0.0]}, family="cnn")]), _SPECS),
+                    (pd.concat([layers({"w": [0.1], "h": [0.0]}, family="speech"),
+                                layers({"r": [0.6], "v": [0.5]}, family="cnn")]), _SPECS),
+                    (pd.concat([layers({"w": [0.6]}, family="speech"), layers({"r": [0.1]}, family="cnn")]), _SPECS)),
+    "drift_correlated": ((corr(_TR),), (corr([(n, f, r, 0.3) for n, f, r, _ in _TR]),), (corr(_TR, n_layers=5),)),
+    "drift_contrast": ((corr(_TR + [("r", "cnn", 0.0, 0.9), ("v", "cnn", 0.05, 0.8)], n_layers=60),),
+                       (corr(_TR + [("r", "cnn", 0.8, 0.001), ("v", "cnn", 0.9, 0.001)], n_layers=60),),
+                       (corr(_TR + [("r", "cnn", 0.0, 0.9), ("v", "cnn", 0.05, 0.8)], n_layers=5),)),
+    "rises_with_bias": ((block(),), (block().assign(output_drift_norm=lambda f: 30 - f["bias_norm"] / 10),),
+                        (block(norms=COARSE),)),
+    "average_fixed_point": ((block(),), (block(crossing=False),), (block(norms=COARSE),)),
+    "n_star_order": ((block(), _REF), (block(), _REF.assign(mean_norm=500.0)), (block(crossing=False), _REF)),
+    "scores_shift_and_spread": ((score_frame(), block()), (score_frame(moves_at=(1024.0,)), block()),
+                                (score_frame(), block(crossing=False))),
+    "rows_sharpen": ((block(sharpening=1e-5),), (block(),), (block(crossing=False),)),
+    "layernorm_fixed_point": ((block(),), (block().assign(predicted_n_star=20.0),), (block(norms=(0, 1, 1024)),)),
+    "uniform_at_fixed_point": ((block(),), (block(sharpening=1e-4),), (block(norms=(0, 1, 1024)),)),
+    "alignment_grows": ((qk(),), (qk(during_warmup=True),), (qk(runs=("s0",)),)),
+    "dot_grows": ((qk(),), (qk(during_warmup=True),), (qk(runs=("s0",)),)),
+    "entropy_falls": ((qk(),), (qk(during_warmup=True),), (qk(runs=("s0",)),)),
+    "common_first_opposite_last": ((qk(),), (qk(opposite_from=10**9),), (qk(runs=("s0",)),)),
+    "opposite_onset": ((qk(),), (qk(opposite_from=1250),), (qk(steps=(0, 10, 400, 1250), opposite_from=400),)),
+    "every_run_holds": ((qk(),), (qk(during_warmup=True),), (qk(runs=("s0",)),)),
+    "sharp_without_anisotropy": ((_ablation(ABLATION_BASE, ABLATION_WINNER),),
+                                 (_ablation(ABLATION_BASE, ABLATION_LOSER),), (_ablation(ABLATION_BASE),)),
+    "bell_shaped": ((profiles_frame({"a": ("decoder", BELL), "b": ("decoder", BELL)}),),
+                    (profiles_frame({"a": ("decoder", EARLY), "b": ("decoder", EARLY)}),),
+                    (profiles_frame({"a": ("decoder", BELL)}),)),
+    "flat_profiles": ((profiles_frame({"a": ("encoder", FLAT), "b": ("encoder", FLAT)}),),
+                      (profiles_frame({"a": ("encoder", BELL), "b": ("encoder", BELL)}),),
+                      (profiles_frame({"a": ("encoder", FLAT)}),)),
+    "decoders_above_encoders": (
+        (profiles_frame({"a": ("decoder", BELL), "b": ("decoder", BELL), "c": ("encoder", FLAT),
+                         "d": ("encoder", FLAT)}),),
+        (profiles_frame({"a": ("decoder", FLAT), "b": ("decoder", FLAT), "c": ("encoder", BELL),
+                         "d": ("encoder", BELL)}),),
+        (profiles_frame({"a": ("decoder", BELL), "c": ("encoder", FLAT), "d": ("encoder", FLAT)}),)),
+    "rise_then_fall": ((dynamics({"p": ("decoder", [10, 14, 20, 15, 12]), "b": ("decoder", [10, 15, 19, 14, 11])},
+                                 "twonn_dimension"),),
+                       (dynamics({"p": ("decoder", [10, 12, 14, 16, 18]), "b": ("decoder", [10, 11, 12, 13, 14])},
+                                 "twonn_dimension"),),
+                       (dynamics({"p": ("decoder", [10, 14, 20, 15, 12]), "m": ("encoder", [10, 14, 20, 15, 12])},
+                                 "twonn_dimension"),)),
+    "grows_then_stabilises": ((dynamics({"p": ("decoder", [0.05, 0.2, 0.5, 0.52, 0.51]),
+                                         "b": ("decoder", [0.05, 0.3, 0.4, 0.51, 0.5])}, "sigma1_share"),),
+                              (dynamics({"p": ("decoder", [0.05, 0.1, 0.2, 0.3, 0.5]),
+                                         "b": ("decoder", [0.05, 0.05, 0.05, 0.05, 0.05])}, "sigma1_share"),),
+                              (dynamics({"p": ("decoder", [0.05, 0.2, 0.5, 0.52, 0.51])}, "sigma1_share"),)),
+    "bell_builds_up": ((_TWO_RUNS_PROFILES(FLAT, BELL),), (_TWO_RUNS_PROFILES(BELL, FLAT),),
+                       (_TWO_RUNS_PROFILES(FLAT, BELL)[lambda f: f["label"] == "clm"],)),
+    "final_norm_lowers": ((pd.DataFrame({"label": ["P"], "before": [0.4], "after": [0.1]}),),
+                          (pd.DataFrame({"label": ["P"], "before": [0.4], "after": [0.9]}),),
+                          (pd.DataFrame({"label": [], "before": [], "after": []}),)),
+    "drift_versus_spike": (
+        (pd.DataFrame({"case": ["common drift", "common drift", "one dominant direction", "one dominant direction"],
+                       "knob": [0, 3, 0.1, 0.9], "mean_cosine": [0.0, 0.9, 0.001, 0.001],
+                       "sigma1_share": [0.01, 0.01, 0.1, 0.9]}),),
+        (pd.DataFrame({"case": ["common drift", "common drift", "one dominant direction", "one dominant direction"],
+                       "knob": [0, 3, 0.1, 0.9], "mean_cosine": [0.0, 0.9, 0.3, 0.3],
+                       "sigma1_share": [0.01, 0.01, 0.1, 0.9]}),),
+        (pd.DataFrame({"case": ["common drift"], "knob": [0], "mean_cosine": [0.0], "sigma1_share": [0.01]}),)),
+}
+
+
+def _call(name, case):
+    frames = [c for c in case if isinstance(c, pd.DataFrame)]
+    keywords = next((c for c in case if isinstance(c, dict)), {})
+    return getattr(claims, name)(*frames, **keywords)
+
+
+def test_every_rule_has_a_case_that_holds_one_that_does_not_and_one_too_small_to_decide():
+    import inspect
+
+    assert set(CASES) == set(claims.RULES)
+    for name in claims.RULES:
+        minimum = any(p.startswith("min_") for p in inspect.signature(claims.RULES[name]).parameters)
+        assert not minimum or CASES[name][2] is not None, f"{name}: a minimum sample needs a not-testable case"
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_each_rule_can_hold_fail_and_be_undecided(name):
+    holds, fails, untestable = CASES[name]
+    assert _call(name, holds).holds is True, _call(name, holds).value
+    assert _call(name, fails).holds is False, _call(name, fails).value
+    if untestable is not None:
+        assert _call(name, untestable).holds is None, _call(name, untestable).value
 
 
 # ---- which models decide a claim --------------------------------------------------------------------------------------
@@ -321,6 +567,9 @@ class Resolved:  # the two attributes of profiles.Resolved that evaluate reads
         self.chapter, self.profile, self.values = chapter, profile, values
 
 
+TOKEN_LEVEL = (("BERT", "bert-base-uncased"), ("RoBERTa", "roberta-base"), ("GPT-2", "gpt2"), ("T5", "t5-base"))
+
+
 def test_pretrained_claims_are_not_testable_on_untrained_models_and_name_the_deciders():
     untrained = layers({"BERT (untrained)": [0.4, 0.5]}, variant="untrained").assign(model="bert-base-uncased")
     rows = claims.verdict_rows("p1_s3_token_level", "local", {"layers": untrained})
@@ -328,12 +577,38 @@ def test_pretrained_claims_are_not_testable_on_untrained_models_and_name_the_dec
     assert row["verdict"] == UNTESTABLE
     assert "needs the pretrained bert-base-uncased, roberta-base, gpt2, t5-base" in row["why"]
     assert "this profile measured 1 of them untrained (bert-base-uncased)" in row["why"]
-    pretrained = layers({"BERT": [0.4, 0.5]}).assign(model="bert-base-uncased")
-    row = claims.verdict_rows("p1_s3_token_level", "paper", {"layers": pretrained}).iloc[0]
-    assert row["verdict"] == HOLDS and "not measured: roberta-base, gpt2, t5-base" in row["tested_on"]
+    every = pd.concat([layers({label: [0.4, 0.5]}).assign(model=model) for label, model in TOKEN_LEVEL])
+    row = claims.verdict_rows("p1_s3_token_level", "paper", {"layers": every}).iloc[0]
+    assert row["verdict"] == HOLDS and row["tested_on"] == "bert-base-uncased, gpt2, roberta-base, t5-base"
     # MiniLM is pretrained, but not a model of the claim
     minilm = layers({"MiniLM": [0.9, 0.9]}).assign(model="minilm-l6")
     assert claims.verdict_rows("p1_s3_token_level", "local", {"layers": minilm}).iloc[0]["verdict"] == UNTESTABLE
+
+
+def test_an_every_model_claim_is_decided_only_when_every_model_it_names_was_measured():
+    # "token-level models are anisotropic" on BERT alone: partly measured, the missing ones listed
+    bert = layers({"BERT": [0.4, 0.5]}).assign(model="bert-base-uncased")
+    row = claims.verdict_rows("p1_s3_token_level", "paper", {"layers": bert}).iloc[0]
+    assert row["verdict"] == UNTESTABLE
+    assert row["why"] == f"{claims.PARTLY} (missing: roberta-base, gpt2, t5-base)"
+    # real stand-ins decide it when they cover every family of the paper's models ...
+    smol = layers({"SmolLM2": [0.5, 0.6]}).assign(model="smollm2-135m")
+    assert claims.verdict_rows("p1_s3_token_level", "local", {"layers": smol}).iloc[0]["verdict"] == HOLDS
+    # ... and not when a family has no stand-in: Appendix B's models include character-level ones
+    measured = claims.measured_summary(pd.concat([
+        layers({"SmolLM2": [0.5, 0.6]}).assign(model="smollm2-135m"),
+        layers({"Whisper": [0.5, 0.6]}, family="speech").assign(model="whisper-tiny-en"),
+        layers({"ViT": [0.5, 0.6]}, family="vision-transformer").assign(model="vit-s14-focus")]))
+    rows = claims.verdict_rows("appendix_b_isotropic", "local", {"measured": measured}).set_index("id")
+    row = rows.loc["p1-appB-models-above-null"]
+    assert row["verdict"] == UNTESTABLE and row["why"].startswith(f"{claims.PARTLY} (missing: character-bert")
+    assert "the real stand-ins cover no character-level model" in row["why"]
+    # a claim about most models is still decided on those measured, and says which were not
+    cnns = pd.concat([layers({n: [0.01, 0.02]}, family="cnn").assign(model=m)
+                      for n, m in (("ResNet", "resnet-50"), ("VAN", "van-base"))])
+    row = claims.verdict_rows("p1_s3_modalities", "paper", {"layers": cnns}).set_index("id").loc[
+        "p1-s3.2-cnns-isotropic"]
+    assert row["verdict"] == HOLDS and "not measured: efficientnet-b0, cvt-13, convnext-base" in row["tested_on"]
 
 
 def test_real_pretrained_stand_ins_decide_a_claim_only_when_the_papers_models_are_absent_and_say_so():
@@ -347,8 +622,8 @@ def test_real_pretrained_stand_ins_decide_a_claim_only_when_the_papers_models_ar
         assert row["verdict"] == expected
         assert row["tested_on"].startswith(claims.REAL_STAND_IN) and bool(row["stand_in"])
         assert "SmolLM2" in row["tested_on"]
-    # the paper's own pretrained model, when measured, decides instead (here against the stand-in's verdict)
-    paper = layers({"BERT": [0.0, 0.0]}).assign(model="bert-base-uncased")
+    # the paper's own pretrained models, when measured, decide instead (here against the stand-in's verdict)
+    paper = pd.concat([layers({label: [0.0, 0.0]}).assign(model=model) for label, model in TOKEN_LEVEL])
     row = claims.verdict_rows("p1_s3_token_level", "paper", {"layers": pd.concat([paper, anisotropic])}).iloc[0]
     assert row["verdict"] == FAILS and not row["tested_on"].startswith(claims.REAL_STAND_IN)
     # an untrained twin of a real model is not a stand-in
@@ -361,13 +636,44 @@ def test_training_claims_fall_back_to_the_self_trained_stand_in_and_say_so():
     stand_in = qk().assign(origin="self-trained", model="mlm")
     rows = claims.verdict_rows("p1_s5_qk_training", "local", {"qk": stand_in}).set_index("id")
     assert rows.loc["p1-s5-alignment-grows", "verdict"] == HOLDS
-    assert rows.loc["p1-s5-alignment-grows", "tested_on"].startswith("stand-in (the book's self-trained runs): mlm seed 0")
+    assert rows.loc["p1-s5-alignment-grows", "tested_on"] == ("stand-in (the book's self-trained runs): mlm seed 0, "
+                                                              "mlm seed 1")
     assert bool(rows.loc["p1-s5-alignment-grows", "stand_in"])
-    paper = pd.concat([stand_in, qk(runs=("MultiBERTs seed 0",), grow=False).assign(origin="pretrained",
-                                                                                      model="multiberts-seed-0")])
-    rows = claims.verdict_rows("p1_s5_qk_training", "paper", {"qk": paper}).set_index("id")
-    assert rows.loc["p1-s5-alignment-grows", "verdict"] == FAILS  # the paper's run decides, not the stand-in
-    assert rows.loc["p1-s5-alignment-grows", "tested_on"] == "multiberts-seed-0"
+    multiberts = pd.concat([qk(runs=(f"MultiBERTs seed {s}",), grow=False)
+                            .assign(origin="pretrained", model=f"multiberts-seed-{s}") for s in (0, 1)])
+    rows = claims.verdict_rows("p1_s5_qk_training", "paper", {"qk": pd.concat([stand_in, multiberts])}).set_index("id")
+    assert rows.loc["p1-s5-alignment-grows", "verdict"] == FAILS  # the paper's runs decide, not the stand-in
+    assert rows.loc["p1-s5-alignment-grows", "tested_on"] == "multiberts-seed-0, multiberts-seed-1"
+    # one run of the paper's series: "most runs" of one run is not decided
+    seed_0 = multiberts[multiberts["run"] == "MultiBERTs seed 0"]
+    rows = claims.verdict_rows("p1_s5_qk_training", "paper", {"qk": seed_0})
+    row = rows.set_index("id").loc["p1-s5-entropy-falls"]
+    assert row["verdict"] == UNTESTABLE and "too few runs that can answer: 1" in row["why"]
+
+
+def test_paper_2_training_claims_read_decoder_runs_only():
+    def run(label, model, stack, dims):
+        per_layer = pd.concat([profiles_frame({label: (stack, BELL if step else FLAT)}, step=step)
+                               for step in (0, 1, 64, 1000, 143000)]).assign(model=model, origin="self-trained")
+        dim = pd.DataFrame({"label": label, "model": model, "origin": "self-trained",
+                            "step": [0, 1, 64, 1000, 143000], "twonn_dimension": dims})
+        return per_layer, dim
+
+    decoders = [run(f"clm seed {s}", "clm", "decoder", [10, 14, 20, 15, 12]) for s in (0, 1)]
+    encoder = run("mlm seed 0", "mlm", "encoder", [7.6, 7.7, 7.8, 7.5, 7.2])  # rises by less than 5%: fails
+    frames = {"profiles": pd.concat([p for p, _ in decoders + [encoder]]),
+              "dimension": pd.concat([d for _, d in decoders + [encoder]])}
+    frames["anisotropy"] = frames["dimension"].rename(columns={"twonn_dimension": "sigma1_share"})
+    rows = claims.verdict_rows("p2_training_dynamics", "local", frames).set_index("id")
+    row = rows.loc["p2-f2-dimension-rises-then-falls"]
+    assert row["verdict"] == HOLDS and "2 of 2 runs" in row["value"] and "mlm" not in row["value"]
+    assert row["tested_on"] == "stand-in (the book's self-trained runs): clm seed 0, clm seed 1"
+    assert rows.loc["p2-f34-bell-builds-up", "verdict"] == HOLDS
+    # the book's local profile trains one decoder: too few runs, not a verdict on the encoder's account
+    one = {name: f[f["label"] != "clm seed 1"] for name, f in frames.items()}
+    row = claims.verdict_rows("p2_training_dynamics", "local", one).set_index("id").loc[
+        "p2-f2-dimension-rises-then-falls"]
+    assert row["verdict"] == UNTESTABLE and "too few runs that can answer: 1" in row["why"]
 
 
 def test_a_claim_needing_a_model_that_could_not_be_loaded_is_not_testable_and_says_why(tmp_path):
@@ -384,8 +690,9 @@ def test_a_claim_needing_a_model_that_could_not_be_loaded_is_not_testable_and_sa
     assert row["verdict"] == UNTESTABLE
     assert row["why"] == ("needs character-bert, which could not be measured here (character-bert needs remote "
                           "code); manta-lm, which could not be measured here (manta-lm needs remote code)")
-    # A claim that needs only the models that loaded is still decided.
-    assert rows.loc["p1-s3.1-char-only-above-subword", "verdict"] in (HOLDS, FAILS)
+    # A claim that needs only the models that loaded goes to its rule, which finds one model against one too few.
+    row = rows.loc["p1-s3.1-char-only-above-subword"]
+    assert row["verdict"] == UNTESTABLE and "too few models in a group: 1" in row["why"]
 
 
 def test_a_missing_frame_is_not_testable():

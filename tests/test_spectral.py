@@ -49,12 +49,13 @@ def test_per_layer_values_equal_direct_metrics_on_the_same_hidden_states(name, t
         assert rows.shape[0] >= BATCH * N_BATCHES  # the corpus is large enough for every batch
         got = frame[frame["layer"] == layer].sort_values("batch")
         assert list(got["batch"]) == list(range(N_BATCHES))
-        pool = rows[: BATCH * N_BATCHES][spectral.shuffle_order(BATCH * N_BATCHES, 5)]
+        # the whole stream of the layer's vectors shuffled, then its first batches (as Paper 2, Section 2.2)
+        pool = rows[spectral.shuffle_order(len(rows), 5)[: BATCH * N_BATCHES]]
         got_shuffled = shuffled[shuffled["layer"] == layer].sort_values("batch")
         for metric in names:
             want = metrics.batched(spectral.BATCH_METRICS[metric], rows[: BATCH * N_BATCHES], BATCH)
             np.testing.assert_allclose(got[metric], want.values, rtol=2e-4, atol=1e-6, err_msg=f"{name} {metric}")
-            # Shuffled before batching (Paper 2, Section 2.2): the same pool, permuted, then cut into batches.
+            # Shuffled before batching (Paper 2, Section 2.2): every text's vectors, permuted, then cut into batches.
             want = metrics.batched(spectral.BATCH_METRICS[metric], pool, BATCH)
             np.testing.assert_allclose(got_shuffled[metric], want.values, rtol=2e-4, atol=1e-6,
                                        err_msg=f"{name} {metric} shuffled")
@@ -81,7 +82,7 @@ def test_final_norm_split_gives_the_states_before_and_after_the_final_layernorm(
         rows = _direct_rows(loaded, texts)[last]
     finally:
         loaded.model.ln_f = ln_f
-    want = metrics.batched(metrics.sigma1_share, rows[: 2 * BATCH][spectral.shuffle_order(2 * BATCH, 0)], BATCH)
+    want = metrics.batched(metrics.sigma1_share, rows[spectral.shuffle_order(len(rows), 0)[: 2 * BATCH]], BATCH)
     np.testing.assert_allclose(before["sigma1_share"], want.values, rtol=2e-4)
     assert isinstance(loaded.model.ln_f, torch.nn.LayerNorm)  # restored
 
@@ -141,7 +142,8 @@ def test_shuffling_before_batching_mixes_texts_that_stream_order_keeps_together(
     for start in range(0, len(texts_), 100):
         for acc in (plain, mixed, again):
             acc.update(torch.from_numpy(texts_[start:start + 100].astype(np.float32)))
-    assert mixed.full and mixed.batches_done == k and again.values == mixed.values
+    assert not mixed.full  # any later row could still be drawn first: the pool waits for the end of the stream
+    assert mixed.batches_done == k == again.batches_done and mixed.full and again.values == mixed.values
     pool = texts_.astype(np.float32)[spectral.shuffle_order(3 * n, 0)]
     np.testing.assert_allclose(mixed.values["mean_cosine"],
                                metrics.batched(metrics.mean_cosine, pool, n).values, rtol=1e-6)
@@ -151,6 +153,30 @@ def test_shuffling_before_batching_mixes_texts_that_stream_order_keeps_together(
     short = spectral.BatchedLayer(d, batch_size=n, n_batches=k, metric_names=("mean_cosine",), shuffle_seed=0)
     short.update(torch.from_numpy(texts_[: n + 10].astype(np.float32)))
     assert not short.full and short.batches_done == 1
+
+
+def test_the_whole_stream_is_shuffled_before_batching_not_only_its_first_vectors():
+    """Paper 2 shuffles all the vectors, then batches: the first batch may hold the last texts' tokens. A stream of
+    8 pools' worth of rows whose norm is their text's position: shuffling only the first rows would give batches of
+    the first texts alone (norm 1)."""
+    rng = np.random.default_rng(2)
+    d, n, k = 6, 64, 3
+    position = np.repeat(np.arange(8 * n * k // 32), 32).astype(float)  # 32 tokens a text
+    stream = rng.normal(size=(len(position), d))
+    stream = (stream / np.linalg.norm(stream, axis=1, keepdims=True) * (1 + position[:, None])).astype(np.float32)
+    acc = spectral.BatchedLayer(d, batch_size=n, n_batches=k, metric_names=("mean_norm",), shuffle_seed=7)
+    start = 0
+    while start < len(stream):  # ragged chunks: the keys are drawn in stream order whatever the chunks
+        size = int(rng.integers(1, 200))
+        acc.update(torch.from_numpy(stream[start:start + size]))
+        start += size
+    assert acc.batches_done == k and acc.n == len(stream)
+    want = metrics.batched(metrics.mean_norm, stream[spectral.shuffle_order(len(stream), 7)[: n * k]], n)
+    np.testing.assert_allclose(acc.values["mean_norm"], want.values, rtol=1e-6)
+    # every batch draws from the whole stream: its mean position is near the stream's, far beyond the first texts'
+    first_pool = 1 + position[: n * k].mean()
+    assert min(acc.values["mean_norm"]) > 3 * first_pool
+    assert abs(np.mean(acc.values["mean_norm"]) / (1 + position.mean()) - 1) < 0.2
 
 
 def test_batched_layer_rejects_bad_input():
@@ -278,7 +304,8 @@ def test_by_length_within_keeps_the_texts_and_groups_lengths():
 @pytest.mark.parametrize("part", ["encoder", "decoder"])
 def test_one_stack_of_whisper_is_measured_on_its_own_vectors(part):
     """part= measures the encoder on audio frames or the decoder on transcript tokens, numbered from 0 within the
-    stack; each layer's value equals the metric on the first batch of that stack's valid vectors."""
+    stack; each layer's value equals the metric on the first batch of that stack's valid vectors, all of them
+    shuffled first (``shuffle_seed`` 0, as Paper 2 does)."""
     from anisotropy import taps
 
     loaded = registry.load("whisper-base", "tiny", seed=0)
@@ -305,6 +332,7 @@ def test_one_stack_of_whisper_is_measured_on_its_own_vectors(part):
 
     result = taps.extract(loaded, clips, batch_size=3, max_length=64, part=part, stats_factory=keep)
     for i, layer in enumerate(sorted(result)):
-        vectors = torch.cat(rows[i])[:batch]
+        stream = torch.cat(rows[i])
+        vectors = stream[torch.from_numpy(spectral.shuffle_order(len(stream), 0)[:batch])]
         value = frame.loc[frame["layer"] == i, "sigma1_share"].item()
         assert value == pytest.approx(metrics.sigma1_share(vectors), rel=1e-5)

@@ -158,6 +158,11 @@ def _majority(flags: list[bool]) -> bool:
     return sum(flags) > len(flags) / 2
 
 
+def _too_few(what: str, n: int, needed: int, detail: str = "") -> Outcome:
+    """The outcome of a rule whose sample is below its minimum: undecided, saying how many it had and needed."""
+    return Outcome(None, f"too few {what}: {n} (at least {needed} needed)" + (f"; {detail}" if detail else ""))
+
+
 # Appendix B
 
 @rule
@@ -222,19 +227,25 @@ def close_to_isotropic(layers: pd.DataFrame, threshold: float = 0.1) -> Outcome:
 
 
 @rule
-def majority_isotropic(layers: pd.DataFrame, threshold: float = 0.1) -> Outcome:
+def majority_isotropic(layers: pd.DataFrame, threshold: float = 0.1, min_models: int = 2) -> Outcome:
+    """More than half of the models have a median layer mean cosine below ``threshold`` ("most": at least
+    ``min_models`` models, since the majority of one model is that model)."""
     parts = [(name, float(p["mean_cosine"].median())) for name, p in _per_model(layers)]
-    if not parts:
-        return Outcome(None, "no model")
+    if len(parts) < min_models:
+        return _too_few("models", len(parts), min_models)
     flags = [v < threshold for _, v in parts]
     return Outcome(_majority(flags), f"{sum(flags)} of {len(parts)} below {threshold:g} (median layer mean cosine: "
                                      + ", ".join(f"{n} {v:.3f}" for n, v in parts) + ")")
 
 
 @rule
-def falls_with_depth(layers: pd.DataFrame) -> Outcome:
+def falls_with_depth(layers: pd.DataFrame, min_layers: int = 4) -> Outcome:
+    """Per model: Spearman rho(depth, mean cosine) < 0 and the last layer below the first, on at least
+    ``min_layers`` layers (a rank correlation of three points is one of six orderings)."""
     parts = []
     for name, p in _per_model(layers):
+        if len(p) < min_layers:
+            return _too_few(f"layers in {name}", len(p), min_layers)
         rho = _spearman(p["layer"], p["mean_cosine"])
         first, last = float(p["mean_cosine"].iloc[0]), float(p["mean_cosine"].iloc[-1])
         parts.append((name, rho, first, last, bool(rho < 0 and last < first)))
@@ -255,9 +266,10 @@ def _group(frame: pd.DataFrame, spec: dict) -> pd.DataFrame:
 
 
 @rule
-def group_above(layers: pd.DataFrame, high: dict, low: dict) -> Outcome:
+def group_above(layers: pd.DataFrame, high: dict, low: dict, min_models: int = 2) -> Outcome:
     """The mean over the ``high`` group's models of their layer-averaged mean cosine exceeds the ``low`` group's
-    (groups by ``models`` or ``families``)."""
+    (groups by ``models`` or ``families``), each group holding at least ``min_models`` models: one model against
+    one compares two draws, not two kinds of model."""
     means = []
     for spec in (high, low):
         part = _group(layers, spec)
@@ -265,57 +277,85 @@ def group_above(layers: pd.DataFrame, high: dict, low: dict) -> Outcome:
         means.append(per_model)
     if means[0].empty or means[1].empty:
         return Outcome(None, "one of the two groups was not measured")
+    if min(len(m) for m in means) < min_models:
+        return _too_few("models in a group", min(len(m) for m in means), min_models,
+                        f"{len(means[0])} against {len(means[1])}")
     a, b = float(means[0].mean()), float(means[1].mean())
     words = lambda s: ", ".join(f"{n} {v:.3f}" for n, v in s.items())  # noqa: E731
     return Outcome(a > b, f"{a:.3f} ({words(means[0])}) against {b:.3f} ({words(means[1])})")
 
 
-# Paper 1, Section 3.3: correlations (columns label, family, spearman, spearman_p)
+# Paper 1, Section 3.3: correlations (columns label, family, spearman, spearman_p, n_layers)
+
+def spearman_interval(rho: float, n: int, level: float = 0.95) -> tuple[float, float]:
+    """Confidence interval of a Spearman correlation of ``n`` points: Fisher's z with the variance
+    (1 + rho^2 / 2) / (n - 3) of Bonett and Wright (2000); (-1, 1) below four points."""
+    from scipy.stats import norm
+
+    if n < 4 or not np.isfinite(rho):
+        return -1.0, 1.0
+    z = np.arctanh(np.clip(rho, -0.999, 0.999))
+    half = norm.ppf(0.5 + level / 2) * np.sqrt((1 + rho**2 / 2) / (n - 3))
+    return float(np.tanh(z - half)), float(np.tanh(z + half))
+
 
 @rule
-def drift_correlated(corr: pd.DataFrame, alpha: float = 0.05, share: float = 0.5) -> Outcome:
+def drift_correlated(corr: pd.DataFrame, alpha: float = 0.05, share: float = 0.5, min_layers: int = 6,
+                     min_models: int = 2) -> Outcome:
+    """At least ``share`` of the Transformers have Spearman rho > 0 with p < ``alpha`` across their layers. A model
+    with fewer than ``min_layers`` layers is left out (with five points, p < 0.05 needs a perfect ordering), and
+    the verdict needs ``min_models`` Transformers left."""
     valid = corr.dropna(subset=["spearman_p"])
     valid = valid[valid["family"] != "cnn"]
-    if valid.empty:
-        return Outcome(None, "no Transformer with three layers or more")
+    short = valid[valid["n_layers"] < min_layers]
+    valid = valid[valid["n_layers"] >= min_layers]
+    if len(valid) < min_models:
+        return _too_few(f"Transformers with {min_layers} layers or more", len(valid), min_models)
     sig = (valid["spearman_p"] < alpha) & (valid["spearman"] > 0)
     return Outcome(bool(sig.mean() >= share), f"{int(sig.sum())} of {len(valid)} Transformers significantly positive"
-                   + (f" (not: {', '.join(valid.loc[~sig, 'label'])})" if (~sig).any() else ""))
+                   + (f" (not: {', '.join(valid.loc[~sig, 'label'])})" if (~sig).any() else "")
+                   + (f"; left out, too few layers: {', '.join(short['label'])}" if len(short) else ""))
 
 
 @rule
-def drift_contrast(corr: pd.DataFrame, alpha: float = 0.05, cnn_families=("cnn",)) -> Outcome:
+def drift_contrast(corr: pd.DataFrame, alpha: float = 0.05, max_rho: float = 0.5, level: float = 0.95,
+                   min_models: int = 2, cnn_families=("cnn",)) -> Outcome:
+    """CNNs show no drift correlation where Transformers do. A test that is not significant is no evidence of no
+    correlation: a CNN counts as *without* one only when the upper end of the ``level`` interval of its rho
+    (``spearman_interval``) is below ``max_rho``, as *with* one when rho > 0 at p < ``alpha``, and as undecided
+    otherwise (4-5 stage points give intervals wider than the whole range). Holds when at least ``min_models``
+    CNNs are decided, most of them without, and a larger share of Transformers than of CNNs is significantly
+    positive; does not hold when most decided CNNs have one, or the Transformers' share is not larger."""
     valid = corr.dropna(subset=["spearman_p"])
     is_cnn = valid["family"].isin(list(cnn_families))
     cnn, transformers = valid[is_cnn], valid[~is_cnn]
     if cnn.empty or transformers.empty:
         return Outcome(None, "needs both CNNs and Transformers")
     positive = lambda f: (f["spearman_p"] < alpha) & (f["spearman"] > 0)  # noqa: E731
-    cnn_share, tr_share = float(positive(cnn).mean()), float(positive(transformers).mean())
-    return Outcome(bool((1 - cnn_share) > 0.5 and cnn_share < tr_share),
-                   f"significantly positive: {cnn_share:.0%} of {len(cnn)} CNNs, {tr_share:.0%} of "
-                   f"{len(transformers)} Transformers")
+    upper = np.array([spearman_interval(r, int(n), level)[1] for r, n in zip(cnn["spearman"], cnn["n_layers"])])
+    without, with_ = upper < max_rho, positive(cnn).to_numpy()
+    decided = without | with_
+    words = ", ".join(f"{name}: ρ {r:+.2f} over {int(n)} layers, {level:.0%} interval up to {u:.2f}"
+                      for name, r, n, u in zip(cnn["label"], cnn["spearman"], cnn["n_layers"], upper))
+    if decided.sum() < min_models:
+        return _too_few("CNNs with enough layers to tell no correlation from too few points", int(decided.sum()),
+                        min_models, words)
+    cnn_share, tr_share = float(with_.mean()), float(positive(transformers).mean())
+    return Outcome(bool(without.sum() > decided.sum() / 2 and cnn_share < tr_share),
+                   f"{int(without.sum())} of {int(decided.sum())} decided CNNs without a drift correlation "
+                   f"(ρ below {max_rho:g}); significantly positive: {cnn_share:.0%} of {len(cnn)} CNNs, "
+                   f"{tr_share:.0%} of {len(transformers)} Transformers ({words})")
 
 
 # Paper 1, Section 4: the block sweep (columns variant, seed, bias_norm and block.block_statistics)
+# The rules decide in the regime the paper plots, around its fixed point N*: the grid's bias norms up to
+# ``within`` times N*. Far beyond it the outcome is set by the setup, not by the block: the shared part of the scores
+# grows like N^2 and their spread like N, and the post-LN output drift is bounded by sqrt(d), so at N = 590 N* a
+# crossing and a sharpening are certain.
 
 def _block_curve(block: pd.DataFrame, column: str, variant: str) -> pd.Series:
     part = block[block["variant"] == variant]
     return part.groupby("bias_norm")[column].mean().sort_index()
-
-
-@rule
-def rises_with_bias(block: pd.DataFrame, columns=("output_drift_norm",), variant: str = "post_ln") -> Outcome:
-    words, flags = [], []
-    for column in columns:
-        curve = _block_curve(block, column, variant)
-        if len(curve) < 3:
-            return Outcome(None, "fewer than three bias norms")
-        rho = _spearman(curve.index, curve.to_numpy())
-        flags.append(bool(rho >= 0.8 and curve.iloc[-1] > curve.iloc[0]))
-        words.append(f"{column.replace('_', ' ')} {curve.iloc[0]:.3g} at N = {curve.index[0]:g}, "
-                     f"{curve.iloc[-1]:.3g} at N = {curve.index[-1]:g} (Spearman ρ with N {rho:+.2f})")
-    return Outcome(all(flags), "; ".join(words))
 
 
 def crossings(block: pd.DataFrame, output: str, inputs: str, variant: str) -> pd.Series:
@@ -333,14 +373,83 @@ def crossings(block: pd.DataFrame, output: str, inputs: str, variant: str) -> pd
     return pd.Series(found, dtype=float)
 
 
+def fixed_point(block: pd.DataFrame, variant: str = "post_ln") -> float:
+    """N* as the paper reads it: where the norm of the average output meets the norm of the average input (about N),
+    mean over seeds; NaN when some seed's curves do not cross on the grid."""
+    stars = crossings(block, "output_drift_norm", "input_drift_norm", variant)
+    return float(stars.mean()) if len(stars) and stars.notna().all() else float("nan")
+
+
+def _regime(block: pd.DataFrame, variant: str, within: float) -> tuple[float, float] | Outcome:
+    """(N*, within * N*): the paper's regime, or the undecided outcome when the grid does not place it."""
+    n_star = fixed_point(block, variant)
+    if not np.isfinite(n_star):
+        return Outcome(None, "no fixed point N* on the grid, so the regime the paper plots cannot be placed")
+    return n_star, within * n_star
+
+
+def _around(norms, n_star: float, within: float, min_side: int) -> Outcome | None:
+    """None when the grid has ``min_side`` bias norms on each side of ``n_star`` within [N*/within, within N*]
+    (the crossing is located by the grid near it, not by points far away); else the undecided outcome."""
+    norms = np.asarray(sorted(set(float(n) for n in norms)))
+    below = int(((norms >= n_star / within) & (norms < n_star)).sum())
+    above = int(((norms > n_star) & (norms <= within * n_star)).sum())
+    if min(below, above) < min_side:
+        return _too_few(f"bias norms on a side of N* = {n_star:.1f} within a factor {within:g}", min(below, above),
+                        min_side, f"{below} below, {above} above")
+    return None
+
+
 @rule
-def average_fixed_point(block: pd.DataFrame, variant: str = "post_ln") -> Outcome:
+def rises_with_bias(block: pd.DataFrame, columns=("output_drift_norm",), variant: str = "post_ln",
+                    within: float = 4.0, min_points: int = 4, min_rho: float = 0.8) -> Outcome:
+    """Each of ``columns`` (mean over seeds) rises with N over the paper's regime, N from 0 to ``within`` N*:
+    Spearman rho(N, value) >= ``min_rho`` on at least ``min_points`` grid norms, and larger at the regime's largest
+    N than at its smallest."""
+    regime = _regime(block, variant, within)
+    if isinstance(regime, Outcome):
+        return regime
+    n_star, n_max = regime
+    words, flags = [], []
+    for column in columns:
+        curve = _block_curve(block, column, variant)
+        curve = curve[curve.index <= n_max]
+        if len(curve) < min_points:
+            return _too_few(f"bias norms up to {within:g} N* = {n_max:.0f}", len(curve), min_points)
+        rho = _spearman(curve.index, curve.to_numpy())
+        flags.append(bool(rho >= min_rho and curve.iloc[-1] > curve.iloc[0]))
+        words.append(f"{column.replace('_', ' ')} {curve.iloc[0]:.3g} at N = {curve.index[0]:g}, "
+                     f"{curve.iloc[-1]:.3g} at N = {curve.index[-1]:g} (Spearman ρ with N {rho:+.2f})")
+    return Outcome(all(flags), "; ".join(words) + f" [N up to {within:g} N*, N* = {n_star:.1f}]")
+
+
+@rule
+def average_fixed_point(block: pd.DataFrame, variant: str = "post_ln", within: float = 4.0,
+                        min_side: int = 2) -> Outcome:
+    """In every seed the norm of the average output crosses the norm of the average input (about N) once, from
+    above, in the paper's regime: above it at every grid norm below N*, below it at every one up to ``within`` N*
+    (an attracting fixed point, not a crossing somewhere on the grid), with ``min_side`` grid norms on each side of
+    N* within a factor ``within`` of it."""
     stars = crossings(block, "output_drift_norm", "input_drift_norm", variant)
     if stars.empty:
         return Outcome(None, "no seed")
-    ok = bool(stars.notna().all())
-    return Outcome(ok, f"N* (norms of the averages) = {stars.mean():.2f} over {len(stars)} seeds" if ok else
-                   f"the curves cross in {int(stars.notna().sum())} of {len(stars)} seeds")
+    if not stars.notna().all():
+        return Outcome(False, f"the curves cross in {int(stars.notna().sum())} of {len(stars)} seeds")
+    n_star = float(stars.mean())
+    part = block[block["variant"] == variant]
+    if (coarse := _around(part["bias_norm"], n_star, within, min_side)) is not None:
+        return coarse
+    once = []
+    for seed, g in part.groupby("seed"):
+        g = g[g["bias_norm"] <= within * n_star]
+        gap = (g["output_drift_norm"] - g["input_drift_norm"]).to_numpy()
+        before = (g["bias_norm"] < stars[seed]).to_numpy()
+        once.append(bool((gap[before] > 0).all() and (gap[~before] <= 0).all()))
+    ok = all(once)
+    return Outcome(ok, f"N* (norms of the averages) = {n_star:.2f} over {len(stars)} seeds; " +
+                   ("the output drift is above the input's below N* and below it up to "
+                    if ok else f"the curves cross more than once in {once.count(False)} seed(s) up to ")
+                   + f"{within:g} N*")
 
 
 @rule
@@ -356,48 +465,78 @@ def n_star_order(block: pd.DataFrame, reference: pd.DataFrame, low: float = 0.2,
 
 
 @rule
-def scores_shift_and_spread(scores: pd.DataFrame, share: float = 0.9) -> Outcome:
-    if scores["bias_norm"].nunique() < 2:
-        return Outcome(None, "fewer than two bias norms")
-    lo, hi = scores["bias_norm"].min(), scores["bias_norm"].max()
+def scores_shift_and_spread(scores: pd.DataFrame, block: pd.DataFrame, share: float = 0.9, within: float = 4.0,
+                            variant: str = "post_ln") -> Outcome:
+    """At least ``share`` of the heads have a larger |mean score| and a larger score standard deviation at the
+    largest histogram norm of the paper's regime (at least N*/``within``, at most ``within`` N*; N* from the sweep)
+    than at the smallest."""
+    regime = _regime(block, variant, within)
+    if isinstance(regime, Outcome):
+        return regime
+    n_star, n_max = regime
+    norms = sorted(scores["bias_norm"].unique())
+    inside = [n for n in norms if n_star / within <= n <= n_max]
+    if not inside or norms[0] >= inside[-1]:
+        return Outcome(None, f"no score histogram between N*/{within:g} and {within:g} N* (N* = {n_star:.1f}; "
+                             f"histograms at N = {', '.join(f'{n:g}' for n in norms)})")
+    lo, hi = norms[0], inside[-1]
     stats = scores.groupby(["bias_norm", "head"])["score"].agg(["mean", "std"])
     first, last = stats.loc[lo], stats.loc[hi]
     ok = (last["mean"].abs() > first["mean"].abs()) & (last["std"] > first["std"])
-    return Outcome(bool(ok.mean() >= share), f"{int(ok.sum())} of {len(ok)} heads shift and spread from N = {lo:g} "
-                                             f"to N = {hi:g} (score sd {first['std'].mean():.3g} → "
-                                             f"{last['std'].mean():.3g} on average)")
+    return Outcome(bool(ok.mean() >= share),
+                   f"{int(ok.sum())} of {len(ok)} heads shift and spread from N = {lo:g} to N = {hi:g} = "
+                   f"{hi / n_star:.1f} N* (score sd {first['std'].mean():.3g} → {last['std'].mean():.3g} on average)")
 
 
 @rule
-def rows_sharpen(block: pd.DataFrame, variant: str = "post_ln") -> Outcome:
+def rows_sharpen(block: pd.DataFrame, variant: str = "post_ln", within: float = 4.0, min_drop: float = 0.01) -> Outcome:
+    """From the smallest N to the largest grid norm of the paper's regime (at most ``within`` N*, at least N*): the
+    mean row maximum rises, the mean row minimum falls and the attention entropy falls by at least ``min_drop`` of
+    the uniform row's (a sharpening the softmax shows, not one in the sixth decimal)."""
+    regime = _regime(block, variant, within)
+    if isinstance(regime, Outcome):
+        return regime
+    n_star, n_max = regime
     curves = {c: _block_curve(block, c, variant) for c in ("softmax_max", "softmax_min", "entropy_ratio")}
-    if len(curves["softmax_max"]) < 2:
-        return Outcome(None, "fewer than two bias norms")
+    curves = {c: v[v.index <= n_max] for c, v in curves.items()}
+    n = curves["softmax_max"].index
+    if len(n) < 2 or n[-1] < n_star:
+        return Outcome(None, f"the grid has no bias norm between N* = {n_star:.1f} and {within:g} N*")
     up = curves["softmax_max"].iloc[-1] > curves["softmax_max"].iloc[0]
     down = curves["softmax_min"].iloc[-1] < curves["softmax_min"].iloc[0]
-    sharper = curves["entropy_ratio"].iloc[-1] < curves["entropy_ratio"].iloc[0]
-    n = curves["softmax_max"].index
-    return Outcome(bool(up and down and sharper),
-                   f"from N = {n[0]:g} to N = {n[-1]:g}: row maximum {curves['softmax_max'].iloc[0]:.4f} → "
-                   f"{curves['softmax_max'].iloc[-1]:.4f}, row minimum {curves['softmax_min'].iloc[0]:.2e} → "
-                   f"{curves['softmax_min'].iloc[-1]:.2e}, entropy / uniform {curves['entropy_ratio'].iloc[0]:.4f} → "
-                   f"{curves['entropy_ratio'].iloc[-1]:.4f}")
+    drop = curves["entropy_ratio"].iloc[0] - curves["entropy_ratio"].iloc[-1]
+    return Outcome(bool(up and down and drop >= min_drop),
+                   f"from N = {n[0]:g} to N = {n[-1]:g} ({n[-1] / n_star:.1f} N*): row maximum "
+                   f"{curves['softmax_max'].iloc[0]:.4f} → {curves['softmax_max'].iloc[-1]:.4f}, row minimum "
+                   f"{curves['softmax_min'].iloc[0]:.2e} → {curves['softmax_min'].iloc[-1]:.2e}, entropy / uniform "
+                   f"{curves['entropy_ratio'].iloc[0]:.4f} → {curves['entropy_ratio'].iloc[-1]:.4f} (a drop of "
+                   f"{drop:.1e}; at least {min_drop:g} asked)")
 
 
 @rule
-def layernorm_fixed_point(block: pd.DataFrame, tolerance: float = 0.01) -> Outcome:
+def layernorm_fixed_point(block: pd.DataFrame, tolerance: float = 0.01, within: float = 4.0,
+                          min_side: int = 1) -> Outcome:
+    """The measured N* (mean norms) is within ``tolerance`` of the LayerNorm prediction in every seed, interpolated
+    between grid norms within a factor ``within`` of it (at least ``min_side`` on each side)."""
     from . import block as block_module
 
     fixed = block_module.fixed_points(block[block["variant"] == "post_ln"])
     if fixed.empty or fixed["n_star"].isna().any():
         return Outcome(None if fixed.empty else False, "no crossing of the mean norms in some seed")
+    coarse = _around(block.loc[block["variant"] == "post_ln", "bias_norm"], float(fixed["n_star"].mean()), within,
+                     min_side)
+    if coarse is not None:
+        return coarse
     error = float((fixed["n_star"] / fixed["predicted_n_star"] - 1).abs().max())
     return Outcome(error <= tolerance, f"N* = {fixed['n_star'].mean():.3f}, LayerNorm prediction "
                                        f"{fixed['predicted_n_star'].mean():.3f} (largest relative gap {error:.1e})")
 
 
 @rule
-def uniform_at_fixed_point(block: pd.DataFrame, level: float = 0.99) -> Outcome:
+def uniform_at_fixed_point(block: pd.DataFrame, level: float = 0.99, within: float = 4.0,
+                           min_side: int = 1) -> Outcome:
+    """The post-LN block's attention entropy at N* (mean norms, interpolated between grid norms within a factor
+    ``within`` of it) is above ``level`` of the uniform row's."""
     from . import block as block_module
 
     post = block[block["variant"] == "post_ln"]
@@ -405,12 +544,31 @@ def uniform_at_fixed_point(block: pd.DataFrame, level: float = 0.99) -> Outcome:
     if fixed.empty or fixed["n_star"].isna().all():
         return Outcome(None, "no fixed point")
     n_star = float(fixed["n_star"].mean())
+    if (coarse := _around(post["bias_norm"], n_star, within, min_side)) is not None:
+        return coarse
     ratio = float(block_module.interpolate(post, "entropy_ratio", n_star)["entropy_ratio"].mean())
     return Outcome(ratio > level, f"entropy / uniform = {ratio:.5f} at N* = {n_star:.2f}")
 
 
 # Paper 1, Section 5: per-head statistics along training (columns run, layer, head, step, cos_qk, dot_qk, entropy,
-# head_dim, q_mean, k_mean)
+# head_dim, q_mean, k_mean, warmup). The rules compare from the run's first checkpoint at or after the end of its
+# learning-rate warm-up: at step 0 attention is uniform and the mean query and key are unrelated, so any training at
+# all would make "the entropy falls" and "the scalar product grows" hold.
+MULTIBERTS_WARMUP = 10_000  # MultiBERTs follow BERT's recipe: 10,000 warm-up steps (Sellam et al., 2022)
+
+
+def warmup_steps(source: str, profile: str) -> int | None:
+    """The learning-rate warm-up (steps) of the runs a Section 5 page follows: MultiBERTs' for ``"multiberts"``,
+    the recipe's for a self-trained suite of ``profile``; None where unknown (a folder of checkpoints)."""
+    if source == "multiberts":
+        return MULTIBERTS_WARMUP
+    from . import training
+
+    try:
+        return int(training.suite(source, profile)[0].warmup)
+    except KeyError:
+        return None
+
 
 def _runs(qk: pd.DataFrame):
     return [(run, part) for run, part in qk.groupby("run", sort=False)]
@@ -420,17 +578,42 @@ def _ends(part: pd.DataFrame):
     return part[part["step"] == part["step"].min()], part[part["step"] == part["step"].max()]
 
 
-def _over_runs(qk: pd.DataFrame, test: Callable[[pd.DataFrame], tuple[bool, str]]) -> Outcome:
-    results_ = [(run, *test(part)) for run, part in _runs(qk)]
-    if not results_:
+def after_warmup(part: pd.DataFrame) -> pd.DataFrame:
+    """One run's rows from its first checkpoint at or after its warm-up (column ``warmup``, steps) on; empty when
+    the warm-up is unknown or no checkpoint follows it."""
+    warmup = pd.to_numeric(part["warmup"], errors="coerce").iloc[0] if "warmup" in part else float("nan")
+    if not np.isfinite(warmup) or not (part["step"] >= warmup).any():
+        return part.iloc[:0]
+    return part[part["step"] >= part.loc[part["step"] >= warmup, "step"].min()]
+
+
+def _over_runs(frame: pd.DataFrame, test: Callable[[pd.DataFrame], tuple[bool | None, str]], min_runs: int = 2,
+               from_warmup: bool = False, min_checkpoints: int = 2) -> Outcome:
+    """A per-run ``test`` (None: the run cannot answer) that holds in most runs, decided on at least ``min_runs``
+    runs with ``min_checkpoints`` checkpoints each (from the end of the warm-up with ``from_warmup``): "most runs"
+    of one run is that run's seed."""
+    found = []
+    for run, part in _runs(frame):
+        part = after_warmup(part) if from_warmup else part
+        steps = part["step"].nunique()
+        if steps < min_checkpoints:
+            where = "after its warm-up" if from_warmup else ""
+            found.append((run, None, f"{steps} checkpoint(s) {where} (at least {min_checkpoints} needed)"))
+            continue
+        found.append((run, *test(part)))
+    if not found:
         return Outcome(None, "no run")
-    flags = [ok for _, ok, _ in results_]
-    return Outcome(_majority(flags), f"{sum(flags)} of {len(flags)} runs: "
-                   + "; ".join(f"{run}: {words}" for run, _, words in results_))
+    decided = [ok for _, ok, _ in found if ok is not None]
+    words = "; ".join(f"{run}: {text}" for run, _, text in found)
+    if len(decided) < min_runs:
+        return _too_few("runs that can answer", len(decided), min_runs, words)
+    return Outcome(_majority(decided), f"{sum(decided)} of {len(decided)} runs: {words}")
 
 
 @rule
-def alignment_grows(qk: pd.DataFrame) -> Outcome:
+def alignment_grows(qk: pd.DataFrame, min_runs: int = 2) -> Outcome:
+    """Per run, from the end of warm-up to the last checkpoint: the median |cos(Q̄, K̄)| over heads and the share of
+    heads outside the isotropic 95% band both grow; holds in most runs."""
     from .qk_dynamics import null_cosine_bound
 
     def test(part):
@@ -438,42 +621,53 @@ def alignment_grows(qk: pd.DataFrame) -> Outcome:
         bound = null_cosine_bound(int(part["head_dim"].iloc[0]))
         m0, m1 = first["cos_qk"].abs().median(), last["cos_qk"].abs().median()
         s0, s1 = (first["cos_qk"].abs() > bound).mean(), (last["cos_qk"].abs() > bound).mean()
-        return bool(m1 > m0 and s1 > s0), f"median |cos| {m0:.2f} → {m1:.2f}, outside the band {s0:.0%} → {s1:.0%}"
+        return bool(m1 > m0 and s1 > s0), (f"median |cos| {m0:.2f} → {m1:.2f}, outside the band {s0:.0%} → "
+                                           f"{s1:.0%} (step {int(first['step'].iloc[0]):,} → "
+                                           f"{int(last['step'].iloc[0]):,})")
 
-    return _over_runs(qk, test)
+    return _over_runs(qk, test, min_runs, from_warmup=True)
 
 
 @rule
-def dot_grows(qk: pd.DataFrame) -> Outcome:
+def dot_grows(qk: pd.DataFrame, min_runs: int = 2) -> Outcome:
+    """Per run, the median |Q̄·K̄| over heads is larger at the last checkpoint than at the end of warm-up."""
     def test(part):
         first, last = _ends(part)
         a, b = first["dot_qk"].abs().median(), last["dot_qk"].abs().median()
-        return bool(b > a), f"median |Q̄·K̄| {a:.3g} → {b:.3g}"
+        return bool(b > a), (f"median |Q̄·K̄| {a:.3g} → {b:.3g} "
+                             f"(step {int(first['step'].iloc[0]):,} → {int(last['step'].iloc[0]):,})")
 
-    return _over_runs(qk, test)
+    return _over_runs(qk, test, min_runs, from_warmup=True)
 
 
 @rule
-def entropy_falls(qk: pd.DataFrame) -> Outcome:
+def entropy_falls(qk: pd.DataFrame, min_runs: int = 2) -> Outcome:
+    """Per run, the mean attention entropy over heads is lower at the last checkpoint than at the end of warm-up."""
     def test(part):
         first, last = _ends(part)
         a, b = first["entropy"].mean(), last["entropy"].mean()
-        return bool(b < a), f"entropy {a:.3f} → {b:.3f} nats"
+        return bool(b < a), (f"entropy {a:.3f} → {b:.3f} nats "
+                             f"(step {int(first['step'].iloc[0]):,} → {int(last['step'].iloc[0]):,})")
 
-    return _over_runs(qk, test)
+    return _over_runs(qk, test, min_runs, from_warmup=True)
 
 
 @rule
-def common_first_opposite_last(qk: pd.DataFrame) -> Outcome:
+def common_first_opposite_last(qk: pd.DataFrame, min_runs: int = 2) -> Outcome:
+    """Per run, the mean over heads of cos(Q̄, K̄) drifts towards +1 in the first layer and towards -1 in the last:
+    at the last checkpoint positive in the first layer and negative in the last, each having moved that way since
+    the end of warm-up."""
     def test(part):
-        _, last = _ends(part)
-        per_layer = last.groupby("layer")["cos_qk"].mean().sort_index()
-        if len(per_layer) < 2:
-            return False, "a single layer"
-        a, b = per_layer.iloc[0], per_layer.iloc[-1]
-        return bool(a > 0 > b), f"first layer {a:+.2f}, last layer {b:+.2f}"
+        first, last = _ends(part)
+        start = first.groupby("layer")["cos_qk"].mean().sort_index()
+        end = last.groupby("layer")["cos_qk"].mean().sort_index()
+        if len(end) < 2:
+            return None, "a single layer"
+        a0, a, b0, b = start.iloc[0], end.iloc[0], start.iloc[-1], end.iloc[-1]
+        return (bool(a > 0 > b and a > a0 and b < b0),
+                f"first layer {a0:+.2f} → {a:+.2f}, last layer {b0:+.2f} → {b:+.2f}")
 
-    return _over_runs(qk, test)
+    return _over_runs(qk, test, min_runs, from_warmup=True)
 
 
 def opposite_onset_share(part: pd.DataFrame) -> float:
@@ -491,10 +685,21 @@ def opposite_onset_share(part: pd.DataFrame) -> float:
 
 
 @rule
-def opposite_onset(qk: pd.DataFrame, share: float = 0.08, factor: float = 2.0) -> Outcome:
-    shares = {run: opposite_onset_share(part) for run, part in _runs(qk)}
-    if not shares:
-        return Outcome(None, "no run")
+def opposite_onset(qk: pd.DataFrame, share: float = 0.08, factor: float = 2.0, min_runs: int = 2) -> Outcome:
+    """The onset of the last layer's opposite means (``opposite_onset_share``), median over the runs that end with
+    them, lies within a ``factor`` of ``share`` of training, and most runs end with them. The onset is a time, read on
+    every checkpoint; a run answers only if it has a checkpoint between share/factor and share*factor of its steps
+    (else the grid cannot place an onset there), and the verdict needs ``min_runs`` such runs."""
+    shares, coarse = {}, []
+    for run, part in _runs(qk):
+        steps = part["step"].unique() / part["step"].max()
+        if not ((steps >= share / factor) & (steps <= share * factor)).any():
+            coarse.append(run)
+            continue
+        shares[run] = opposite_onset_share(part)
+    if len(shares) < min_runs:
+        return _too_few(f"runs with a checkpoint between {share / factor:.0%} and {share * factor:.0%} of training",
+                        len(shares), min_runs, f"without: {', '.join(coarse)}" if coarse else "")
     found = [v for v in shares.values() if np.isfinite(v)]
     words = ", ".join(f"{run}: " + (f"{v:.0%}" if np.isfinite(v) else "never negative") for run, v in shares.items())
     if not found:
@@ -506,16 +711,20 @@ def opposite_onset(qk: pd.DataFrame, share: float = 0.08, factor: float = 2.0) -
 
 
 @rule
-def every_run_holds(qk: pd.DataFrame) -> Outcome:
+def every_run_holds(qk: pd.DataFrame, min_runs: int = 2) -> Outcome:
+    """The three-part test of ``qk_dynamics.alignment_summary`` (median |cos| grows, more heads outside the band,
+    entropy falls), from the end of warm-up to the last checkpoint, holds in every one of at least ``min_runs``
+    runs."""
     from .qk_dynamics import alignment_summary
 
-    summary = alignment_summary(qk)
-    if summary.empty:
-        return Outcome(None, "no run")
-    if len(summary) < 2:
-        return Outcome(None, "a single seed")
+    trimmed = [after_warmup(part) for _, part in _runs(qk)]
+    trimmed = [t for t in trimmed if t["step"].nunique() >= 2]
+    if len(trimmed) < min_runs:
+        return _too_few("runs with two checkpoints after their warm-up", len(trimmed), min_runs)
+    summary = alignment_summary(pd.concat(trimmed))
     return Outcome(bool(summary["holds"].all()), f"the three-part test holds for {int(summary['holds'].sum())} of "
-                                                 f"{len(summary)} seeds")
+                                                 f"{len(summary)} seeds (from step "
+                                                 f"{', '.join(f'{s:,}' for s in summary['first_step'].unique())})")
 
 
 # Paper 1, conclusion: the ablation (columns variant, seed, val_loss, entropy_ratio, mean_cosine[, unigram])
@@ -588,56 +797,95 @@ def sharp_without_anisotropy(ablation: pd.DataFrame) -> Outcome:
 
 
 # Paper 2: per-layer profiles (columns label, stack, layer, relative_depth, sigma1_share[, step])
+# "Middle layers" (Paper 2, Figure 1): the peak must sit in the interior band of relative depth, not merely off the
+# two end layers (a peak in the second of 18 layers is not in the middle).
+MIDDLE = (0.2, 0.8)
+
 
 def _profile(part: pd.DataFrame, metric: str = "sigma1_share") -> pd.Series:
     return part.groupby("relative_depth")[metric].mean().sort_index()
 
 
-def _shape(profile: pd.Series) -> tuple[float, bool, float]:
+def _shape(profile: pd.Series, band=(0.0, 1.0)) -> tuple[float, bool, float]:
+    """(peak / mean of the two end layers, the peak lies strictly inside the stack and within ``band`` of relative
+    depth, the relative depth of the peak)."""
     values = profile.to_numpy(float)
     i = int(np.nanargmax(values))
-    return float(values[i] / ((values[0] + values[-1]) / 2)), bool(0 < i < len(values) - 1), float(values[i])
+    depth = float(profile.index[i])
+    inside = bool(0 < i < len(values) - 1 and band[0] <= depth <= band[1])
+    return float(values[i] / ((values[0] + values[-1]) / 2)), inside, depth
+
+
+def _stack(frame: pd.DataFrame, stack: str) -> pd.DataFrame | None:
+    """The rows of ``stack`` (encoder / decoder), or None when the frame does not say which stack a row is."""
+    return frame[frame["stack"] == stack] if "stack" in frame.columns else None
 
 
 @rule
-def bell_shaped(profiles: pd.DataFrame, stack: str = "decoder", min_ratio: float = 1.5) -> Outcome:
+def bell_shaped(profiles: pd.DataFrame, stack: str = "decoder", min_ratio: float = 1.5, band=MIDDLE,
+                min_layers: int = 5, min_models: int = 2) -> Outcome:
+    """Most models of ``stack`` peak in the middle layers (relative depth within ``band``) with a peak at least
+    ``min_ratio`` times the mean of their first and last layers; a profile needs ``min_layers`` layers (three of
+    them inside the stack) and the verdict ``min_models`` models."""
     part = profiles[profiles["stack"] == stack]
-    shapes = [(name, *_shape(_profile(p))) for name, p in part.groupby("label", sort=False)]
-    if not shapes:
+    curves = [(name, _profile(p)) for name, p in part.groupby("label", sort=False)]
+    if not curves:
         return Outcome(None, f"no {stack}")
+    curves = [(n, c) for n, c in curves if len(c) >= min_layers]
+    if len(curves) < min_models:
+        return _too_few(f"{stack}s with {min_layers} layers or more", len(curves), min_models)
+    shapes = [(name, *_shape(c, band)) for name, c in curves]
     flags = [inside and ratio >= min_ratio for _, ratio, inside, _ in shapes]
-    return Outcome(_majority(flags), f"{sum(flags)} of {len(flags)} {stack}s bell-shaped (peak-to-ends: "
-                   + ", ".join(f"{n} {r:.2f}{'' if inside else ' at an end'}" for n, r, inside, _ in shapes) + ")")
+    return Outcome(_majority(flags), f"{sum(flags)} of {len(flags)} {stack}s bell-shaped (peak-to-ends, depth of the "
+                   f"peak; middle = {band[0]:g}-{band[1]:g}: "
+                   + ", ".join(f"{n} {r:.2f} at {d:.2f}" for n, r, _, d in shapes) + ")")
 
 
 @rule
-def consistent_profiles(profiles: pd.DataFrame, stack: str = "encoder", min_corr: float = 0.5) -> Outcome:
+def flat_profiles(profiles: pd.DataFrame, stack: str = "encoder", max_ratio: float = 1.5, min_layers: int = 3,
+                  min_models: int = 2) -> Outcome:
+    """Most models of ``stack`` keep a consistent level across depth: their most anisotropic layer is at most
+    ``max_ratio`` times their least (below the bell rule's peak-to-ends ratio, so such a profile cannot be a bell);
+    a profile needs ``min_layers`` layers and the verdict ``min_models`` models."""
     part = profiles[profiles["stack"] == stack]
-    grid = np.linspace(0, 1, 21)
-    curves = {name: np.interp(grid, (p := _profile(g)).index.to_numpy(float), p.to_numpy(float))
-              for name, g in part.groupby("label", sort=False)}
-    if len(curves) < 2:
-        return Outcome(None, f"fewer than two {stack}s")
-    names = list(curves)
-    corrs = [float(np.corrcoef(curves[a], curves[b])[0, 1]) for i, a in enumerate(names) for b in names[i + 1:]]
-    mean = float(np.nanmean(corrs))
-    return Outcome(mean >= min_corr, f"mean pairwise correlation {mean:+.2f} over {len(names)} {stack}s")
+    curves = [(name, _profile(p)) for name, p in part.groupby("label", sort=False)]
+    curves = [(n, c) for n, c in curves if len(c) >= min_layers]
+    if len(curves) < min_models:
+        return _too_few(f"{stack}s with {min_layers} layers or more", len(curves), min_models)
+    spreads = [(name, float(c.max() / c.min()) if c.min() > 0 else float("inf")) for name, c in curves]
+    flags = [r <= max_ratio for _, r in spreads]
+    return Outcome(_majority(flags), f"{sum(flags)} of {len(flags)} {stack}s within a factor {max_ratio:g} across "
+                                     "depth (largest / smallest layer: "
+                                     + ", ".join(f"{n} {r:.2f}" for n, r in spreads) + ")")
 
 
 @rule
-def decoders_above_encoders(profiles: pd.DataFrame) -> Outcome:
+def decoders_above_encoders(profiles: pd.DataFrame, min_models: int = 2) -> Outcome:
+    """The median over decoders of their profile's peak exceeds the median over encoders, with ``min_models`` of
+    each."""
     peaks = {stack: [float(_profile(p).max()) for _, p in profiles[profiles["stack"] == stack].groupby("label")]
              for stack in ("decoder", "encoder")}
     if not peaks["decoder"] or not peaks["encoder"]:
         return Outcome(None, "needs both encoders and decoders")
+    if min(len(v) for v in peaks.values()) < min_models:
+        return _too_few("models of a stack", min(len(v) for v in peaks.values()), min_models,
+                        f"{len(peaks['decoder'])} decoders, {len(peaks['encoder'])} encoders")
     dec, enc = float(np.median(peaks["decoder"])), float(np.median(peaks["encoder"]))
     return Outcome(dec > enc, f"median peak anisotropy: decoders {dec:.3f}, encoders {enc:.3f}")
 
 
+def _decoder_runs(frame: pd.DataFrame, stack: str) -> pd.DataFrame | Outcome:
+    part = _stack(frame, stack)
+    if part is None:
+        return Outcome(None, f"the frame does not say which runs are {stack}s")
+    return part.rename(columns={"label": "run"})
+
+
 @rule
-def rise_then_fall(dimension: pd.DataFrame, min_change: float = 0.05) -> Outcome:
-    """Per run: the peak lies strictly inside the run and is at least ``min_change`` (relative) above the first
-    checkpoint and above the last."""
+def rise_then_fall(dimension: pd.DataFrame, min_change: float = 0.05, stack: str = "decoder", min_runs: int = 2,
+                   min_checkpoints: int = 3) -> Outcome:
+    """Per ``stack`` run: the peak lies strictly inside the run and is at least ``min_change`` (relative) above the
+    first checkpoint and above the last; holds in most of at least ``min_runs`` runs."""
     def test(part):
         part = part.sort_values("step")
         v = part["twonn_dimension"].to_numpy(float)
@@ -645,16 +893,20 @@ def rise_then_fall(dimension: pd.DataFrame, min_change: float = 0.05) -> Outcome
         ok = bool(0 < i < len(v) - 1 and v[i] >= (1 + min_change) * v[0] and v[i] >= (1 + min_change) * v[-1])
         return ok, f"{v[0]:.1f} → {v[i]:.1f} (step {int(part['step'].iloc[i]):,}) → {v[-1]:.1f}"
 
-    return _over_runs(dimension.rename(columns={"label": "run"}), test)
+    runs = _decoder_runs(dimension, stack)
+    return runs if isinstance(runs, Outcome) else _over_runs(runs, test, min_runs,
+                                                             min_checkpoints=min_checkpoints)
 
 
 @rule
-def grows_then_stabilises(anisotropy: pd.DataFrame, min_growth: float = 1.2, max_late_change: float = 0.25) -> Outcome:
+def grows_then_stabilises(anisotropy: pd.DataFrame, min_growth: float = 1.2, max_late_change: float = 0.25,
+                          stack: str = "decoder", min_runs: int = 2, min_checkpoints: int = 3) -> Outcome:
+    """Per ``stack`` run: the layer-averaged anisotropy reaches ``min_growth`` times its first value, and over the
+    last third of the checkpoints moves by at most ``max_late_change`` of that rise; holds in most of at least
+    ``min_runs`` runs."""
     def test(part):
         part = part.sort_values("step")
         v = part["sigma1_share"].to_numpy(float)
-        if len(v) < 3:
-            return False, "fewer than three checkpoints"
         rise = v.max() - v[0]
         late = v[int(np.floor(2 * (len(v) - 1) / 3)):]
         grows = v.max() >= min_growth * v[0]
@@ -662,22 +914,30 @@ def grows_then_stabilises(anisotropy: pd.DataFrame, min_growth: float = 1.2, max
         return bool(grows and settles), (f"{v[0]:.3f} → max {v.max():.3f}, last third within "
                                          f"{late.max() - late.min():.3f} (rise {rise:.3f})")
 
-    return _over_runs(anisotropy.rename(columns={"label": "run"}), test)
+    runs = _decoder_runs(anisotropy, stack)
+    return runs if isinstance(runs, Outcome) else _over_runs(runs, test, min_runs,
+                                                             min_checkpoints=min_checkpoints)
 
 
 @rule
-def bell_builds_up(profiles: pd.DataFrame) -> Outcome:
-    decoders = profiles[profiles["stack"] == "decoder"]
-
+def bell_builds_up(profiles: pd.DataFrame, stack: str = "decoder", min_ratio: float = 1.5, band=MIDDLE,
+                   min_runs: int = 2) -> Outcome:
+    """Per ``stack`` run: the last checkpoint's profile is a bell by ``bell_shaped``'s yardstick (peak in ``band``,
+    at least ``min_ratio`` times the ends) and its peak-to-ends ratio exceeds the first checkpoint's; holds in most
+    of at least ``min_runs`` runs."""
     def test(part):
         first, last = _ends(part)
-        r0, _, _ = _shape(_profile(first))
-        r1, inside, _ = _shape(_profile(last))
-        return bool(r1 > r0 and inside), f"peak-to-ends {r0:.2f} → {r1:.2f}{'' if inside else ' (peak at an end)'}"
+        r0, _, _ = _shape(_profile(first), band)
+        r1, inside, depth = _shape(_profile(last), band)
+        return (bool(r1 > r0 and r1 >= min_ratio and inside),
+                f"peak-to-ends {r0:.2f} → {r1:.2f}, last peak at depth {depth:.2f}")
 
-    if decoders.empty:
-        return Outcome(None, "no decoder run")
-    return _over_runs(decoders.rename(columns={"label": "run"}), test)
+    runs = _decoder_runs(profiles, stack)
+    if isinstance(runs, Outcome):
+        return runs
+    if runs.empty:
+        return Outcome(None, f"no {stack} run")
+    return _over_runs(runs, test, min_runs)
 
 
 # Machina & Mercer: before / after the final norm (columns label, before, after)
@@ -756,10 +1016,50 @@ def _real_label(name: str) -> str:
         return name
 
 
+#: Rules that a claim about *every* model it names (or every layer of every model) uses: they are decided only when
+#: every model the claim names was measured, or, on real stand-ins, when the stand-ins cover every family of them.
+EVERY_MODEL = frozenset({"models_above_null", "most_layers_above_null", "every_layer_above", "close_to_isotropic",
+                         "falls_with_depth", "final_norm_lowers"})
+PARTLY = "partly measured"
+
+
+def _family(name: str) -> str:
+    """A model's family for stand-in coverage: the registry's, Paper 2's encoder and decoder families being
+    token-level text models like Paper 1's."""
+    from . import registry
+
+    try:
+        family = registry.spec(name).family
+    except registry.UnknownModelError:
+        return name
+    return {"encoder": "token-level", "decoder": "token-level"}.get(family, family)
+
+
+def _partly(c: Claim, measured: list[str], stand_in: bool) -> str | None:
+    """Why an every-model claim cannot be decided on ``measured`` (None when it can): the paper's models it names
+    that were not measured, or, on stand-ins, the families of them no stand-in covers."""
+    if c.rule not in EVERY_MODEL or c.scope != "pretrained":
+        return None
+    if not stand_in:
+        missing = [m for m in c.models if m not in measured]
+        return f"{PARTLY} (missing: {', '.join(missing)})" if missing else None
+    covered = {_family(m) for m in measured}
+    missing = [m for m in c.models if _family(m) not in covered]
+    if not missing:
+        return None
+    families = list(dict.fromkeys(_family(m) for m in missing))
+    return (f"{PARTLY} (missing: {', '.join(missing)}; the real stand-ins cover no {', '.join(families)} "
+            f"model)")
+
+
 def _select(c: Claim, frames: list[pd.DataFrame]) -> tuple[list[pd.DataFrame] | None, str, str]:
-    """The frames ``c`` may be decided on, what they hold (``tested_on``), and why not (when None)."""
+    """The frames ``c`` may be decided on, what they hold (``tested_on``), and why not (when None). A ``training``
+    claim with a ``stack`` parameter (Paper 2's are about decoders) reads the runs of that stack only."""
     if c.scope == "any":
         return frames, ", ".join(n for f in frames for n in _names(f)[:6]), ""
+    stack = c.params.get("stack") if c.scope == "training" else None
+    if stack is not None:
+        frames = [f[f["stack"] == stack] if "stack" in f.columns else f for f in frames]
     decided = []
     for frame in frames:
         if "model" not in frame.columns:  # a frame of the setup (e.g. the untrained block), not of the models
@@ -770,6 +1070,8 @@ def _select(c: Claim, frames: list[pd.DataFrame]) -> tuple[list[pd.DataFrame] | 
     model_frames = [f for f, raw in zip(decided, frames) if "model" in raw.columns]
     if model_frames and all(len(f) for f in model_frames):
         names = sorted({m for f in model_frames for m in f["model"]})
+        if (partly := _partly(c, names, stand_in=False)) is not None:
+            return None, "", partly
         missing = [m for m in c.models if m not in names]
         note = f" (not measured: {', '.join(missing)})" if missing and c.scope == "pretrained" and len(missing) < len(
             c.models) else ""
@@ -779,16 +1081,32 @@ def _select(c: Claim, frames: list[pd.DataFrame]) -> tuple[list[pd.DataFrame] | 
                 for f in frames]
         if all(len(f) for f in real):
             names = [m for m in c.real_models if any(m in set(f.get("model", ())) for f in real)]
+            if (partly := _partly(c, names, stand_in=True)) is not None:
+                return None, "", partly
             return real, f"{REAL_STAND_IN}: {', '.join(_real_label(m) for m in names)}", ""
     if c.scope == "training":
         stand_in = [f[_origin(f) == "self-trained"] if "model" in f.columns else f for f in frames]
         if all(len(f) for f in stand_in):
             runs = sorted({n for f in stand_in for n in _names(f)})
             return stand_in, "stand-in (the book's self-trained runs): " + ", ".join(runs), ""
+        kind = f" {stack}" if stack else ""
         return None, "", (f"needs the checkpoints of {', '.join(c.models[:3])}{' …' if len(c.models) > 3 else ''} "
-                          f"(paper profile) or the book's self-trained runs; neither was measured")
+                          f"(paper profile) or the book's self-trained{kind} runs; neither was measured")
     return None, "", (f"needs the pretrained {', '.join(c.models[:5])}{' …' if len(c.models) > 5 else ''} "
                       f"(the paper profile); {_measured_words(frames, c.models)}")
+
+
+def _with_stack(frames: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """The chapter's frames, each frame without a ``stack`` column given one by label from a frame that has both
+    (Paper 2's layer averages from its per-layer profiles), so that a claim about decoders reads decoder runs."""
+    known = {}
+    for frame in frames.values():
+        if frame is not None and {"label", "stack"} <= set(frame.columns):
+            known.update(zip(frame["label"], frame["stack"]))
+    if not known:
+        return frames
+    return {name: f.assign(stack=f["label"].map(known)) if f is not None and "label" in f.columns
+            and "stack" not in f.columns else f for name, f in frames.items()}
 
 
 def verdict_rows(chapter: str, profile: str, frames: dict[str, pd.DataFrame],
@@ -796,6 +1114,7 @@ def verdict_rows(chapter: str, profile: str, frames: dict[str, pd.DataFrame],
     """One row per claim of ``chapter``: the ledger's fields, ``verdict`` (holds / does not hold / not testable
     here), ``value`` (what decided it), ``why`` (why not testable), ``tested_on`` and ``profile``."""
     rows = []
+    frames = _with_stack(frames)
     for c in for_chapter(chapter):
         missing = [name for name in c.input if name not in frames or frames[name] is None]
         value, why, tested = "", "", ""
@@ -1018,7 +1337,8 @@ def _owned_digest(chapter: str) -> str | None:
     for c in owned:
         digest.update(repr(c).encode() + repr(sorted(c.params.items())).encode())
         digest.update(inspect.getsource(RULES[c.rule]).encode())
-    digest.update(inspect.getsource(_select).encode() + inspect.getsource(verdict_rows).encode())
+    for helper in (_select, _partly, _with_stack, verdict_rows):
+        digest.update(inspect.getsource(helper).encode())
     return digest.hexdigest()[:16]
 
 

@@ -8,11 +8,11 @@ standard deviation over batches, of
 - the TwoNN intrinsic dimension of the batch (``metrics.twonn_dimension``, a number of degrees of freedom).
 
 Both need the vectors themselves, not streaming moments, so ``BatchedLayer`` is an accumulator for ``taps.extract``
-that pools a layer's first ``n_batches * batch_size`` valid vectors, shuffles them (the paper's Section 2.2: vectors
-are shuffled before batching, so a batch is not a few texts' consecutive, near-duplicate tokens) and computes the
-metrics on each batch: memory is one pool per layer, whatever the corpus. ``measure`` stops feeding text once every
-layer's pool is full. Paper 1's mean cosine and
-drift are computed on the same batches, so both papers' measures can be compared vector for vector.
+that shuffles a layer's valid vectors of the whole corpus (the paper's Section 2.2: the vectors are shuffled before
+batching, so a batch is not a few texts' consecutive, near-duplicate tokens, and every batch draws from every text),
+takes the first ``n_batches * batch_size`` of the shuffled order and computes the metrics on each batch: memory is
+one pool per layer, whatever the corpus. Paper 1's mean cosine and drift are computed on the same batches, so both
+papers' measures can be compared vector for vector.
 
 Results are per-batch rows (``measure``, ``profile``, ``series``); ``summary`` turns them into one row per layer
 with the mean and standard deviation over batches, ``profile_shape`` quantifies how bell-shaped a profile is, and
@@ -58,21 +58,30 @@ _FINAL_NORMS = ("final_layer_norm", "ln_f", "norm", "decoder.final_layer_norm")
 # ---------------------------------------------------------------------------------------------------------------------
 
 
+def shuffle_keys(n: int, seed: int) -> np.ndarray:
+    """The random keys of ``n`` vectors in stream order: sorting a stream by them shuffles it."""
+    return np.random.default_rng(seed).random(n)
+
+
 def shuffle_order(n: int, seed: int) -> np.ndarray:
-    """The permutation of a pool of ``n`` vectors that ``BatchedLayer`` applies before cutting it into batches."""
-    return np.random.default_rng(seed).permutation(n)
+    """The permutation of a stream of ``n`` vectors that ``BatchedLayer`` applies before cutting it into batches:
+    the stream sorted by ``shuffle_keys`` (the batches are its first ``n_batches * batch_size`` entries)."""
+    return np.argsort(shuffle_keys(n, seed), kind="stable")
 
 
 class BatchedLayer:
     """One layer's batches. Valid rows are buffered in stream order.
 
     With ``shuffle_seed`` (the second paper's protocol, its Section 2.2: vectors are shuffled before they are split
-    into batches): the first ``n_batches * batch_size`` valid rows form a pool, which is permuted by
-    ``shuffle_order(len(pool), shuffle_seed)`` and cut into batches, so that a batch mixes tokens of many texts
-    instead of holding a few texts' consecutive tokens (which are near-duplicates for TwoNN). The same seed and pool
-    size give the same permutation in every layer, so batch k holds the same tokens in every layer. When the stream
-    ends before the pool is full, the rows there are shuffled and as many full batches as they make are measured.
-    Memory: the pool, ``n_batches * batch_size`` rows of float32.
+    into batches): the whole stream of valid rows is shuffled, ``shuffle_order(n, shuffle_seed)``, and its first
+    ``n_batches * batch_size`` rows are cut into batches, so that a batch mixes tokens of every text instead of
+    holding a few texts' consecutive tokens (near-duplicates for TwoNN) or only the first texts' tokens. Streaming,
+    without holding the whole stream: each row gets its key (``shuffle_keys``, drawn in stream order) and the pool
+    keeps the rows of the smallest keys seen so far, which at the end of the stream are the first rows of the
+    shuffled order, in that order. The same seed gives the same keys in every layer, so batch k holds the same
+    tokens in every layer. A stream shorter than the pool is shuffled whole and cut into as many full batches as it
+    makes. The pool is measured once the stream ends (when the batches are asked for), so ``full`` stays False and
+    every text is read. Memory: at most twice the pool, ``n_batches * batch_size`` rows of float32.
 
     Without ``shuffle_seed``: each time ``batch_size`` rows are there, the batch is measured and dropped (memory: one
     batch plus one incoming chunk). After ``n_batches`` batches further rows are only counted.
@@ -97,6 +106,9 @@ class BatchedLayer:
         self._buffered = 0
         self._n = 0
         self._pooled = False  # shuffled mode: the pool has been shuffled and measured
+        # shuffled mode: the pool's keys (``shuffle_keys``, one per valid row in stream order) and their generator
+        self._keys: list[np.ndarray] = []
+        self._rng = np.random.default_rng(shuffle_seed) if shuffle_seed is not None else None
 
     def __repr__(self) -> str:
         done = len(self.values[self.metric_names[0]]) if self.metric_names else 0
@@ -121,22 +133,31 @@ class BatchedLayer:
 
     @property
     def full(self) -> bool:
-        if self.shuffle_seed is not None:
-            return self._pooled or self._buffered >= self.pool_size
+        if self.shuffle_seed is not None:  # any later row may belong to the first batches of the shuffled stream
+            return self._pooled
         return self.batches_done >= self.n_batches
 
     def _measure(self, batch: torch.Tensor) -> None:
         for name in self.metric_names:
             self.values[name].append(float(BATCH_METRICS[name](batch)))
 
+    def _keep_smallest(self) -> None:
+        """Keep the pool's rows of the ``pool_size`` smallest keys, in key order: the first rows of the shuffled
+        stream so far."""
+        pool = torch.cat(self._buffer) if self._buffer else torch.empty(0, self.dim)
+        keys = np.concatenate(self._keys) if self._keys else np.empty(0)
+        order = np.argsort(keys, kind="stable")[: self.pool_size]
+        self._buffer, self._keys = [pool[torch.from_numpy(order)]], [keys[order]]
+        self._buffered = len(order)
+
     def _measure_pool(self) -> None:
         if self._pooled:
             return
-        pool = torch.cat(self._buffer)[: self.pool_size] if self._buffer else torch.empty(0, self.dim)
-        pool = pool[torch.from_numpy(shuffle_order(pool.shape[0], self.shuffle_seed))]
+        self._keep_smallest()
+        pool = self._buffer[0]
         for k in range(pool.shape[0] // self.batch_size):
             self._measure(pool[k * self.batch_size: (k + 1) * self.batch_size])
-        self._buffer, self._buffered, self._pooled = [], 0, True
+        self._buffer, self._keys, self._buffered, self._pooled = [], [], 0, True
 
     def update(self, batch, mask=None) -> "BatchedLayer":
         rows = torch.as_tensor(batch).detach()
@@ -153,8 +174,9 @@ class BatchedLayer:
         self._buffer.append(rows)
         self._buffered += rows.shape[0]
         if self.shuffle_seed is not None:
-            if self._buffered >= self.pool_size:
-                self._measure_pool()
+            self._keys.append(self._rng.random(rows.shape[0]))
+            if self._buffered >= 2 * self.pool_size:  # memory: drop the rows that can no longer be drawn first
+                self._keep_smallest()
             return self
         while self._buffered >= self.batch_size and not self.full:
             stacked = torch.cat(self._buffer)
@@ -237,11 +259,12 @@ def measure(loaded, examples: Iterable, batch_size: int = BATCH_SIZE, n_batches:
             part: str | None = None, shuffle_seed: int | None = 0) -> pd.DataFrame:
     """Per-batch metrics of every layer of ``loaded`` (a ``registry.Loaded``) on ``examples``, via ``taps.extract``.
 
-    Text is fed only until every layer holds ``n_batches`` batches of ``batch_size`` vectors (which vectors count:
-    ``taps``), shuffled before batching with ``shuffle_seed`` as the second paper does (``BatchedLayer``; None keeps
-    stream order). Returns one row per (layer, batch) with ``layer``, ``relative_depth`` (layer / last layer, in [0, 1]),
-    ``n_layers``, ``after_final_norm`` (True for the state that went through a decoder's final norm),
-    ``batches_available`` and the metrics. With ``split_final_norm`` the last block's output appears twice at the last
+    With ``shuffle_seed`` every example is read and each layer's vectors of all of them are shuffled before
+    batching, as the second paper does (``BatchedLayer``; which vectors count: ``taps``); with None, text is fed only
+    until every layer holds ``n_batches`` batches of ``batch_size`` vectors, in stream order. Returns one row per
+    (layer, batch) with ``layer``, ``relative_depth`` (layer / last layer, in [0, 1]), ``n_layers``,
+    ``after_final_norm`` (True for the state that went through a decoder's final norm), ``batches_available`` and
+    the metrics. With ``split_final_norm`` the last block's output appears twice at the last
     layer: before (``after_final_norm`` False) and after the final norm (True). Raises when a layer gets no full
     batch: give more text or a smaller ``batch_size``. ``part`` ("encoder" / "decoder" of an encoder-decoder such
     as Whisper, see ``taps``) measures that stack alone, its layers numbered from 0 within it.
