@@ -3,6 +3,8 @@ the models a claim may be decided on, and the round trip chapter -> results stor
 
 from __future__ import annotations
 
+import html
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -25,6 +27,71 @@ def test_ledger_lists_at_least_thirty_claims_of_the_papers_with_sources_and_know
         assert c.chapter in runner.chapters(), f"{c.id}: {c.chapter} is not a chapter of the book"
     # The book's own findings say so, and never pass for a paper's claim.
     assert all("our own finding" in c.evidence for c in ledger if c.paper == "book")
+
+
+# The claims whose `quote` was found verbatim in a readable copy of the paper (its abstract); every other claim of the
+# two papers says `unverified` until someone reads its sentence and quotes it (then add it here).
+QUOTED = {"p1-s3.1-char-anisotropic", "p2-f1-decoders-bell", "p2-f1-encoders-consistent",
+          "p2-f2-dimension-rises-then-falls"}
+
+
+def test_every_claim_of_the_papers_quotes_its_sentence_or_says_unverified_and_a_books_reading_says_why():
+    ledger = claims.ledger()
+    for c in ledger:
+        if c.paper in ("1", "2"):
+            assert c.quote and c.section, c.id
+            assert c.quote == claims.UNVERIFIED or len(c.quote.split()) >= 8, c.id  # a sentence, not a word
+        assert c.reading in ("", claims.READING_BOOK), c.id
+        if c.reading == claims.READING_BOOK:
+            assert c.reading_why and len(c.reading_why) <= 200, c.id  # why, in one line
+            assert c.source.endswith("; the book's reading"), c.id
+        else:
+            assert not c.reading_why and not c.source.endswith("; the book's reading"), c.id
+    quoted = {c.id for c in ledger if c.paper in ("1", "2") and c.quote != claims.UNVERIFIED}
+    assert quoted == QUOTED
+    # the claims issue 31 found beyond their paper's words are marked so
+    for cid in ("p2-f1-decoders-above-encoders", "p2-f34-bell-builds-up", "p1-s5-opposite-onset"):
+        assert claims.claim(cid).reading == claims.READING_BOOK, cid
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"quote": None}, "quotes no sentence"),
+    ({"reading": "ours", "reading_why": "x"}, "reading must be"),
+    ({"reading": "book"}, "goes with a one-line"),
+    ({"reading_why": "a reason without the mark"}, "goes with a one-line"),
+])
+def test_the_ledger_refuses_a_paper_claim_without_quote_and_a_reading_without_reason(tmp_path, monkeypatch, change,
+                                                                                      message):
+    import yaml
+
+    raw = yaml.safe_load(claims.LEDGER.read_text())
+    entry = next(e for e in raw["claims"] if e["id"] == "p1-s5-dot-grows")
+    entry.update(change)
+    if entry.get("quote") is None:
+        entry.pop("quote")
+    path = tmp_path / "claims.yml"
+    path.write_text(yaml.safe_dump(raw, allow_unicode=True))
+    monkeypatch.setattr(claims, "LEDGER", path)
+    claims._read_ledger.cache_clear()
+    try:
+        with pytest.raises(ValueError, match=message):
+            claims.ledger()
+    finally:
+        monkeypatch.undo()
+        claims._read_ledger.cache_clear()
+    assert claims.claim("p1-s5-dot-grows").quote  # the real ledger is back
+
+
+def test_a_books_reading_says_so_and_why_in_the_claims_table():
+    rows = claims.verdict_rows("p1_s3_modalities", "local", {})
+    assert rows.set_index("id").loc["p1-s3.2-mit-isotropic", "source"].endswith("; the book's reading")
+    table = claims.show(rows, columns=("source", "claim", "verdict", "why")).data
+    cells = dict(zip(rows["id"], table["claim"]))
+    mit = claims.claim("p1-s3.2-mit-isotropic")
+    assert cells[mit.id] == html.escape(f"{mit.claim} [the book's reading: {mit.reading_why}]")
+    assert "no number for isotropic" in cells[mit.id]
+    plain = [c.id for c in claims.for_chapter("p1_s3_modalities") if not c.reading]
+    assert plain and all("reading" not in cells[i] for i in plain)
 
 
 def test_every_rule_of_the_ledger_is_tested_here():

