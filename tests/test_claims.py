@@ -32,7 +32,7 @@ def test_ledger_lists_at_least_thirty_claims_of_the_papers_with_sources_and_know
 # The claims whose `quote` was found verbatim in a readable copy of the paper (its abstract); every other claim of the
 # two papers says `unverified` until someone reads its sentence and quotes it (then add it here).
 QUOTED = {"p1-s3.1-char-anisotropic", "p2-f1-decoders-bell", "p2-f1-encoders-consistent",
-          "p2-f2-dimension-rises-then-falls"}
+          "p2-f2-dimension-rises-then-falls", "p2-s4-dimension-peaks-early"}
 
 
 def test_every_claim_of_the_papers_quotes_its_sentence_or_says_unverified_and_a_books_reading_says_why():
@@ -537,3 +537,79 @@ def test_every_chapter_shows_its_claims_and_the_closing_chapter_comes_last():
     assert chapters.index("appendix_b_isotropic") > max(chapters.index(c) for c in claims.MEASURING_CHAPTERS)
     for profile in profiles.names():
         assert "what_holds_up" in profiles.load(profile)["notebooks"], profile
+
+
+# ---- the rules of the claims added on re-reading the papers (issue 31): one frame where each must hold, one where
+# it must not, and one too small to decide ------------------------------------------------------------------------
+
+def test_drift_correlated_pearson_reads_pearsons_columns():
+    rows = [("bert", "token-level", 0.9, 0.001, 0.2, 0.6), ("gpt2", "token-level", 0.8, 0.01, 0.1, 0.8),
+            ("vit", "vision-transformer", 0.2, 0.4, 0.9, 0.001), ("resnet", "cnn", 0.1, 0.7, 0.9, 0.001)]
+    frame = pd.DataFrame([{"label": n, "model": n, "variant": "pretrained", "family": f, "spearman": r,
+                           "spearman_p": p, "pearson": pr, "pearson_p": pp} for n, f, r, p, pr, pp in rows])
+    assert claims.drift_correlated(frame, alpha=0.05, share=0.5).holds  # Spearman: 2 of 3 Transformers
+    out = claims.drift_correlated_pearson(frame, alpha=0.05, share=0.5)  # Pearson: 1 of 3
+    assert out.holds is False and out.value.startswith("Pearson's r: 1 of 3")
+    swapped = frame.assign(pearson=frame["spearman"], pearson_p=frame["spearman_p"])
+    assert claims.drift_correlated_pearson(swapped, alpha=0.05, share=0.5).holds
+    assert claims.drift_correlated_pearson(frame.drop(columns=["pearson", "pearson_p"])).holds is None
+
+
+def qk_norms(runs=("mlm seed 0",), steps=(0, 50, 100, 400, 1250), late_growth: float = 1.0) -> pd.DataFrame:
+    """Mean query and key norms that jump from initialisation to the first checkpoint (x3), then grow by
+    ``late_growth`` to the last."""
+    rows = []
+    for run in runs:
+        for step in steps:
+            scale = 0.2 if step == 0 else 1.0 + (late_growth - 1.0) * step / steps[-1]
+            for layer in range(2):
+                for head in range(3):
+                    rows.append({"run": run, "seed": 0, "layer": layer, "head": head, "step": step,
+                                 "q_norm": scale * (1 + head), "k_norm": 0.5 * scale * (1 + layer)})
+    return pd.DataFrame(rows)
+
+
+def test_qk_norms_grow_from_the_first_checkpoint_after_initialisation():
+    assert claims.qk_norms_grow(qk_norms(late_growth=2.0)).holds
+    # a jump from initialisation alone is not growth along training
+    out = claims.qk_norms_grow(qk_norms(late_growth=1.0))
+    assert out.holds is False and "from step 50 to 1,250" in out.value
+    assert claims.qk_norms_grow(qk_norms(steps=(0, 1250), late_growth=2.0)).holds is None  # too few checkpoints
+    assert claims.qk_norms_grow(qk_norms().drop(columns=["k_norm"])).holds is None
+    # most runs decide
+    mixed = pd.concat([qk_norms(runs=("a", "b"), late_growth=2.0), qk_norms(runs=("c",))])
+    assert claims.qk_norms_grow(mixed).holds and claims.qk_norms_grow(mixed).value.startswith("2 of 3 runs")
+
+
+def profiles_series(curves: dict[int, list[float]], stack: str = "decoder", label: str = "clm") -> pd.DataFrame:
+    return pd.concat([profiles_frame({label: (stack, values)}, step=step) for step, values in curves.items()],
+                     ignore_index=True)
+
+
+def test_internal_layers_grow_every_internal_layer_of_a_decoder():
+    grows = profiles_series({0: [0.01] * 5, 10: [0.05, 0.1, 0.1, 0.1, 0.05], 400: [0.05, 0.3, 0.6, 0.4, 0.05]})
+    assert claims.internal_layers_grow(grows).holds
+    # the middle grows, one internal layer does not: the growth is not consistent across the internal layers
+    partial = profiles_series({0: [0.01] * 5, 10: [0.05, 0.1, 0.1, 0.1, 0.05], 400: [0.05, 0.1, 0.6, 0.4, 0.05]})
+    out = claims.internal_layers_grow(partial)
+    assert out.holds is False and "67% of 3 internal layers" in out.value
+    # growth from initialisation only does not count
+    jump = profiles_series({0: [0.01] * 5, 10: [0.05, 0.3, 0.6, 0.4, 0.05], 400: [0.05, 0.3, 0.6, 0.4, 0.05]})
+    assert claims.internal_layers_grow(jump).holds is False
+    assert claims.internal_layers_grow(profiles_series({0: [0.01] * 5, 400: [0.05, 0.3, 0.6, 0.4, 0.05]})).holds \
+        is None  # two checkpoints
+    assert claims.internal_layers_grow(profiles_series({0: [0.01] * 5, 10: [0.1] * 5, 400: [0.5] * 5},
+                                                       stack="encoder")).holds is None  # no decoder
+
+
+def test_peaks_early_in_training():
+    steps = [0, 1, 64, 1000, 16000, 64000, 143000]
+    dim = pd.DataFrame({"label": "pythia", "model": "pythia-2.8b", "variant": "pretrained", "step": steps,
+                        "twonn_dimension": [10, 12, 18, 20, 16, 13, 12]})
+    out = claims.peaks_early(dim, share=0.25)
+    assert out.holds and "step 1,000 (1% of training)" in out.value
+    late = dim.assign(twonn_dimension=[10, 11, 12, 13, 14, 20, 12])  # largest at 64,000 of 143,000: 45%
+    assert claims.peaks_early(late, share=0.25).holds is False
+    first = dim.assign(twonn_dimension=[30, 12, 18, 20, 16, 13, 12])  # largest at initialisation: no rise
+    assert claims.peaks_early(first, share=0.25).holds is False
+    assert claims.peaks_early(dim.head(2)).holds is None

@@ -1072,6 +1072,103 @@ def stamp_inputs(chapter: str, profile: str, store: results.Store | None = None)
     return digest.hexdigest()[:16]
 
 
+# ---- rules of the claims added on re-reading the papers (issue 31) --------------------------------------------------
+
+def _from_first_after_init(part: pd.DataFrame) -> pd.DataFrame:
+    """A run's checkpoints from the first one after initialisation (step > 0) on: compared with step 0, where
+    attention is uniform and the means sit near the origin, any training at all would count as growth."""
+    later = part[part["step"] > 0]
+    return later if later["step"].nunique() >= 2 else part
+
+
+def _decided_runs(runs: list[tuple[str, bool | None, str]]) -> Outcome:
+    """Most of the runs that could decide (``None``: too few checkpoints or layers) hold; undecided without any."""
+    decided = [ok for _, ok, _ in runs if ok is not None]
+    words = "; ".join(f"{run}: {w}" for run, _, w in runs)
+    if not decided:
+        return Outcome(None, f"no run can decide it ({words})" if runs else "no run")
+    return Outcome(_majority(decided), f"{sum(decided)} of {len(decided)} runs: {words}")
+
+
+@rule
+def drift_correlated_pearson(corr: pd.DataFrame, **params) -> Outcome:
+    """Paper 1, Appendix A (Figure 16): ``drift_correlated`` with Pearson's r and its p-value in place of
+    Spearman's rho (columns pearson, pearson_p of ``layerwise.drift_correlations``)."""
+    if not {"pearson", "pearson_p"} <= set(corr.columns):
+        return Outcome(None, "no Pearson correlation in the frame")
+    out = drift_correlated(corr.assign(spearman=corr["pearson"], spearman_p=corr["pearson_p"]), **params)
+    return Outcome(out.holds, f"Pearson's r: {out.value}")
+
+
+@rule
+def qk_norms_grow(qk: pd.DataFrame, min_ratio: float = 1.1, min_checkpoints: int = 3) -> Outcome:
+    """Paper 1, Section 5: per run, from the first checkpoint after initialisation to the last, the median over
+    heads of the norm of the mean query (``q_norm``) and of the mean key (``k_norm``) both grow by at least
+    ``min_ratio``; holds in most runs with at least ``min_checkpoints`` checkpoints (the others cannot decide)."""
+    if not {"q_norm", "k_norm"} <= set(qk.columns):
+        return Outcome(None, "no norms of the mean query and key in the frame")
+    runs = []
+    for run, part in _runs(qk):
+        n = part["step"].nunique()
+        if n < min_checkpoints:
+            runs.append((run, None, f"{n} checkpoints (at least {min_checkpoints} asked)"))
+            continue
+        first, last = _ends(_from_first_after_init(part))
+        q0, q1 = float(first["q_norm"].median()), float(last["q_norm"].median())
+        k0, k1 = float(first["k_norm"].median()), float(last["k_norm"].median())
+        ok = bool(q1 >= min_ratio * q0 and k1 >= min_ratio * k0)
+        runs.append((run, ok, f"median |Q̄| {q0:.3g} → {q1:.3g}, |K̄| {k0:.3g} → {k1:.3g} from step "
+                              f"{int(first['step'].iloc[0]):,} to {int(last['step'].iloc[0]):,}"))
+    return _decided_runs(runs)
+
+
+@rule
+def internal_layers_grow(profiles: pd.DataFrame, min_growth: float = 1.2, share: float = 1.0,
+                         min_checkpoints: int = 3) -> Outcome:
+    """Paper 2, Section 4: per decoder run, the share of its internal layers (neither the embeddings nor the last
+    layer, nor the state after the final norm) whose sigma1 share at the last checkpoint is at least ``min_growth``
+    times its value at the first checkpoint after initialisation; a run holds when that share is at least
+    ``share``; holds in most decoder runs with ``min_checkpoints`` checkpoints and an internal layer."""
+    frame = profiles[profiles["stack"] == "decoder"] if "stack" in profiles.columns else profiles
+    if "after_final_norm" in frame.columns:
+        frame = frame[~frame["after_final_norm"].astype(bool)]
+    runs = []
+    for run, part in frame.groupby("label", sort=False):
+        inner = part[(part["layer"] > part["layer"].min()) & (part["layer"] < part["layer"].max())]
+        n = part["step"].nunique()
+        if n < min_checkpoints or inner.empty:
+            runs.append((run, None, f"{n} checkpoints, {inner['layer'].nunique()} internal layers"))
+            continue
+        first, last = _ends(_from_first_after_init(inner))
+        a = first.groupby("layer")["sigma1_share"].mean()
+        b = last.groupby("layer")["sigma1_share"].mean().reindex(a.index)
+        grown = float((b >= min_growth * a).mean())
+        runs.append((run, grown >= share, f"{grown:.0%} of {len(a)} internal layers grow ×{min_growth:g} or more "
+                                          f"(smallest ×{float((b / a).min()):.2f})"))
+    if frame.empty:
+        return Outcome(None, "no decoder run")
+    return _decided_runs(runs)
+
+
+@rule
+def peaks_early(dimension: pd.DataFrame, share: float = 0.25, min_checkpoints: int = 3) -> Outcome:
+    """Paper 2, Section 4: per run (decoders only where the frame says the stack), the layer-averaged TwoNN
+    dimension is largest at a checkpoint after the first one and no later than ``share`` of the run's last step;
+    holds in most runs with at least ``min_checkpoints`` checkpoints."""
+    frame = dimension[dimension["stack"] == "decoder"] if "stack" in dimension.columns else dimension
+    runs = []
+    for run, part in frame.groupby("label", sort=False):
+        part = part.groupby("step")["twonn_dimension"].mean().sort_index()
+        if len(part) < min_checkpoints:
+            runs.append((run, None, f"{len(part)} checkpoints (at least {min_checkpoints} asked)"))
+            continue
+        peak = int(part.idxmax())
+        at = peak / part.index[-1] if part.index[-1] else float("nan")
+        ok = bool(peak > part.index[0] and at <= share)
+        runs.append((run, ok, f"largest {part.max():.1f} at step {peak:,} ({at:.0%} of training)"))
+    return _decided_runs(runs)
+
+
 __all__ = ["Claim", "Outcome", "RULES", "ledger", "for_chapter", "claim", "evaluate", "verdict_rows", "gather",
            "tally", "show", "glue_tally", "expected_parameters", "measured_summary", "record_measured",
            "gather_measured", "stamp_inputs", "HOLDS", "FAILS", "UNTESTABLE"]
