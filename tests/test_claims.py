@@ -539,7 +539,7 @@ def test_every_chapter_shows_its_claims_and_the_closing_chapter_comes_last():
         assert "what_holds_up" in profiles.load(profile)["notebooks"], profile
 
 
-# ---- the rules of the claims added on re-reading the papers (issue 31): one frame where each must hold, one where
+# ---- the rules of the claims added by issue 31: one frame where each must hold, one where
 # it must not, and one too small to decide ------------------------------------------------------------------------
 
 def test_drift_correlated_pearson_reads_pearsons_columns():

@@ -1072,7 +1072,7 @@ def stamp_inputs(chapter: str, profile: str, store: results.Store | None = None)
     return digest.hexdigest()[:16]
 
 
-# ---- rules of the claims added on re-reading the papers (issue 31) --------------------------------------------------
+# ---- rules of the claims added by issue 31 (Figure 16, the mean query and key norms, Paper 2 along training) -----
 
 def _from_first_after_init(part: pd.DataFrame) -> pd.DataFrame:
     """A run's checkpoints from the first one after initialisation (step > 0) on: compared with step 0, where
