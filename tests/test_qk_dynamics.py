@@ -199,6 +199,31 @@ def test_head_rule_says_when_no_head_moved_the_wanted_way():
     assert picked["opposite"] == (0, 2)
 
 
+def test_head_rule_does_not_call_a_head_inside_the_band_or_barely_moving_together_an_example():
+    """The issue-31 case: a 'common-direction' head whose means moved together by a displacement cosine of +0.06 and
+    that ends at cos -0.15, inside a band of 0.48, is no example of the common-direction dynamics."""
+    d = 8
+    e = np.eye(d)
+    rows = []
+    # head 0: alignment grows a little (|cos| 0.0 -> 0.15) while its means move almost at right angles
+    q0, k0 = e[0], e[1]
+    q1, k1 = e[0] + 0.3 * e[2], e[1] - 0.15 * e[0] + 0.3 * e[3] + 0.02 * e[2]
+    # head 1: both means move the same way and end aligned, outside the band
+    r0, s0 = e[4], e[5]
+    r1, s1 = e[4] + 3 * e[6], e[5] + 3 * e[6]
+    for head, (a0, b0, a1, b1) in enumerate(((q0, k0, q1, k1), (r0, s0, r1, s1))):
+        for step, (q, k) in ((0, (a0, b0)), (10, (a1, b1))):
+            rows.append({"run": "r", "step": step, "layer": 0, "head": head, "q_mean": q, "k_mean": k,
+                         "cos_qk": q @ k / np.linalg.norm(q) / np.linalg.norm(k)})
+    stats = pd.DataFrame(rows)
+    dyn = qk_dynamics.head_dynamics(stats).set_index("head")
+    assert 0 < dyn.loc[0, "displacement_cos"] < 0.5 and dyn.loc[0, "gain"] > 0 and abs(dyn.loc[0, "cos_last"]) < 0.48
+    assert qk_dynamics.pick_heads(stats[stats["head"] == 0], band=0.48)["qualified"]["common"] is False
+    assert qk_dynamics.pick_heads(stats[stats["head"] == 0], band=0.0, min_displacement=0.0)["qualified"]["common"]
+    picked = qk_dynamics.pick_heads(stats, band=0.48)
+    assert picked["common"] == (0, 1) and picked["qualified"]["common"]
+
+
 def test_head_rule_picks_the_planted_heads_in_the_tiny_checkpoints(suite, store):
     stats = qk_dynamics.step_statistics(suite["stages"], store=store, **KW)
     picked = qk_dynamics.pick_heads(stats)

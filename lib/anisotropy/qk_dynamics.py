@@ -451,15 +451,22 @@ def head_dynamics(stats: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def pick_heads(stats: pd.DataFrame) -> dict:
+# A head "shows" a kind of dynamics when its two means moved clearly that way (a displacement cosine of at least 0.5
+# in size: 60 degrees or less from parallel) and it ends outside the isotropic band: a head whose means barely moved,
+# or that ends where random vectors lie, is no example of either kind, whatever its score.
+MIN_DISPLACEMENT_COS = 0.5
+
+
+def pick_heads(stats: pd.DataFrame, band: float = 0.0, min_displacement: float = MIN_DISPLACEMENT_COS) -> dict:
     """The two heads of Figure 12, chosen by rule, not by hand.
 
     For every head, ``gain`` is |cos(Q̄, K̄)| at the last step minus at the first, and ``displacement_cos`` the cosine
     between the displacements Q̄_last - Q̄_first and K̄_last - K̄_first (+1: the two means moved the same way, -1:
     opposite ways). Among the heads whose alignment grew (gain > 0), the *common-direction* head maximises
-    ``gain * displacement_cos`` and the *opposite-direction* head maximises ``gain * (-displacement_cos)``: the head
-    that gained most alignment while its means moved most clearly together (apart). When no head qualifies (no
-    positive score), the head with the largest score over all heads is returned and ``qualified`` says so.
+    ``gain * displacement_cos`` and the *opposite-direction* head maximises ``gain * (-displacement_cos)``. A head
+    *qualifies* as an example of its kind when its displacement cosine is at least ``min_displacement`` that way and
+    its final |cos| exceeds ``band`` (the isotropic band of its head dimension); the best qualifying head is picked,
+    and when none qualifies, the head with the largest score over all heads, ``qualified`` saying so.
     ``stats`` must hold one run.
 
     Returns {"common": (layer, head), "opposite": (layer, head), "qualified": {"common": bool, "opposite": bool},
@@ -471,11 +478,13 @@ def pick_heads(stats: pd.DataFrame) -> dict:
     grew = dyn["gain"] > 0
     dyn["common_score"] = np.where(grew, dyn["gain"] * dyn["displacement_cos"], np.nan)
     dyn["opposite_score"] = np.where(grew, -dyn["gain"] * dyn["displacement_cos"], np.nan)
+    outside = dyn["cos_last"].abs() > band
     picked, qualified = {}, {}
     for name, sign in (("common", 1.0), ("opposite", -1.0)):
         score = dyn[f"{name}_score"]
-        qualified[name] = bool((score > 0).any())
-        best = score.idxmax() if qualified[name] else (sign * dyn["gain"] * dyn["displacement_cos"]).idxmax()
+        ok = (score > 0) & outside & (sign * dyn["displacement_cos"] >= min_displacement)
+        qualified[name] = bool(ok.any())
+        best = score.where(ok).idxmax() if qualified[name] else (sign * dyn["gain"] * dyn["displacement_cos"]).idxmax()
         picked[name] = (int(dyn.at[best, "layer"]), int(dyn.at[best, "head"]))
     return {**picked, "qualified": qualified, "dynamics": dyn}
 
