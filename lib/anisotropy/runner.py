@@ -601,7 +601,8 @@ def build(profile: str = "local", force: bool = False, recompute: bool = False, 
         print(f"Estimated for a fresh build here: {est['cpu_seconds'] / 60:.0f} CPU-minutes, "
               f"{est['wall_seconds'] / 60:.0f} minutes of wall time (the reference build of {ref['commit']}: "
               f"{ref['cpu_seconds'] / 60:.0f} CPU-minutes on a machine {1 / est['speed_index']:.2f} times "
-              f"{'slower' if est['speed_index'] > 1 else 'faster'} at the suites' updates; chapters already "
+              f"{'slower' if est['speed_index'] > 1 else 'faster'} at the suites' updates; one calibration varies "
+              f"10-30% between runs a minute apart on the same machine, so read it as +/- 20%; chapters already "
               f"executed are reused, so a rebuild takes less).", flush=True)
     outcomes = execute_all(profile, force=force, recompute=recompute, jobs=jobs, processes=processes)
     failed = [o for o in outcomes if o.error and not o.blocked]
