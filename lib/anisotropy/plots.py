@@ -655,8 +655,11 @@ def qk_statistic_by_run(stats: pd.DataFrame, column: str = "cos_qk", ylabel: str
     """Paper 1, Figure 23 (and its extension to other models): a per-head statistic along training, one panel per
     run, one line per head coloured by layer. ``band``: ±band shaded (a number, or one per run); ``stage_names``:
     names for the steps instead of a training-step axis."""
+    import textwrap
+
     runs = list(dict.fromkeys(stats["run"]))
     fig, axes = _panel_grid(len(runs), max_cols=max_cols, height=2.8, sharey=True)
+    deep = stats.groupby("run")["layer"].nunique().max() > MAX_LAYER_LEGEND
     for ax, run in zip(axes, runs):
         part = stats[stats["run"] == run]
         layers = sorted(part["layer"].unique())
@@ -668,12 +671,28 @@ def qk_statistic_by_run(stats: pd.DataFrame, column: str = "cos_qk", ylabel: str
         for (layer, head), line in part.groupby(["layer", "head"]):
             line = line.sort_values("step")
             ax.plot(line["step"], line[column], color=colours[layer], lw=0.9, alpha=0.85,
-                    label=f"layer {layer + 1}" if head == part["head"].min() else None)
+                    label=f"layer {layer + 1}" if head == part["head"].min() and not deep else None)
         _stage_axis(ax, part["step"], stage_names)
-        ax.set_title(run, fontsize="small")
+        ax.set_title(textwrap.fill(run, 38), fontsize="small")
     axes[0].set_ylabel(ylabel)
-    axes[-1].legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    _layer_key(fig, axes, deep)
     return fig
+
+
+MAX_LAYER_LEGEND = 8  # more layers than this: one colour bar of relative depth instead of a legend entry per layer
+
+
+def _layer_key(fig, axes, deep: bool) -> None:
+    """A legend of the layers' colours, or for deep models (many layers, several panels of different depths) one
+    colour bar from the first layer (0) to the last (1)."""
+    if not deep:
+        axes[-1].legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        return
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
+
+    bar = fig.colorbar(ScalarMappable(Normalize(0, 1), "viridis"), ax=list(axes), fraction=0.03, pad=0.02)
+    bar.set_label("layer (relative depth: first 0, last 1)", fontsize="x-small")
 
 
 def qk_concatenated_by_seed(frame: pd.DataFrame, band: float | None = None, max_cols: int = 4):
@@ -691,8 +710,11 @@ def qk_concatenated_by_seed(frame: pd.DataFrame, band: float | None = None, max_
 def qk_entropy_by_run(stats: pd.DataFrame, max_cols: int = 3, stage_names: dict | None = None):
     """Paper 1, Figure 15 for several runs: mean attention entropy per layer along training, one panel per run,
     as a fraction of the uniform-attention ceiling (so runs with different sequence lengths compare)."""
+    import textwrap
+
     runs = list(dict.fromkeys(stats["run"]))
     fig, axes = _panel_grid(len(runs), max_cols=max_cols, height=2.8, sharey=True)
+    deep = stats.groupby("run")["layer"].nunique().max() > MAX_LAYER_LEGEND
     for ax, run in zip(axes, runs):
         per_layer = stats[stats["run"] == run].groupby(["layer", "step"], as_index=False)[
             ["entropy", "entropy_uniform"]].mean()
@@ -701,11 +723,11 @@ def qk_entropy_by_run(stats: pd.DataFrame, max_cols: int = 3, stage_names: dict 
         for layer in layers:
             line = per_layer[per_layer["layer"] == layer].sort_values("step")
             ax.plot(line["step"], line["entropy"] / line["entropy_uniform"], color=colours[layer], marker="o", ms=2,
-                    label=f"layer {layer + 1}")
+                    label=None if deep else f"layer {layer + 1}")
         _stage_axis(ax, per_layer["step"], stage_names)
-        ax.set_title(run, fontsize="small")
+        ax.set_title(textwrap.fill(run, 38), fontsize="small")
     axes[0].set_ylabel("attention entropy / uniform")
-    axes[-1].legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    _layer_key(fig, axes, deep)
     return fig
 
 
