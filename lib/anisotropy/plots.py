@@ -858,7 +858,7 @@ def paper2_layer_profiles(summary: pd.DataFrame, metric: str = "sigma1_share", b
     ``by``, ``relative_depth``, ``metric`` and ``<metric>_std``; rows with ``after_final_norm`` True and a duplicate
     depth are left out (the usual last hidden state is kept)."""
     stacks = [s for s in ("encoder", "decoder") if s in set(summary["stack"])]
-    fig, axes = figure(ncols=len(stacks), height=3.6, sharey=True)
+    fig, axes = figure(ncols=len(stacks), height=5.0, sharey=True)
     for ax, stack in zip(axes[0], stacks):
         part = summary[summary["stack"] == stack]
         labels = list(dict.fromkeys(part[by]))
@@ -870,7 +870,8 @@ def paper2_layer_profiles(summary: pd.DataFrame, metric: str = "sigma1_share", b
         ax.set_title(f"{stack}s")
         ax.set_xlabel("relative depth (layer / last layer)")
         ax.set_xlim(-0.03, 1.03)
-        ax.legend(fontsize="x-small", loc="best")
+        # below the panel: a decoder's profile can fill every corner of it (SmolLM2 stays near 1 for half its depth)
+        ax.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.2), ncols=1)
     axes[0, 0].set_ylabel(P2_METRIC_LABELS.get(metric, metric))
     return fig
 
