@@ -442,12 +442,12 @@ def test_bell_shaped_flat_and_decoders_above_encoders():
     assert claims.decoders_above_encoders(swapped).holds is False
     assert claims.decoders_above_encoders(frame[frame["stack"] == "encoder"]).holds is None
     assert claims.decoders_above_encoders(frame[frame["label"] != "opt"], min_models=2).holds is None
-    # encoders: a consistent level across depth holds; a bell does not; one encoder decides nothing
-    assert claims.flat_profiles(frame, stack="encoder", max_ratio=1.5).holds
-    bells = profiles_frame({"bert": ("encoder", BELL), "roberta": ("encoder", BELL)})
-    out = claims.flat_profiles(bells, stack="encoder", max_ratio=1.5)
-    assert out.holds is False and "bert 12.00" in out.value
-    assert claims.flat_profiles(frame[frame["label"] == "bert"], stack="encoder").holds is None
+    # encoders more uniform than decoders: flat encoders beside bell decoders hold; swapped, they do not; one model
+    # of a group decides nothing
+    assert claims.more_uniform_than(frame, stack="encoder", than="decoder").holds
+    out = claims.more_uniform_than(swapped, stack="encoder", than="decoder")
+    assert out.holds is False and "12.00" in out.value
+    assert claims.more_uniform_than(frame[frame["label"] != "bert"], min_models=2).holds is None
 
 
 def dynamics(values: dict[str, tuple[str, list[float]]], column: str) -> pd.DataFrame:
@@ -620,9 +620,11 @@ CASES = {  # rule: (holds, does not hold, not testable or None), each a tuple of
     "bell_shaped": ((profiles_frame({"a": ("decoder", BELL), "b": ("decoder", BELL)}),),
                     (profiles_frame({"a": ("decoder", EARLY), "b": ("decoder", EARLY)}),),
                     (profiles_frame({"a": ("decoder", BELL)}),)),
-    "flat_profiles": ((profiles_frame({"a": ("encoder", FLAT), "b": ("encoder", FLAT)}),),
-                      (profiles_frame({"a": ("encoder", BELL), "b": ("encoder", BELL)}),),
-                      (profiles_frame({"a": ("encoder", FLAT)}),)),
+    "more_uniform_than": ((profiles_frame({"a": ("encoder", FLAT), "b": ("encoder", FLAT), "c": ("decoder", BELL),
+                                           "d": ("decoder", BELL)}),),
+                          (profiles_frame({"a": ("encoder", BELL), "b": ("encoder", BELL), "c": ("decoder", FLAT),
+                                           "d": ("decoder", FLAT)}),),
+                          (profiles_frame({"a": ("encoder", FLAT), "c": ("decoder", BELL), "d": ("decoder", BELL)}),)),
     "decoders_above_encoders": (
         (profiles_frame({"a": ("decoder", BELL), "b": ("decoder", BELL), "c": ("encoder", FLAT),
                          "d": ("encoder", FLAT)}),),
@@ -822,6 +824,19 @@ def test_a_claim_needing_a_model_that_could_not_be_loaded_is_not_testable_and_sa
     # A claim that needs only the models that loaded goes to its rule, which finds one model against one too few.
     row = rows.loc["p1-s3.1-char-only-above-subword"]
     assert row["verdict"] == UNTESTABLE and "too few models in a group: 1" in row["why"]
+    # Under local, CharacterBERT's *untrained* variant could not be had: that blocks no claim about pretrained models,
+    # which a real pretrained stand-in of the family then decides (RXNMapper's ALBERT, character-level).
+    untrained = [layerwise.Skipped(layerwise.ModelRef("character-bert", "untrained"), "needs remote code")]
+    rxn = layers({"ALBERT (RXNMapper)": [0.14, 0.22]}).assign(model="rxnmapper-albert")
+    row = claims.evaluate("p1_s3_character_level", Resolved("p1_s3_character_level", "local", {}),
+                          store=results.Store(tmp_path), skipped=untrained, layers=rxn).set_index("id").loc[
+        "p1-s3.1-char-anisotropic"]
+    assert row["verdict"] == HOLDS and row["tested_on"].startswith(claims.REAL_STAND_IN), row.to_dict()
+    blocked = [layerwise.Skipped(layerwise.ModelRef("character-bert", "pretrained"), "needs remote code")]
+    row = claims.evaluate("p1_s3_character_level", Resolved("p1_s3_character_level", "local", {}),
+                          store=results.Store(tmp_path), skipped=blocked, layers=rxn).set_index("id").loc[
+        "p1-s3.1-char-anisotropic"]
+    assert row["verdict"] == UNTESTABLE and "could not be measured" in row["why"]
 
 
 def test_a_missing_frame_is_not_testable():

@@ -878,21 +878,27 @@ def bell_shaped(profiles: pd.DataFrame, stack: str = "decoder", min_ratio: float
 
 
 @rule
-def flat_profiles(profiles: pd.DataFrame, stack: str = "encoder", max_ratio: float = 1.5, min_layers: int = 3,
-                  min_models: int = 2) -> Outcome:
-    """Most models of ``stack`` keep a consistent level across depth: their most anisotropic layer is at most
-    ``max_ratio`` times their least (below the bell rule's peak-to-ends ratio, so such a profile cannot be a bell);
-    a profile needs ``min_layers`` layers and the verdict ``min_models`` models."""
-    part = profiles[profiles["stack"] == stack]
-    curves = [(name, _profile(p)) for name, p in part.groupby("label", sort=False)]
-    curves = [(n, c) for n, c in curves if len(c) >= min_layers]
-    if len(curves) < min_models:
-        return _too_few(f"{stack}s with {min_layers} layers or more", len(curves), min_models)
-    spreads = [(name, float(c.max() / c.min()) if c.min() > 0 else float("inf")) for name, c in curves]
-    flags = [r <= max_ratio for _, r in spreads]
-    return Outcome(_majority(flags), f"{sum(flags)} of {len(flags)} {stack}s within a factor {max_ratio:g} across "
-                                     "depth (largest / smallest layer: "
-                                     + ", ".join(f"{n} {r:.2f}" for n, r in spreads) + ")")
+def more_uniform_than(profiles: pd.DataFrame, stack: str = "encoder", than: str = "decoder", min_layers: int = 3,
+                      min_models: int = 2) -> Outcome:
+    """The models of ``stack`` spread their anisotropy more uniformly across depth than those of ``than``: the median
+    over ``stack`` models of (most anisotropic layer / least) is below the median over ``than`` models; a profile
+    needs ``min_layers`` layers, each group ``min_models`` models."""
+    def spreads(which):
+        out = []
+        for name, p in profiles[profiles["stack"] == which].groupby("label", sort=False):
+            c = _profile(p)
+            if len(c) >= min_layers:
+                out.append((name, float(c.max() / c.min()) if c.min() > 0 else float("inf")))
+        return out
+
+    mine, theirs = spreads(stack), spreads(than)
+    if min(len(mine), len(theirs)) < min_models:
+        return _too_few(f"{stack}s and {than}s with {min_layers} layers or more",
+                        min(len(mine), len(theirs)), min_models)
+    a, b = float(np.median([r for _, r in mine])), float(np.median([r for _, r in theirs]))
+    words = lambda group: ", ".join(f"{n} {r:.2f}" for n, r in group)  # noqa: E731
+    return Outcome(a < b, f"largest / smallest layer, median over {stack}s {a:.2f} ({words(mine)}) against "
+                          f"{than}s {b:.2f} ({words(theirs)})")
 
 
 @rule
@@ -1209,7 +1215,9 @@ def evaluate(chapter: str, resolved, store: results.Store | None = None, skipped
     store the rows under the chapter, its profile and its resolved parameters, and return them. A claim that needs a
     model the chapter requested but could not measure (``skipped``: ``layerwise.Skipped`` rows) is not testable here,
     with that model's one-line reason."""
-    unavailable = {s.ref.name: s.reason for s in skipped}
+    # a model that could not be had here blocks a claim only if it could have decided it: its pretrained weights or
+    # checkpoints, not an untrained variant (a claim about pretrained models is then decided as if it was never asked)
+    unavailable = {s.ref.name: s.reason for s in skipped if getattr(s.ref, "variant", None) not in ("untrained", "tiny")}
     rows = verdict_rows(chapter, resolved.profile, frames, unavailable)
     _save(store or results.Store(), NAMESPACE, _key(chapter, resolved.profile, resolved.values, "verdicts"), rows)
     return rows
