@@ -1,5 +1,7 @@
 """The book pipeline: notebook pairs, profiles, environment pins, and what the rendered smoke book contains."""
 
+import ast
+import json
 import re
 import tomllib
 from pathlib import Path
@@ -182,6 +184,38 @@ def test_smoke_book_has_every_chapter_with_provenance_and_colab_link(smoke_book)
         assert report.colab_url(name) in html, name
         assert "notebooks/" + name + ".ipynb" in report.colab_url(name)
         assert "measured by the book runner" not in html, f"{name}: wall time was not filled in"
+
+
+def _glued(notebook: Path) -> dict[str, str]:
+    """Every text a notebook glued (myst-nb's scrapbook outputs), by name."""
+    found = {}
+    for cell in json.loads(notebook.read_text())["cells"]:
+        for out in cell.get("outputs", []):
+            name = (out.get("metadata", {}).get("scrapbook") or {}).get("name")
+            text = out.get("data", {}).get("application/papermill.record/text/plain")
+            if name and text is not None:
+                found[name] = ast.literal_eval(text) if text[:1] in "'\"" else text
+    return found
+
+
+@pytest.mark.slow
+def test_smoke_book_verdict_sentences_are_the_ledger_rows(smoke_book):
+    # a page that states a verdict in its prose glues it with claims.glue_verdict: the sentence must be the verdict
+    # the chapter stored for that claim (what the claims table and the closing chapter show)
+    from anisotropy import claims, results
+
+    stored = claims.gather("smoke", store=results.Store(smoke_book / "results")).set_index("id")
+    checked = 0
+    for notebook in sorted((smoke_book / "book" / "executed").glob("*.ipynb")):
+        glued = _glued(notebook)
+        for name, claim_id in glued.items():
+            if not name.endswith(claims.VERDICT_CLAIM):
+                continue
+            sentence = glued[name[: -len(claims.VERDICT_CLAIM)]]
+            verdict = stored.loc[claim_id, "verdict"]
+            assert sentence.split(" (")[0] == verdict, (notebook.stem, claim_id, sentence, verdict)
+            checked += 1
+    assert checked >= 1  # p2_layer_profiles' sentence on Paper 2's bell
 
 
 @pytest.mark.slow

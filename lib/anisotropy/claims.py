@@ -1328,6 +1328,21 @@ def glue_tally(prefix: str, frame: pd.DataFrame) -> None:
     report.glue(f"{prefix}_total", len(frame))
 
 
+VERDICT_CLAIM = "__claim"  # suffix of the glue that names the claim a glued verdict sentence comes from
+
+
+def glue_verdict(name: str, rows: pd.DataFrame, claim_id: str) -> None:
+    """Glue ``name`` = the row of ``claim_id`` among ``rows`` (what ``evaluate`` returned on this page) as "<verdict>
+    (<what decided it, or why not>)", and ``<name>__claim`` = the claim's id: a sentence on a page that states a
+    verdict is the ledger row itself, and a test checks each against the stored rows (tests/test_pipeline.py)."""
+    from . import report
+
+    row = rows.set_index("id").loc[claim_id]
+    detail = row["why"] if row["verdict"] == UNTESTABLE else row["value"]
+    report.glue(name, f"{row['verdict']} ({detail})" if str(detail) else str(row["verdict"]))
+    report.glue(f"{name}{VERDICT_CLAIM}", claim_id)
+
+
 # ---- Figure 18's points: per-model mean cosines of every chapter that measures models ------------------------------
 
 def measured_summary(layers: pd.DataFrame) -> pd.DataFrame:
