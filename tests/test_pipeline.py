@@ -219,6 +219,14 @@ def test_smoke_book_verdict_sentences_are_the_ledger_rows(smoke_book):
 
 
 @pytest.mark.slow
+def test_smoke_book_captions_name_the_papers_figure_without_a_running_number(smoke_book):
+    # "Fig. 4 Paper 1, Figure 1" confused readers: book/_ext/figure_numbers.py keeps numfig off for HTML
+    html = _html(smoke_book, "p1_s3_token_level")
+    assert "Paper 1, Figure 1" in html
+    assert 'class="caption-number"' not in html and not re.search(r">Fig\. \d+", html)
+
+
+@pytest.mark.slow
 def test_smoke_book_figures_are_images(smoke_book):
     for path in NOTEBOOKS:
         html = _html(smoke_book, path.stem)
