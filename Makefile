@@ -32,13 +32,11 @@ book: $(STAMP)
 	$(PY) -m anisotropy build --profile $(PROFILE)
 
 # pytest-xdist: one test process per core (TEST_WORKERS to change it); the tests that share a module's fixture run in
-# one process together: --dist loadfile, one file per process at a time (pytest 9 ignores the group names pytest-xdist 3.8
-# writes for --dist loadgroup, so a module's fixture, e.g. the paper-sim book, was built once per process), and the smoke
-# book is built once for all of them.
+# one process together (--dist loadgroup, see tests/conftest.py), and the smoke book is built once for all of them.
 # The slowest 25 tests are listed at the end: where the time of `make test` goes.
 TEST_WORKERS ?= auto
 test: $(STAMP) $(TEST_STAMP) $(HUB_STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25 tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25 tests
 
 env: $(STAMP)
 

@@ -138,9 +138,20 @@ def session_dir(tmp_path_factory) -> Path:
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
-# `make test` runs pytest-xdist with --dist loadfile: the tests of one file run in one process, so a fixture of the
-# file (a book built against the Hub stand-in, a repository copy with a changed module, a converted model) is built
-# once; the smoke book is built once per session whatever the processes (``smoke_book``).
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist's ``--dist loadgroup``, the tests of a module that use a module- or session-scoped fixture
+    of their own (a book built against the Hub stand-in, a repository copy with a changed module, a converted model)
+    go to one worker together, so that fixture is built once; every other test is distributed alone. The smoke book
+    is built once per session whatever the workers (``smoke_book``)."""
+    shared = {"smoke_book", "tmp_path_factory", "worker_id", "testrun_uid"}
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None or any(m.name == "xdist_group" for m in item.iter_markers()):
+            continue
+        scoped = [name for name in info.names_closure if name not in shared and any(
+            d.scope in ("module", "session") and d.baseid for d in info.name2fixturedefs.get(name, ()))]
+        if scoped:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
 @pytest.fixture(scope="session")
