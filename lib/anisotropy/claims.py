@@ -1185,13 +1185,6 @@ def verdict_rows(chapter: str, profile: str, frames: dict[str, pd.DataFrame],
                                        "profile"])
 
 
-def decide(claim_id: str, **frames: pd.DataFrame) -> Outcome:
-    """The rule of claim ``claim_id`` with its ledger parameters, on ``frames`` (named as its ``input``): what a
-    page prints about a subset of its models comes from the same function as the claims row."""
-    c = claim(claim_id)
-    return RULES[c.rule](*[frames[name] for name in c.input], **c.params)
-
-
 def verdict_word(outcome: Outcome) -> str:
     return UNTESTABLE if outcome.holds is None else HOLDS if outcome.holds else FAILS
 
