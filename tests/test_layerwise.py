@@ -180,15 +180,22 @@ def test_measure_models_loads_data_once_and_reports_unavailable_models(store, mo
     assert list(table["model"]) == ["character-bert"]
 
 
-def test_per_model_examples_give_a_model_its_own_sample(store, monkeypatch):
+@pytest.fixture
+def load_calls(monkeypatch):
+    """``data.load`` as it is, recording each call's (source, n, options)."""
     calls = []
     original = data.load
-    monkeypatch.setattr(data, "load", lambda source, n, seed=0, **options: calls.append((n, options))
+    monkeypatch.setattr(data, "load", lambda source, n, seed=0, **options: calls.append((source, n, options))
                         or original(source, n, seed, **options))
+    return calls
+
+
+def test_per_model_examples_give_a_model_its_own_sample(store, load_calls):
+    calls = load_calls
     refs = layerwise.model_refs(["bert-base-uncased", "gpt2"], "tiny", pretrained=[])
     frame, _ = layerwise.measure_models(refs, source="prose", n=3, seed=1, max_length=MAX_LENGTH, store=store,
                                         per_model={"gpt2": {"n": 5, "max_length": MAX_LENGTH - 4}})
-    assert calls == [(3, {}), (5, {})]
+    assert calls == [("prose", 3, {}), ("prose", 5, {})]
     examples = frame.groupby("model")["n_examples"].max()
     assert examples["bert-base-uncased"] == 3 and examples["gpt2"] == 5
     # the same as measuring gpt2 alone with those arguments: same rows, read back from the store
@@ -203,17 +210,14 @@ def test_per_model_examples_give_a_model_its_own_sample(store, monkeypatch):
         layerwise.measure_models(refs, source="prose", n=3, store=store, per_model={"gpt2": {"seed": 2}})
 
 
-def test_per_model_source_gives_a_model_another_language(store, monkeypatch):
+def test_per_model_source_gives_a_model_another_language(store, load_calls):
     # RXNMapper's ALBERT reads SMILES on the character-level page, the other models prose: its rows are those of
     # measuring it alone on that source (read back from the store), and its data sample is the SMILES one
-    calls = []
-    original = data.load
-    monkeypatch.setattr(data, "load", lambda source, n, seed=0, **options: calls.append((source, n))
-                        or original(source, n, seed, **options))
+    calls = load_calls
     refs = layerwise.model_refs(["bert-base-uncased", "gpt2"], "tiny", pretrained=[])
     frame, _ = layerwise.measure_models(refs, source="prose", n=3, seed=1, max_length=MAX_LENGTH, store=store,
                                         per_model={"gpt2": {"source": "reaction-smiles", "n": 4}})
-    assert calls == [("prose", 3), ("reaction-smiles", 4)]
+    assert calls == [("prose", 3, {}), ("reaction-smiles", 4, {})]
     alone, _ = layerwise.measure_models(refs[1:], source="reaction-smiles", n=4, seed=1, max_length=MAX_LENGTH,
                                         store=store)
     assert len(calls) == 2
