@@ -585,7 +585,10 @@ def test_killed_sweep_resumes_where_it_stopped(repo_copy):
     out, err = communicate_guarded(proc, expected_s=CHAPTER_S, what="the interrupted sweep's exit")
     kill_tree(proc, signal.SIGKILL)
     assert proc.returncode == 128 + signal.SIGTERM, out + err
-    assert err.strip().splitlines()[-1].startswith("interrupted (SIGTERM): finished notebooks and results are kept")
+    # the line may be followed by what the interpreter prints as it exits (a coroutine of the interrupted notebook
+    # client collected unawaited, seen once under --dist loadfile), so it is looked for, not read from the end
+    assert any(line.startswith("interrupted (SIGTERM): finished notebooks and results are kept")
+               for line in err.splitlines()), err
     assert finished() == [first]
 
     # 2. Again, and SIGKILL everything while the second point is mid-execution (its partial notebook exists).
