@@ -465,10 +465,9 @@ def gguf_against_transformers(path: str | os.PathLike, model) -> dict:
     weights stored as 1 + w. Returns the number of tensors, the max |difference| overall and per GGUF type, the
     largest |weight| (scale), and the parameters of ``model`` that no tensor covered (the tied output projection
     excepted)."""
-    from gguf import GGUFReader
     from gguf.quants import dequantize
 
-    reader = GGUFReader(str(path))
+    reader = formats.gguf_reader(path)
     arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
     heads = int(reader.fields[f"{arch}.attention.head_count"].parts[-1][0])
     kv_heads = int(reader.fields[f"{arch}.attention.head_count_kv"].parts[-1][0])
