@@ -9,14 +9,16 @@ what no current code reaches.
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from conftest import copy_repo, run_cli
 
-from anisotropy import fingerprint, runner
+from anisotropy import fingerprint, results, runner, spectral
 
 CHAPTER = "p1_s3_token_level"
 
@@ -63,6 +65,41 @@ def test_fingerprints_follow_the_import_graph():
     # ... but training does, and on what it computes with.
     assert {"training", "data", "registry"} <= set(fingerprint.closure("training"))
     assert fingerprint.of("metrics") != fingerprint.of("baseline")
+
+
+def _planted_here():  # a function of this test module, as a notebook's ``def``: no fingerprint holds its code
+    return spectral.planted_measures(8, 4, steps=2)
+
+
+def test_a_library_computation_is_keyed_by_its_module_and_a_notebook_lambda_by_its_own_code_too(tmp_path):
+    assert fingerprint.own_code(spectral.planted_measures) is None  # its module's fingerprint covers it
+    assert fingerprint.modules_of(spectral.planted_measures) == ("spectral",)
+    store, calls = results.Store(tmp_path), []
+
+    def notebook_lambda():  # the same code each time, as a chapter executed twice
+        return lambda: calls.append("computed") or spectral.planted_measures(8, 4, steps=2)
+
+    first = store.cached("chapter", {"n": 8}, notebook_lambda())
+    again = store.cached("chapter", {"n": 8}, notebook_lambda())
+    assert calls == ["computed"]  # the second run read the stored frame
+    pd.testing.assert_frame_equal(first, again)
+    (sidecar,) = [json.loads(p.read_text()) for p in tmp_path.rglob("*.json")]
+    assert sidecar["code"]["modules"] == ["spectral"] and sidecar["key"]["_own_code"]
+    # The lambda edited (three knobs per case instead of two): recomputed, not the old numbers.
+    edited = store.cached("chapter", {"n": 8},
+                          lambda: calls.append("computed") or spectral.planted_measures(8, 4, steps=3))
+    assert calls == ["computed", "computed"] and len(edited) == 6
+
+
+def test_a_computation_calling_a_function_defined_beside_it_is_refused(tmp_path):
+    store = results.Store(tmp_path / "accepted")
+    assert len(store.cached("chapter", {"n": 8}, _planted_here)) == 4  # its own code is keyed: it calls the library
+    store = results.Store(tmp_path / "refused")
+    with pytest.raises(fingerprint.UnkeyedCodeError, match="_planted_here"):
+        store.cached("chapter", {"n": 8}, lambda: _planted_here())  # _planted_here's code is in no key
+    with pytest.raises(fingerprint.UnkeyedCodeError, match="no code of its own"):
+        store.cached("chapter", {"n": 8}, functools.partial(spectral.planted_measures, 8, 4))
+    assert not (tmp_path / "refused").exists()  # refused before computing or storing anything
 
 
 @pytest.mark.slow
