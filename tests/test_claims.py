@@ -284,6 +284,27 @@ def test_n_star_order_against_a_reference_model():
     assert claims.n_star_order(block(crossing=False), reference).holds is None
 
 
+def test_the_books_nstar_finding_is_decided_by_the_ledger_on_pretrained_bert_base_only():
+    """Section 4's "book's own finding" (N* predicts BERT-base's trained scale) is a ledger row, not a page's `if`."""
+    book = claims.claim("book-s4-nstar-predicts-bert-scale")
+    assert book.paper == "book" and book.models == ("bert-base-uncased",)
+    n_star = claims.fixed_point(block())
+
+    def bert(scale: float, model: str = "bert-base-uncased") -> pd.DataFrame:
+        return pd.DataFrame({"label": "BERT", "model": model, "origin": "pretrained", "layer": range(13),
+                             "mean_norm": [scale] * 13})
+
+    def verdict(reference: pd.DataFrame) -> pd.Series:
+        rows = claims.verdict_rows("p1_s4_untrained_block", "paper",
+                                   {"block": block(), "scores": score_frame(), "reference": reference})
+        return rows.set_index("id").loc[book.id]
+
+    assert verdict(bert(1.1 * n_star))["verdict"] == claims.HOLDS  # within 20%
+    far = verdict(bert(n_star / 1.46))  # the paper's claim (same order) holds there, the book's does not
+    assert far["verdict"] == claims.FAILS and "ratio 1.46" in far["value"]
+    assert verdict(bert(1.1 * n_star, model="gpt2"))["verdict"] == claims.UNTESTABLE  # no BERT-base measured
+
+
 def score_frame(moves_at: tuple = (28.0, 1024.0)) -> pd.DataFrame:
     """Scores of 4 heads at N = 0, 28 (about N*) and 1024; at the norms in ``moves_at`` they shift and spread."""
     rng = np.random.default_rng(0)
