@@ -3,8 +3,8 @@ the fingerprint of the code that produced them (``anisotropy.fingerprint``).
 
 On a copy of the repository, one chapter is built under ``smoke``, then the library is edited and the chapter
 rebuilt: a changed metric changes the numbers, a changed plot function reruns no measurement and no training, a
-changed trainer retrains the suites and re-measures their checkpoints only. ``--force`` recomputes; ``clean`` removes
-what no current code reaches.
+changed trainer retrains the suites and re-measures their checkpoints only. ``--recompute`` recomputes; ``clean``
+removes what no current code reaches.
 """
 
 from __future__ import annotations
@@ -152,20 +152,34 @@ def test_a_changed_trainer_retrains_its_suites_and_nothing_else(repo, tmp_path):
     assert len(new) == 2
 
 
+@pytest.mark.parametrize("command", ["run", "build"])
+def test_each_flag_sets_the_parameter_of_its_name(command, monkeypatch):
+    from anisotropy import cli
+
+    calls = []
+    record = lambda *args, **kwargs: calls.append(kwargs) or runner.Outcome("x", "x.ipynb", 0.0)  # noqa: E731
+    monkeypatch.setattr(runner, "execute" if command == "run" else "build", record)
+    chapter = ["x"] if command == "run" else []
+    for flags, rerun, recompute in (([], False, False), (["--rerun"], True, False), (["--recompute"], False, True),
+                                    (["--force"], False, True)):  # --force: the old name of --recompute
+        assert cli.main([command, *chapter, *flags]) == 0
+        assert (calls[-1]["rerun"], calls[-1]["recompute"]) == (rerun, recompute), flags
+
+
 @pytest.mark.slow
-def test_force_recomputes_and_clean_removes_what_no_code_reaches(repo, tmp_path):
+def test_recompute_recomputes_and_clean_removes_what_no_code_reaches(repo, tmp_path):
     root, first = repo
     copy = copy_repo(tmp_path / "repo")
     import shutil
 
     for folder in ("results", ".cache"):
         shutil.copytree(root / folder, copy / folder)
-    forced = _build(copy, "--force")
+    forced = _build(copy, "--recompute")
     assert "recomputes every result it reads from the store" in forced["stdout"]
     assert set(forced["results"]) == set(first["results"])  # the same keys ...
     assert all(forced["results"][k]["written"] >= first["results"][k]["written"] for k in first["results"])
     assert forced["glued"] == first["glued"]  # ... and the same numbers, recomputed
-    assert forced["runs"] == first["runs"]  # --force recomputes results, it does not retrain
+    assert forced["runs"] == first["runs"]  # --recompute recomputes results, it does not retrain
     # Old code's results are stale once the code changes; clean removes them and says how much it freed.
     _edit(copy, "taps.py", "def extract(", "# a taps edit\ndef extract(")
     edited = _build(copy)

@@ -442,7 +442,7 @@ def test_dask_workers_keep_the_kernels_malloc_settings(monkeypatch, tmp_path):
     with executor.client(workers=1) as c:
         seen = list(c.run(lambda: {k: os.environ.get(k) for k in runner.KERNEL_MALLOC}).values())
     assert seen == [runner.KERNEL_MALLOC]
-    job = runner.prepare("appendix_b_isotropic", "smoke", output=tmp_path / "x.ipynb", force=True)
+    job = runner.prepare("appendix_b_isotropic", "smoke", output=tmp_path / "x.ipynb", rerun=True)
     assert job.env.items() >= runner.KERNEL_MALLOC.items()  # a chapter run alone gets them too, not only a build
 
 

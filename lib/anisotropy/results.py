@@ -13,7 +13,7 @@ paths are the folder store.
 ``cached`` adds to every key the fingerprint of the code that computes it (``fingerprint``): the library modules the
 computation depends on and the versions of the packages that shape numbers, so a changed metric recomputes and a
 changed plot does not; a computation written outside the package (a notebook's lambda) adds its own code.
-``ANISOTROPY_RECOMPUTE=1`` (the runner's ``--force``) recomputes and overwrites instead of reading; ``stale`` lists
+``ANISOTROPY_RECOMPUTE=1`` (the CLI's ``--recompute``) recomputes and overwrites instead of reading; ``stale`` lists
 what no current code reaches (``anisotropy clean`` removes it).
 """
 
