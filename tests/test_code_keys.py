@@ -67,6 +67,24 @@ def test_fingerprints_follow_the_import_graph():
     assert fingerprint.of("metrics") != fingerprint.of("baseline")
 
 
+def test_the_package_imports_form_no_cycle_and_errors_import_nothing():
+    modules = sorted(p.stem for p in fingerprint.FOLDER.glob("*.py") if p.stem not in ("__init__", "__main__"))
+    graph = {m: fingerprint.imports(m) for m in [*modules, "profiles"]}  # imports anywhere in a file, lazy ones too
+    assert graph["errors"] == frozenset()
+    assert {"profiles"} & (graph["results"] | graph["executor"]) == set()  # they need only the error types
+
+    def reachable(start: str) -> set:
+        seen, todo = set(), list(graph[start])
+        while todo:
+            module = todo.pop()
+            if module not in seen:
+                seen.add(module)
+                todo += graph.get(module, ())
+        return seen
+
+    assert [m for m in graph if m in reachable(m)] == []  # no module reaches itself: no cycle
+
+
 def _planted_here():  # a function of this test module, as a notebook's ``def``: no fingerprint holds its code
     return spectral.planted_measures(8, 4, steps=2)
 

@@ -146,6 +146,21 @@ def _store(ctx: Ctx):
     return results.Store(ctx.tmp / "results")
 
 
+def test_every_error_a_user_can_fix_is_one_type_and_the_cli_prints_it_as_one_paragraph(monkeypatch, capsys):
+    from anisotropy import cli, errors, executor, profiles, results, runner
+
+    assert profiles.ProfileError is errors.ProfileError  # the old name still works
+    for kind in (profiles.ProfileError, results.StoreError, executor.ExecutorError, runner.RunnerError):
+        assert issubclass(kind, errors.UserError)
+
+    def unreachable(*args, **kwargs):
+        raise results.StoreError("The results store s3://nowhere cannot be reached.")
+
+    monkeypatch.setattr(runner, "execute", unreachable)
+    assert cli.main(["run", "appendix_b_isotropic"]) == 1
+    assert capsys.readouterr().err == "error: The results store s3://nowhere cannot be reached.\n"
+
+
 def _computation(frame: pd.DataFrame | None = None):
     """A chapter's computation giving ``frame``; without one, a computation that fails if it runs. Both have the same
     code, hence the same key (the key holds a computation's own code)."""

@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 
 from . import profiles, runner
+from .errors import UserError
 
 
 def _parse_assignments(pairs: list[str], as_grid: bool = False) -> dict:
@@ -132,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "profiles":
             for name in profiles.names():
                 print(f"{name:<9} {profiles.load(name).get('description', '')}")
-    except profiles.ProfileError as exc:
+    except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as exc:

@@ -28,7 +28,7 @@ from pathlib import Path
 FOLDER = Path(__file__).resolve().parent
 PACKAGES = ("torch", "transformers", "tokenizers", "numpy", "scipy")
 NOT_NUMERIC = frozenset({"report", "plots", "runner", "cli", "budget", "profiles", "paths", "hub", "results",
-                         "fingerprint", "executor", "__main__"})
+                         "fingerprint", "executor", "errors", "__main__"})
 TRAINER = "training"
 
 

@@ -31,14 +31,14 @@ from typing import Callable
 import pandas as pd
 
 from . import fingerprint, hub, paths
-from .profiles import ProfileError
+from .errors import UserError
 
 
 class CorruptResultError(RuntimeError):
     """A stored result that cannot be read back."""
 
 
-class StoreError(ProfileError):
+class StoreError(UserError):
     """A results store that cannot be used (its filesystem is not installed, its bucket does not exist, no access);
     one line naming it, printed by the CLI."""
 

@@ -30,6 +30,7 @@ from pathlib import Path
 import yaml
 
 from . import executor, fingerprint, paths, profiles, results
+from .errors import UserError
 
 from .profiles import EXECUTED, chapters  # noqa: E402 - the book's chapters, read from _toc.yml
 
@@ -37,7 +38,7 @@ SWEEPS = Path("book") / "sweeps"
 KERNEL = "python3"
 
 
-class RunnerError(profiles.ProfileError):
+class RunnerError(UserError):
     """A problem the user can fix, with a message that says how; printed without a traceback by the CLI."""
 
 
