@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -107,6 +108,18 @@ def test_a_library_computation_is_keyed_by_its_module_and_a_notebook_lambda_by_i
     edited = store.cached("chapter", {"n": 8},
                           lambda: calls.append("computed") or spectral.planted_measures(8, 4, steps=3))
     assert calls == ["computed", "computed"] and len(edited) == 6
+
+
+def test_a_notebook_computations_own_code_has_the_same_digest_in_every_process():
+    import subprocess
+    import sys
+
+    # A set literal is a frozenset constant whose order follows the string hash, which differs between processes.
+    script = ("from anisotropy import fingerprint; "
+              "print(fingerprint.own_code(eval('lambda: [w in {\"alpha\", \"beta\", \"gamma\"} for w in \"ab\"]')))")
+    digests = {subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                              env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2", "3")}
+    assert len(digests) == 1
 
 
 def test_a_computation_calling_a_function_defined_beside_it_is_refused(tmp_path):

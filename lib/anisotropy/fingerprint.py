@@ -138,13 +138,20 @@ def in_package(fn) -> bool:
     return module == "anisotropy" or module.startswith("anisotropy.")
 
 
+def _const_bytes(const) -> bytes:
+    if isinstance(const, types.CodeType):
+        return _code_bytes(const)
+    if isinstance(const, (tuple, frozenset)):  # a set literal's order follows the string hash, which varies by process
+        items = [_const_bytes(c) for c in const]
+        return b"(" + b"\0".join(sorted(items) if isinstance(const, frozenset) else items) + b")"
+    return repr(const).encode()
+
+
 def _code_bytes(code: types.CodeType) -> bytes:
     # Bytecode, names and constants, nested code (a comprehension, an inner lambda) included; not the line numbers or
     # the file name, so moving a notebook cell does not change the digest, but editing what it computes does.
     parts = [code.co_code, repr(code.co_names).encode(), repr(code.co_varnames).encode()]
-    for const in code.co_consts:
-        parts.append(_code_bytes(const) if isinstance(const, types.CodeType) else repr(const).encode())
-    return b"\0".join(parts)
+    return b"\0".join(parts + [_const_bytes(const) for const in code.co_consts])
 
 
 def own_code(fn) -> str | None:
