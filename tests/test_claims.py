@@ -284,6 +284,27 @@ def test_n_star_order_against_a_reference_model():
     assert claims.n_star_order(block(crossing=False), reference).holds is None
 
 
+def test_the_books_nstar_finding_is_decided_by_the_ledger_on_pretrained_bert_base_only():
+    """Section 4's "book's own finding" (N* predicts BERT-base's trained scale) is a ledger row, not a page's `if`."""
+    book = claims.claim("book-s4-nstar-predicts-bert-scale")
+    assert book.paper == "book" and book.models == ("bert-base-uncased",)
+    n_star = claims.fixed_point(block())
+
+    def bert(scale: float, model: str = "bert-base-uncased") -> pd.DataFrame:
+        return pd.DataFrame({"label": "BERT", "model": model, "origin": "pretrained", "layer": range(13),
+                             "mean_norm": [scale] * 13})
+
+    def verdict(reference: pd.DataFrame) -> pd.Series:
+        rows = claims.verdict_rows("p1_s4_untrained_block", "paper",
+                                   {"block": block(), "scores": score_frame(), "reference": reference})
+        return rows.set_index("id").loc[book.id]
+
+    assert verdict(bert(1.1 * n_star))["verdict"] == claims.HOLDS  # within 20%
+    far = verdict(bert(n_star / 1.46))  # the paper's claim (same order) holds there, the book's does not
+    assert far["verdict"] == claims.FAILS and "ratio 1.46" in far["value"]
+    assert verdict(bert(1.1 * n_star, model="gpt2"))["verdict"] == claims.UNTESTABLE  # no BERT-base measured
+
+
 def score_frame(moves_at: tuple = (28.0, 1024.0)) -> pd.DataFrame:
     """Scores of 4 heads at N = 0, 28 (about N*) and 1024; at the norms in ``moves_at`` they shift and spread."""
     rng = np.random.default_rng(0)
@@ -405,6 +426,43 @@ def test_sharp_without_anisotropy():
         "qk_norm": {"sharp": True, "good": True, "isotropic": True, "sharper": True, "winner": True},
         "centred": {"sharp": False, "good": False, "isotropic": True, "sharper": False, "winner": False},
         "temperature": {"sharp": True, "good": True, "isotropic": False, "sharper": False, "winner": False}}
+
+
+# Did a run learn: the one definition (claims.learnt) and the suites' targets (claims.suite_targets)
+
+def record(losses: list[float], unigram: float | None = 6.0, chance: float = 9.2) -> dict:
+    """A run's training record (training.training_state) whose validation curve has these losses (nats)."""
+    baselines = {"chance": chance, **({"unigram": unigram} if unigram is not None else {})}
+    return {"validation": [{"step": 100 * i, "loss": loss} for i, loss in enumerate(losses)], "baselines": baselines}
+
+
+def test_a_run_learnt_when_its_curve_ends_learnt_nats_below_the_input_blind_model():
+    assert claims.run_learnt(record([9.0, 6.5, 5.2]))  # crosses 0.5 nats below the unigram model's 6.0
+    assert not claims.run_learnt(record([9.0, 6.1, 5.8]))  # on the unigram plateau: 0.2 nats below
+    assert not claims.run_learnt(record([9.0, 5.0, 5.8]))  # read at its last point, not its best
+    # a classifier (no unigram model): against chance
+    assert claims.run_learnt(record([1.8, 0.9], unigram=None, chance=1.79))
+    assert not claims.run_learnt(record([1.8, 1.6], unigram=None, chance=1.79))
+    assert "is a model that learnt" in claims.learnt_words("M", 5.2, 6.0)
+    assert "not a model that learnt" in claims.learnt_words("M", 5.8, 6.0)
+
+
+def suites_summary(mlm_losses=(5.0, 4.9), clm_loss=3.9, vit_accuracy=0.8) -> pd.DataFrame:
+    """training.summary's columns for two mlm seeds, one clm run and one vit run (unigram 6.0; train losses 0.1 less)."""
+    rows = [("mlm", s, loss, 6.0, np.nan) for s, loss in enumerate(mlm_losses)]
+    rows += [("clm", 0, clm_loss, 6.0, np.nan), ("vit", 0, 0.7, np.nan, vit_accuracy)]
+    frame = pd.DataFrame(rows, columns=["suite", "seed", "final_loss", "unigram", "accuracy"])
+    return frame.assign(final_train_loss=frame["final_loss"] - 0.1)
+
+
+def test_suite_targets_are_met_by_runs_that_reach_them_and_not_by_the_worst_seed_short_of_them():
+    met = claims.suite_targets(suites_summary())
+    assert met["met"].all() and list(met["suite"]) == ["mlm", "clm", "mlm", "clm", "vit"]
+    missed = claims.suite_targets(suites_summary(mlm_losses=(4.5, 5.2), clm_loss=4.2, vit_accuracy=0.7))
+    assert missed.set_index(["suite", "target"])["met"].groupby("suite").all().to_dict() == {
+        "clm": False, "mlm": False, "vit": False}  # mlm: its worst seed is 0.8 nats below, 1 asked
+    assert claims.target_losses(pd.DataFrame({"suite": ["mlm", "clm", "vit"], "unigram": [6.0, 6.0, np.nan]})) == {
+        "mlm": 5.0, "clm": 4.0}
 
 
 # Paper 2: profiles with known shapes

@@ -3,20 +3,23 @@ the fingerprint of the code that produced them (``anisotropy.fingerprint``).
 
 On a copy of the repository, one chapter is built under ``smoke``, then the library is edited and the chapter
 rebuilt: a changed metric changes the numbers, a changed plot function reruns no measurement and no training, a
-changed trainer retrains the suites and re-measures their checkpoints only. ``--force`` recomputes; ``clean`` removes
-what no current code reaches.
+changed trainer retrains the suites and re-measures their checkpoints only. ``--recompute`` recomputes; ``clean``
+removes what no current code reaches.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from conftest import copy_repo, run_cli
 
-from anisotropy import fingerprint, runner
+from anisotropy import fingerprint, results, runner, spectral
 
 CHAPTER = "p1_s3_token_level"
 
@@ -63,6 +66,71 @@ def test_fingerprints_follow_the_import_graph():
     # ... but training does, and on what it computes with.
     assert {"training", "data", "registry"} <= set(fingerprint.closure("training"))
     assert fingerprint.of("metrics") != fingerprint.of("baseline")
+
+
+def test_the_package_imports_form_no_cycle_and_errors_import_nothing():
+    modules = sorted(p.stem for p in fingerprint.FOLDER.glob("*.py") if p.stem not in ("__init__", "__main__"))
+    graph = {m: fingerprint.imports(m) for m in [*modules, "profiles"]}  # imports anywhere in a file, lazy ones too
+    assert graph["errors"] == frozenset()
+    assert {"profiles"} & (graph["results"] | graph["executor"]) == set()  # they need only the error types
+
+    def reachable(start: str) -> set:
+        seen, todo = set(), list(graph[start])
+        while todo:
+            module = todo.pop()
+            if module not in seen:
+                seen.add(module)
+                todo += graph.get(module, ())
+        return seen
+
+    assert [m for m in graph if m in reachable(m)] == []  # no module reaches itself: no cycle
+
+
+def _planted_here():  # a function of this test module, as a notebook's ``def``: no fingerprint holds its code
+    return spectral.planted_measures(8, 4, steps=2)
+
+
+def test_a_library_computation_is_keyed_by_its_module_and_a_notebook_lambda_by_its_own_code_too(tmp_path):
+    assert fingerprint.own_code(spectral.planted_measures) is None  # its module's fingerprint covers it
+    assert fingerprint.modules_of(spectral.planted_measures) == ("spectral",)
+    store, calls = results.Store(tmp_path), []
+
+    def notebook_lambda():  # the same code each time, as a chapter executed twice
+        return lambda: calls.append("computed") or spectral.planted_measures(8, 4, steps=2)
+
+    first = store.cached("chapter", {"n": 8}, notebook_lambda())
+    again = store.cached("chapter", {"n": 8}, notebook_lambda())
+    assert calls == ["computed"]  # the second run read the stored frame
+    pd.testing.assert_frame_equal(first, again)
+    (sidecar,) = [json.loads(p.read_text()) for p in tmp_path.rglob("*.json")]
+    assert sidecar["code"]["modules"] == ["spectral"] and sidecar["key"]["_own_code"]
+    # The lambda edited (three knobs per case instead of two): recomputed, not the old numbers.
+    edited = store.cached("chapter", {"n": 8},
+                          lambda: calls.append("computed") or spectral.planted_measures(8, 4, steps=3))
+    assert calls == ["computed", "computed"] and len(edited) == 6
+
+
+def test_a_notebook_computations_own_code_has_the_same_digest_in_every_process():
+    import subprocess
+    import sys
+
+    # A set literal is a frozenset constant whose order follows the string hash, which differs between processes.
+    script = ("from anisotropy import fingerprint; "
+              "print(fingerprint.own_code(eval('lambda: [w in {\"alpha\", \"beta\", \"gamma\"} for w in \"ab\"]')))")
+    digests = {subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                              env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2", "3")}
+    assert len(digests) == 1
+
+
+def test_a_computation_calling_a_function_defined_beside_it_is_refused(tmp_path):
+    store = results.Store(tmp_path / "accepted")
+    assert len(store.cached("chapter", {"n": 8}, _planted_here)) == 4  # its own code is keyed: it calls the library
+    store = results.Store(tmp_path / "refused")
+    with pytest.raises(fingerprint.UnkeyedCodeError, match="_planted_here"):
+        store.cached("chapter", {"n": 8}, lambda: _planted_here())  # _planted_here's code is in no key
+    with pytest.raises(fingerprint.UnkeyedCodeError, match="no code of its own"):
+        store.cached("chapter", {"n": 8}, functools.partial(spectral.planted_measures, 8, 4))
+    assert not (tmp_path / "refused").exists()  # refused before computing or storing anything
 
 
 @pytest.mark.slow
@@ -115,20 +183,34 @@ def test_a_changed_trainer_retrains_its_suites_and_nothing_else(repo, tmp_path):
     assert len(new) == 2
 
 
+@pytest.mark.parametrize("command", ["run", "build"])
+def test_each_flag_sets_the_parameter_of_its_name(command, monkeypatch):
+    from anisotropy import cli
+
+    calls = []
+    record = lambda *args, **kwargs: calls.append(kwargs) or runner.Outcome("x", "x.ipynb", 0.0)  # noqa: E731
+    monkeypatch.setattr(runner, "execute" if command == "run" else "build", record)
+    chapter = ["x"] if command == "run" else []
+    for flags, rerun, recompute in (([], False, False), (["--rerun"], True, False), (["--recompute"], False, True),
+                                    (["--force"], False, True)):  # --force: the old name of --recompute
+        assert cli.main([command, *chapter, *flags]) == 0
+        assert (calls[-1]["rerun"], calls[-1]["recompute"]) == (rerun, recompute), flags
+
+
 @pytest.mark.slow
-def test_force_recomputes_and_clean_removes_what_no_code_reaches(repo, tmp_path):
+def test_recompute_recomputes_and_clean_removes_what_no_code_reaches(repo, tmp_path):
     root, first = repo
     copy = copy_repo(tmp_path / "repo")
     import shutil
 
     for folder in ("results", ".cache"):
         shutil.copytree(root / folder, copy / folder)
-    forced = _build(copy, "--force")
+    forced = _build(copy, "--recompute")
     assert "recomputes every result it reads from the store" in forced["stdout"]
     assert set(forced["results"]) == set(first["results"])  # the same keys ...
     assert all(forced["results"][k]["written"] >= first["results"][k]["written"] for k in first["results"])
     assert forced["glued"] == first["glued"]  # ... and the same numbers, recomputed
-    assert forced["runs"] == first["runs"]  # --force recomputes results, it does not retrain
+    assert forced["runs"] == first["runs"]  # --recompute recomputes results, it does not retrain
     # Old code's results are stale once the code changes; clean removes them and says how much it freed.
     _edit(copy, "taps.py", "def extract(", "# a taps edit\ndef extract(")
     edited = _build(copy)

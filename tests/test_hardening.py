@@ -13,6 +13,7 @@ import re
 import signal
 import subprocess
 import time
+import types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -145,10 +146,31 @@ def _store(ctx: Ctx):
     return results.Store(ctx.tmp / "results")
 
 
+def test_every_error_a_user_can_fix_is_one_type_and_the_cli_prints_it_as_one_paragraph(monkeypatch, capsys):
+    from anisotropy import cli, errors, executor, profiles, results, runner
+
+    assert profiles.ProfileError is errors.ProfileError  # the old name still works
+    for kind in (profiles.ProfileError, results.StoreError, executor.ExecutorError, runner.RunnerError):
+        assert issubclass(kind, errors.UserError)
+
+    def unreachable(*args, **kwargs):
+        raise results.StoreError("The results store s3://nowhere cannot be reached.")
+
+    monkeypatch.setattr(runner, "execute", unreachable)
+    assert cli.main(["run", "appendix_b_isotropic"]) == 1
+    assert capsys.readouterr().err == "error: The results store s3://nowhere cannot be reached.\n"
+
+
+def _computation(frame: pd.DataFrame | None = None):
+    """A chapter's computation giving ``frame``; without one, a computation that fails if it runs. Both have the same
+    code, hence the same key (the key holds a computation's own code)."""
+    return lambda: frame if frame is not None else pytest.fail("a corrupted result was recomputed")
+
+
 def _stored(store, key: dict, frame: pd.DataFrame) -> Path:
     """Store ``frame`` under ``key`` as a chapter does, and return the Parquet file written."""
     before = set(store.root.rglob("*.parquet"))
-    store.cached("chapter", key, lambda: frame)
+    store.cached("chapter", key, _computation(frame))
     return (set(store.root.rglob("*.parquet")) - before).pop()
 
 
@@ -156,14 +178,14 @@ def corrupt_result(ctx: Ctx):
     store = _store(ctx)
     path = _stored(store, {"model": "m", "layer": 1}, pd.DataFrame({"x": [1.0, 2.0]}))
     path.write_bytes(b"not a parquet file")
-    store.cached("chapter", {"model": "m", "layer": 1}, lambda: pytest.fail("a corrupted result was recomputed"))
+    store.cached("chapter", {"model": "m", "layer": 1}, _computation())
 
 
 def truncated_result(ctx: Ctx):
     store = _store(ctx)
     path = _stored(store, {"model": "m", "layer": 2}, pd.DataFrame({"x": np.arange(1000.0)}))
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
-    store.cached("chapter", {"model": "m", "layer": 2}, lambda: pytest.fail("a corrupted result was recomputed"))
+    store.cached("chapter", {"model": "m", "layer": 2}, _computation())
 
 
 def corrupt_sidecar(ctx: Ctx):
@@ -646,31 +668,34 @@ if stage == "data":
     pd.DataFrame.to_parquet = to_parquet
 else:
     pathlib.Path.write_text = lambda self, text, *a, **k: stuck(self, text.encode())
-results.Store(root).cached("chapter", {"model": "m", "layer": 4}, lambda: frame)
+results.Store(root).cached("chapter", {"model": "m", "layer": 4}, eval(sys.argv[3], {"pd": pd}))
 '''
+# The writer's computation, compiled from the same text by the test: the same code, hence the same key.
+WRITER_COMPUTATION = 'lambda: pd.DataFrame({"x": range(1000)})'
 
 
 @pytest.mark.parametrize("stage", ["data", "sidecar"])
 def test_result_killed_mid_write_is_never_taken_for_complete(stage, tmp_path):
-    from anisotropy import fingerprint, results
+    from anisotropy import results
 
     root = tmp_path / "results"
     script = tmp_path / "writer.py"
     script.write_text(KILLED_WRITER)
-    proc = subprocess.Popen([PYTHON, str(script), str(root), stage], env=book_env(tmp_path), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen([PYTHON, str(script), str(root), stage, WRITER_COMPUTATION], env=book_env(tmp_path),
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     target = ".parquet." if stage == "data" else ".json."
     wait_for(lambda: any(target in p.name and p.stat().st_size > 0 for p in root.rglob("*.tmp")), proc,
              f"the {stage} write started")
     proc.send_signal(signal.SIGKILL)
     proc.communicate()
-    store, key = results.Store(root), {"model": "m", "layer": 4}
-    assert not store.has("chapter", {**key, "_code": fingerprint.package()})  # the key the writer's result has
+    store, key, calls = results.Store(root), {"model": "m", "layer": 4}, []
+    counted = types.SimpleNamespace(DataFrame=lambda data: calls.append(1) or pd.DataFrame(data))
+    compute = eval(WRITER_COMPUTATION, {"pd": counted})
+    assert not store.has("chapter", store.code_key(key, compute)[0])  # the key the writer's result has
     assert store.frames("chapter").empty
-    calls = []
-    frame = store.cached("chapter", key, lambda: calls.append(1) or pd.DataFrame({"x": range(1000)}))
+    frame = store.cached("chapter", key, compute)
     assert calls == [1] and frame["x"].tolist() == list(range(1000))
-    pd.testing.assert_frame_equal(results.Store(root).cached("chapter", key, lambda: calls.append(2)), frame)
+    pd.testing.assert_frame_equal(results.Store(root).cached("chapter", key, compute), frame)
     assert calls == [1]  # read back, not recomputed
 
 

@@ -9,6 +9,7 @@ i.e. (1 + t)/2 ~ Beta((d-1)/2, (d-1)/2). Its mean is 0 and its variance 1/d, so 
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 from scipy import special, stats
 
 
@@ -45,3 +46,11 @@ def sample_isotropic_cosines(d: int, n_pairs: int, seed: int = 0, chunk_elements
         dot = np.einsum("ij,ij->i", u, v, dtype=np.float64)
         out[start : start + m] = dot / np.sqrt(np.einsum("ij,ij->i", u, u, dtype=np.float64) * np.einsum("ij,ij->i", v, v, dtype=np.float64))
     return out
+
+
+def simulated_cosines(dims, n_pairs: int, seed: int = 0) -> pd.DataFrame:
+    """``sample_isotropic_cosines`` for every dimension of ``dims``: columns ``d`` and ``cosine`` (float32), ``n_pairs``
+    rows per dimension, dimension d drawn with seed ``seed + d`` (Appendix B's Monte Carlo check of the density)."""
+    parts = [pd.DataFrame({"d": d, "cosine": sample_isotropic_cosines(d, n_pairs, seed=seed + d).astype(np.float32)})
+             for d in dims]
+    return pd.concat(parts, ignore_index=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 
 from . import profiles, runner
+from .errors import UserError
 
 
 def _parse_assignments(pairs: list[str], as_grid: bool = False) -> dict:
@@ -38,11 +39,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="anisotropy", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    force_help = "recompute: execute again and recompute every stored result the chapter reads (not training)"
+    # The flags carry the names of the parameters they set (runner.execute, runner.build); --force is the old name of
+    # --recompute, kept so that existing commands still work.
+    recompute_help = ("execute again and recompute every stored result the chapter reads (not training; "
+                      "old name: --force)")
     rerun_help = "execute again, reading the results store as usual"
     p = sub.add_parser("build", help="execute every chapter under a profile and render the book")
     p.add_argument("--profile", default="local")
-    p.add_argument("--force", action="store_true", help=force_help)
+    p.add_argument("--recompute", "--force", action="store_true", dest="recompute", help=recompute_help)
     p.add_argument("--rerun", action="store_true", help=rerun_help)
     p.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
                    help="chapters executed at once, independent ones only (default: the cores; 1: one after another)")
@@ -53,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("name")
     p.add_argument("--profile", default="local")
     p.add_argument("-p", "--param", action="append", metavar="NAME=VALUE")
-    p.add_argument("--force", action="store_true", help=force_help)
+    p.add_argument("--recompute", "--force", action="store_true", dest="recompute", help=recompute_help)
     p.add_argument("--rerun", action="store_true", help=rerun_help)
 
     p = sub.add_parser("clean", help="remove stored results, trained runs and notebooks no current code reaches")
@@ -86,14 +90,15 @@ def main(argv: list[str] | None = None) -> int:
         previous = None
     try:
         if args.command == "build":
-            if args.force:
-                print("--force: every chapter is executed again and recomputes the results it reads from the store")
-            runner.build(args.profile, force=args.rerun, recompute=args.force, jobs=args.jobs, html=not args.no_html)
+            if args.recompute:
+                print("--recompute: every chapter is executed again and recomputes the results it reads from the store")
+            runner.build(args.profile, rerun=args.rerun, recompute=args.recompute, jobs=args.jobs,
+                         html=not args.no_html)
         elif args.command == "run":
-            if args.force:
-                print(f"--force: {args.name} recomputes every result it reads from the store")
-            outcome = runner.execute(args.name, args.profile, _parse_assignments(args.param), force=args.rerun,
-                                     recompute=args.force)
+            if args.recompute:
+                print(f"--recompute: {args.name} recomputes every result it reads from the store")
+            outcome = runner.execute(args.name, args.profile, _parse_assignments(args.param), rerun=args.rerun,
+                                     recompute=args.recompute)
             if outcome.error:
                 raise runner.ChapterFailed(outcome.error)
             print(f"{args.name}: {'reused' if outcome.reused else f'{outcome.seconds:.1f} s'} -> {outcome.path}")
@@ -128,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "profiles":
             for name in profiles.names():
                 print(f"{name:<9} {profiles.load(name).get('description', '')}")
-    except profiles.ProfileError as exc:
+    except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as exc:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from .profiles import ProfileError
+from .errors import UserError
 
 SCHEDULER_ENV = "DASK_SCHEDULER_ADDRESS"
 WORKERS_ENV = "ANISOTROPY_WORKERS"
@@ -52,7 +52,7 @@ def malloc_env() -> dict[str, str]:
     return {name: os.environ.get(name, value) for name, value in MALLOC_DEFAULTS.items()}
 
 
-class ExecutorError(ProfileError):
+class ExecutorError(UserError):
     """A scheduler that cannot be reached or a fan-out setting that cannot be read; one line, printed by the CLI."""
 
 

@@ -11,7 +11,8 @@ edges are not followed:
 
 So an edit to ``metrics.py`` changes the fingerprint of every measurement, an edit to ``plots.py`` changes none, and
 an edit to ``training.py`` changes the trained checkpoints (hence the measurements of those checkpoints only).
-``package()`` covers every module: what an executed notebook shows depends on all of them.
+``package()`` covers every module: what an executed notebook shows depends on all of them. A computation defined
+outside the package (a notebook's lambda) adds its own code (``own_code``), and may call the library only.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pathlib import Path
 FOLDER = Path(__file__).resolve().parent
 PACKAGES = ("torch", "transformers", "tokenizers", "numpy", "scipy")
 NOT_NUMERIC = frozenset({"report", "plots", "runner", "cli", "budget", "profiles", "paths", "hub", "results",
-                         "fingerprint", "executor", "__main__"})
+                         "fingerprint", "executor", "errors", "__main__"})
 TRAINER = "training"
 
 
@@ -112,9 +113,8 @@ def modules_of(fn) -> tuple[str, ...]:
     """The package modules a function computes with: its own module when it is defined in the package (a closure in
     ``layerwise.measure``), else the package modules its code refers to by name (a notebook's
     ``lambda: block.reference_norms(...)``), else every module."""
-    module = getattr(fn, "__module__", "") or ""
-    if module == "anisotropy" or module.startswith("anisotropy."):
-        return (_name(module),)
+    if in_package(fn):
+        return (_name(fn.__module__),)
     found = set()
     code, scope = getattr(fn, "__code__", None), getattr(fn, "__globals__", {})
     codes = [code] if code is not None else []
@@ -126,6 +126,66 @@ def modules_of(fn) -> tuple[str, ...]:
                 found.add(_name(value.__name__))
         codes += [c for c in current.co_consts if isinstance(c, types.CodeType)]
     return tuple(sorted(found)) or ("__all__",)
+
+
+class UnkeyedCodeError(TypeError):
+    """A compute function whose code the results key cannot cover (it calls a function of a notebook or test module)."""
+
+
+def in_package(fn) -> bool:
+    """Whether ``fn`` is defined in a module of this package (its module's fingerprint then covers its code)."""
+    module = getattr(fn, "__module__", "") or ""
+    return module == "anisotropy" or module.startswith("anisotropy.")
+
+
+def _const_bytes(const) -> bytes:
+    if isinstance(const, types.CodeType):
+        return _code_bytes(const)
+    if isinstance(const, (tuple, frozenset)):  # a set literal's order follows the string hash, which varies by process
+        items = [_const_bytes(c) for c in const]
+        return b"(" + b"\0".join(sorted(items) if isinstance(const, frozenset) else items) + b")"
+    return repr(const).encode()
+
+
+def _code_bytes(code: types.CodeType) -> bytes:
+    # Bytecode, names and constants, nested code (a comprehension, an inner lambda) included; not the line numbers or
+    # the file name, so moving a notebook cell does not change the digest, but editing what it computes does.
+    parts = [code.co_code, repr(code.co_names).encode(), repr(code.co_varnames).encode()]
+    return b"\0".join(parts + [_const_bytes(const) for const in code.co_consts])
+
+
+def own_code(fn) -> str | None:
+    """12 hex digits of the own code of a function defined outside the package (a notebook's lambda, a test's
+    function); None for a package function, whose module fingerprint (``of``) already covers it.
+
+    Only ``fn``'s own code is read, so the functions it calls must be covered by a fingerprint too: a call by name to
+    a function defined in the same module as ``fn`` (another function of the notebook or test module) raises
+    ``UnkeyedCodeError``, as does a callable without code of its own (an object, a ``functools.partial``)."""
+    if in_package(fn):
+        return None
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        raise UnkeyedCodeError(f"{fn!r} has no code of its own that a results key could cover: pass a function of "
+                               "the anisotropy package, or a lambda that calls one.")
+    codes, names = [code], set()
+    while codes:
+        current = codes.pop()
+        names.update(current.co_names)
+        codes += [c for c in current.co_consts if isinstance(c, types.CodeType)]
+    values = [fn.__globals__.get(name) for name in names]
+    for cell in fn.__closure__ or ():
+        try:
+            values.append(cell.cell_contents)
+        except ValueError:  # a closure cell not filled yet
+            pass
+    local = sorted(v.__name__ for v in values if isinstance(v, types.FunctionType) and v is not fn
+                   and v.__module__ == fn.__module__)
+    if local:
+        raise UnkeyedCodeError(
+            f"The computation {fn.__qualname__} of {fn.__module__} calls {', '.join(local)}, defined beside it (in a "
+            "notebook or test module): the results key holds the library's code, not theirs, so an edit to them "
+            "would bring old numbers back. Move them into the library module of their concept and call that.")
+    return hashlib.sha256(_code_bytes(code)).hexdigest()[:12]
 
 
 def of_function(fn) -> tuple[tuple[str, ...], str]:

@@ -12,8 +12,9 @@ paths are the folder store.
 
 ``cached`` adds to every key the fingerprint of the code that computes it (``fingerprint``): the library modules the
 computation depends on and the versions of the packages that shape numbers, so a changed metric recomputes and a
-changed plot does not. ``ANISOTROPY_RECOMPUTE=1`` (the runner's ``--force``) recomputes and overwrites instead of
-reading; ``stale`` lists what no current code reaches (``anisotropy clean`` removes it).
+changed plot does not; a computation written outside the package (a notebook's lambda) adds its own code.
+``ANISOTROPY_RECOMPUTE=1`` (the CLI's ``--recompute``) recomputes and overwrites instead of reading; ``stale`` lists
+what no current code reaches (``anisotropy clean`` removes it).
 """
 
 from __future__ import annotations
@@ -30,14 +31,14 @@ from typing import Callable
 import pandas as pd
 
 from . import fingerprint, hub, paths
-from .profiles import ProfileError
+from .errors import UserError
 
 
 class CorruptResultError(RuntimeError):
     """A stored result that cannot be read back."""
 
 
-class StoreError(ProfileError):
+class StoreError(UserError):
     """A results store that cannot be used (its filesystem is not installed, its bucket does not exist, no access);
     one line naming it, printed by the CLI."""
 
@@ -237,24 +238,39 @@ class Store:
             self._write(meta, text.encode())  # last: only now is the result complete
         return data
 
-    def cached(self, chapter: str, key: dict, compute: Callable[[], pd.DataFrame],
-               code: tuple[str, ...] | None = None) -> pd.DataFrame:
-        """The stored frame for ``key`` computed by the current code, computing and storing it first if absent.
+    @staticmethod
+    def code_key(key: dict, compute: Callable, code: tuple[str, ...] | None = None) -> tuple[dict, dict]:
+        """``(key with the fingerprint of compute's code, the sidecar's record of that code)``: what ``cached`` stores
+        ``compute``'s result under.
 
         ``code`` names the package modules the result depends on; by default those of ``compute``
         (``fingerprint.modules_of``: its own module, or the modules a notebook's lambda refers to).
+
+        The key covers ``compute``'s code in one of two ways: a function of the package through its module's
+        fingerprint; any other function (a notebook's lambda, a test's function) through the digest of its own code
+        as well (``fingerprint.own_code``), so editing it recomputes. Such a function may call the library, not other
+        functions of its notebook or module (their code would escape the key): those raise
+        ``fingerprint.UnkeyedCodeError``; move them into the library.
         """
+        own = fingerprint.own_code(compute)
         modules = tuple(code) if code else fingerprint.modules_of(compute)
         stamp = fingerprint.package() if modules == ("__all__",) else fingerprint.of(*modules)
-        key = {**key, "_code": stamp}
+        return ({**key, "_code": stamp, **({"_own_code": own} if own else {})},
+                {"modules": list(modules), "fingerprint": stamp})
+
+    def cached(self, chapter: str, key: dict, compute: Callable[[], pd.DataFrame],
+               code: tuple[str, ...] | None = None) -> pd.DataFrame:
+        """The stored frame for ``key`` computed by the current code, computing and storing it first if absent; the
+        code enters the key as ``code_key`` says (a computation whose code would escape it is refused before anything
+        is read or computed)."""
+        key, record = self.code_key(key, compute, code)
         if self.has(chapter, key) and not recomputing():
             return self.load(chapter, key)
         start = time.perf_counter()
         frame = compute()
         if not isinstance(frame, pd.DataFrame):
             raise TypeError(f"compute() for chapter {chapter!r} must return a pandas DataFrame, got {type(frame)}")
-        self.save(chapter, key, frame, seconds=time.perf_counter() - start,
-                  code={"modules": list(modules), "fingerprint": stamp})
+        self.save(chapter, key, frame, seconds=time.perf_counter() - start, code=record)
         return frame
 
     def _sidecars(self, chapter: str | None = None):
@@ -295,7 +311,8 @@ class Store:
     def stale(self) -> list:
         """Stored results (Parquet and sidecar: paths, or URLs of an fsspec store) that no key of the current code
         reaches: computed by other code (a changed module or package version) or by a version of the book before code
-        fingerprints."""
+        fingerprints. (A notebook lambda's own code is not known here: the results of its earlier versions stay until
+        a library module they depend on changes.)"""
         return [p for meta, content in self._sidecars() if _is_stale(content)
                 for p in (_parquet_of(meta), meta)]
 

@@ -30,6 +30,7 @@ from pathlib import Path
 import yaml
 
 from . import executor, fingerprint, paths, profiles, results
+from .errors import UserError
 
 from .profiles import EXECUTED, chapters  # noqa: E402 - the book's chapters, read from _toc.yml
 
@@ -37,7 +38,7 @@ SWEEPS = Path("book") / "sweeps"
 KERNEL = "python3"
 
 
-class RunnerError(profiles.ProfileError):
+class RunnerError(UserError):
     """A problem the user can fix, with a message that says how; printed without a traceback by the CLI."""
 
 
@@ -342,11 +343,11 @@ def stop_kernels() -> int:
     return len(pids)
 
 
-def prepare(name: str, profile: str, overrides: dict | None = None, output=None, force: bool = False,
+def prepare(name: str, profile: str, overrides: dict | None = None, output=None, rerun: bool = False,
             recompute: bool = False, env: dict | None = None) -> "Job | Outcome":
     """The ``Job`` that executes chapter ``name`` under ``profile`` (plus ``overrides``) into ``output`` (a path or
     a URL; default ``book/executed/<name>.ipynb``), or, when a finished notebook with the same stamp (profile,
-    parameters, source, code) is already there and neither ``force`` nor ``recompute`` is given, its reused
+    parameters, source, code) is already there and neither ``rerun`` nor ``recompute`` is given, its reused
     ``Outcome``. Parameters are checked here, before anything runs. ``recompute`` makes the chapter recompute every
     result it reads from the store (``ANISOTROPY_RECOMPUTE``); ``env`` is added to the kernel's environment."""
     import nbformat
@@ -358,7 +359,7 @@ def prepare(name: str, profile: str, overrides: dict | None = None, output=None,
     injected = {"profile": profile, **(overrides or {})} if "profile" in defaults else dict(given)
     output = output if output is not None else root() / EXECUTED / f"{name}.ipynb"
     stamp = _stamp(profile, params, name)
-    if not (force or recompute) and _is_current(output, stamp):
+    if not (rerun or recompute) and _is_current(output, stamp):
         return Outcome(name, output, 0.0, reused=True, params=params)
     kernel_env = {"ANISOTROPY_RUNNER": "1",  # parameters are checked here; profiles.apply need not check again
                   "ANISOTROPY_FIGURES": str(root() / "_build" / "figures" / name), **KERNEL_MALLOC, **(env or {})}
@@ -435,16 +436,16 @@ def finish(outcome: Outcome) -> Outcome:
 
 
 def execute(name: str, profile: str, overrides: dict | None = None, output: Path | None = None,
-            force: bool = False, recompute: bool = False, quiet: bool = False, env: dict | None = None) -> Outcome:
+            rerun: bool = False, recompute: bool = False, quiet: bool = False, env: dict | None = None) -> Outcome:
     """Execute chapter ``name`` under ``profile`` (plus ``overrides``) into ``output`` (``prepare``, then ``run_job``
     here).
 
     Papermill injects ``profile`` and the overrides; the chapter takes the rest from the profile (``profiles.apply``).
-    ``force`` executes it again even if a current notebook exists; ``recompute`` also recomputes every result the
+    ``rerun`` executes it again even if a current notebook exists; ``recompute`` also recomputes every result the
     chapter reads from the results store (``ANISOTROPY_RECOMPUTE``) instead of reading it.
     A finished notebook whose stamp (profile, parameters, source hash) matches is reused, not executed again.
     """
-    job = prepare(name, profile, overrides, output, force=force, recompute=recompute, env=env)
+    job = prepare(name, profile, overrides, output, rerun=rerun, recompute=recompute, env=env)
     return job if isinstance(job, Outcome) else finish(run_job(job))
 
 
@@ -480,8 +481,8 @@ def dependencies(names: list[str] | None = None) -> dict[str, list[str]]:
     return found
 
 
-def _build_chapter(name: str, env: dict, profile: str, force: bool, recompute: bool) -> Outcome:
-    return execute(name, profile, force=force, recompute=recompute, env={**KERNEL_THREADS, **env})
+def _build_chapter(name: str, env: dict, profile: str, rerun: bool, recompute: bool) -> Outcome:
+    return execute(name, profile, rerun=rerun, recompute=recompute, env={**KERNEL_THREADS, **env})
 
 
 # One torch/BLAS thread per chapter kernel of a build: the build keeps every core busy with chapters (and their own
@@ -493,7 +494,7 @@ KERNEL_THREADS = {name: os.environ.get(name, "1") for name in ("OMP_NUM_THREADS"
 KERNEL_MALLOC = executor.malloc_env()
 
 
-def execute_all(profile: str, only: list[str] | None = None, force: bool = False, recompute: bool = False,
+def execute_all(profile: str, only: list[str] | None = None, rerun: bool = False, recompute: bool = False,
                 jobs: int | None = None, processes: bool = False) -> list[Outcome]:
     """Execute the chapters (``only`` some) under ``profile``: each after the chapters it depends on
     (``dependencies``), independent ones at the same time, ``jobs`` at a time (default: the cores; the cores are
@@ -525,7 +526,7 @@ def execute_all(profile: str, only: list[str] | None = None, force: bool = False
         outcomes[name] = outcome
         _progress(outcome, profile, len(outcomes), len(names))
 
-    fn = functools.partial(_build_chapter, profile=profile, force=force, recompute=recompute)
+    fn = functools.partial(_build_chapter, profile=profile, rerun=rerun, recompute=recompute)
     try:
         executor.schedule(fn, names, after, jobs=jobs, processes=processes, failed=lambda o: bool(o.error),
                           on_done=done)
@@ -579,7 +580,7 @@ def build_html(strict: bool = True) -> Path:
     return root() / "_build" / "html" / "index.html"
 
 
-def build(profile: str = "local", force: bool = False, recompute: bool = False, jobs: int | None = None,
+def build(profile: str = "local", rerun: bool = False, recompute: bool = False, jobs: int | None = None,
           processes: bool = False, html: bool = True) -> Path | None:
     """Execute every chapter under ``profile`` (``execute_all``: independent chapters at once, ``jobs`` at a time),
     then render the book (unless not ``html``: then returns None). Reports wall and CPU time beside the machine's
@@ -604,7 +605,7 @@ def build(profile: str = "local", force: bool = False, recompute: bool = False, 
               f"{'slower' if est['speed_index'] > 1 else 'faster'} at the suites' updates; one calibration varies "
               f"10-30% between runs a minute apart on the same machine, so read it as +/- 20%; chapters already "
               f"executed are reused, so a rebuild takes less).", flush=True)
-    outcomes = execute_all(profile, force=force, recompute=recompute, jobs=jobs, processes=processes)
+    outcomes = execute_all(profile, rerun=rerun, recompute=recompute, jobs=jobs, processes=processes)
     failed = [o for o in outcomes if o.error and not o.blocked]
     blocked = [o for o in outcomes if o.blocked]
     ran = sum(o.seconds for o in outcomes)

@@ -718,6 +718,21 @@ def planted_cloud(n: int, d: int, drift: float = 0.0, spike_share: float | None 
     return x.astype(np.float32)
 
 
+def planted_measures(n: int, d: int, seed: int = 0, steps: int = 13) -> pd.DataFrame:
+    """Both papers' measures on ``planted_cloud``s (Paper 2's two-measures page): ``steps`` drifts from 0 to 3 (case
+    "common drift", ``knob`` = the drift in units of the noise's typical norm) and ``steps`` spike shares from 0.05
+    to 0.95 (case "one dominant direction", ``knob`` = the share); columns ``mean_cosine`` and ``sigma1_share``
+    (both dimensionless). Every cloud uses the same ``seed``, so the noise is the same along a case."""
+    rows = []
+    for case, option, knobs in (("common drift", "drift", np.linspace(0, 3, steps)),
+                                ("one dominant direction", "spike_share", np.linspace(0.05, 0.95, steps))):
+        for knob in knobs:
+            x = planted_cloud(n, d, seed=seed, **{option: float(knob)})
+            rows.append({"case": case, "knob": float(knob), "mean_cosine": metrics.mean_cosine(x),
+                         "sigma1_share": metrics.sigma1_share(x)})
+    return pd.DataFrame(rows)
+
+
 def memory_gib(name: str, dtype: str = "float32") -> float:
     """Memory of a registry model's weights in GiB at ``dtype`` (activations for a batch of text come on top)."""
     from . import registry

@@ -26,14 +26,10 @@ from pathlib import Path
 import yaml
 
 from .. import paths
+from ..errors import ProfileError, UserError  # noqa: F401 - ProfileError is also profiles.ProfileError, as before
 
 FOLDER = Path(__file__).resolve().parent
 DEFAULT = "local"  # the profile whose values every parameters cell shows
-
-
-class ProfileError(RuntimeError):
-    """A problem the user can fix (unknown profile, chapter or parameter), with a message that says how; the CLI
-    prints it without a traceback."""
 
 
 # ---- profiles -------------------------------------------------------------------------------------------------------
@@ -350,7 +346,7 @@ def one_line_errors() -> None:
         shell._showtraceback(etype, value, stb)  # the cell's error output (what IPython's showtraceback sends)
         return stb
 
-    shell.set_custom_exc((ProfileError, hub.Unavailable, hub.NoSpace, registry.ModelTooLargeError), show)
+    shell.set_custom_exc((UserError, hub.Unavailable, hub.NoSpace, registry.ModelTooLargeError), show)
 
 
 def apply(chapter: str, namespace: dict) -> Resolved:
