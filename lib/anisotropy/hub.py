@@ -13,7 +13,6 @@ import os
 import re
 import shutil
 import socket
-from functools import lru_cache
 from pathlib import Path
 
 KEEP_ENV = "ANISOTROPY_KEEP_CHECKPOINTS"  # "1": keep intermediate checkpoints in the cache after measuring them
@@ -90,23 +89,25 @@ def endpoint() -> str:
     return (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
 
 
-@lru_cache(maxsize=8)
-def _reachable(url: str, timeout: float) -> bool:
+_REACHED: set[str] = set()  # endpoints this process has connected to
+
+
+def reachable(timeout: float = 3.0) -> bool:
+    """One TCP connection attempt to the endpoint (at most ``timeout`` seconds). A success is remembered per endpoint
+    for the process; a failure is not, so a kernel that started while the network was down sees it come back."""
     from urllib.parse import urlparse
 
+    url = endpoint()
+    if url in _REACHED:
+        return True
     parsed = urlparse(url)
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
     try:
         with socket.create_connection((parsed.hostname, port), timeout=timeout):
+            _REACHED.add(url)
             return True
     except OSError:
         return False
-
-
-def reachable(timeout: float = 3.0) -> bool:
-    """One TCP connection attempt to the endpoint (remembered per endpoint for the process): no retry storms when
-    it is down."""
-    return _reachable(endpoint(), timeout)
 
 
 def _why_offline() -> str:
