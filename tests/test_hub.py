@@ -3,11 +3,88 @@ raise what transformers, hf-xet and huggingface_hub raise, and the endpoint is a
 
 from __future__ import annotations
 
+import errno
 import socket
 
 import pytest
 
 from anisotropy import hub
+
+def _failing(exc: BaseException):
+    """A load_fn that misses the cache (as a cold cache does), then raises ``exc`` when asked with the Hub."""
+    def load_fn(repo, revision=None, local_files_only=False, **kwargs):
+        if local_files_only:
+            raise OSError("not cached")
+        raise exc
+    return load_fn
+
+
+@pytest.fixture
+def online(monkeypatch):
+    monkeypatch.setattr(hub, "reachable", lambda timeout=3.0: True)
+    monkeypatch.setattr(hub, "offline", lambda: False)
+
+
+# ---- item 8: a full disk under Xet ----------------------------------------------------------------------------------
+
+# What hf-xet 1.8.0 raises: a RuntimeError (no errno) whose message ends in Rust's rendering of the I/O error.
+XET_FULL = RuntimeError("Data processing error: I/O error: No space left on device (os error 28)")
+
+
+@pytest.mark.parametrize("message, code", [
+    ("Data processing error: I/O error: No space left on device (os error 28)", errno.ENOSPC),
+    ("Data processing error: I/O error: Disk quota exceeded (os error 122)", errno.EDQUOT),
+    ("Data processing error: CacheError: no storage space", errno.ENOSPC),
+    ("Data processing error: I/O error: file too large", errno.EFBIG),
+])
+def test_no_space_recognises_xets_runtime_error(message, code):
+    try:
+        try:
+            raise RuntimeError(message)
+        except RuntimeError as inner:
+            raise OSError("wrapped by the caller") from inner
+    except OSError as outer:
+        found = hub.no_space(outer)
+    assert found is not None and found.errno == code
+
+
+def test_no_space_ignores_other_runtime_errors():
+    assert hub.no_space(RuntimeError("Data processing error: I/O error: Connection reset by peer (os error 104)")) \
+        is None
+    assert hub.no_space(RuntimeError("checksum mismatch in chunk 28")) is None
+
+
+def test_disk_full_under_xet_discards_partial_blobs_and_the_xet_chunk_cache(online, monkeypatch, tmp_path):
+    cache, xet = tmp_path / "hub", tmp_path / "xet"
+    monkeypatch.setattr(hub, "cache_folder", lambda: cache)
+    monkeypatch.setattr(hub, "xet_cache_folder", lambda: xet)
+    blobs = cache / "models--EleutherAI--pythia-2.8b" / "blobs"
+    blobs.mkdir(parents=True)
+    (blobs / "abc.incomplete").write_bytes(b"x" * 10)
+    (blobs / "kept").write_bytes(b"y")
+    chunks = xet / "https___cas-server.xethub.hf.co" / "chunk-cache" / "ab"
+    chunks.mkdir(parents=True)
+    (chunks / "chunk").write_bytes(b"z" * 1000)
+    shards = xet / "https___cas-server.xethub.hf.co" / "shard-cache"
+    shards.mkdir(parents=True)
+    with pytest.raises(hub.NoSpace, match=r"^the disk filled while downloading EleutherAI/pythia-2.8b@step1000 "
+                                          r"\(No space left on device\)"):
+        hub.load(_failing(XET_FULL), "EleutherAI/pythia-2.8b", "step1000")
+    assert sorted(p.name for p in blobs.iterdir()) == ["kept"]
+    assert not (xet / "https___cas-server.xethub.hf.co" / "chunk-cache").exists() and shards.is_dir()
+
+
+def test_release_clears_the_xet_chunk_cache_with_the_checkpoint(monkeypatch, tmp_path):
+    xet = tmp_path / "xet"
+    monkeypatch.setattr(hub, "xet_cache_folder", lambda: xet)
+    monkeypatch.setattr(hub, "delete", lambda repo, revision=None, repo_type="model": 5000)
+    monkeypatch.delenv(hub.KEEP_ENV, raising=False)
+    (xet / "endpoint" / "chunk-cache").mkdir(parents=True)
+    (xet / "endpoint" / "chunk-cache" / "c").write_bytes(b"z" * 1000)
+    monkeypatch.setattr(hub, "_FETCHED", {("EleutherAI/pythia-2.8b", "step1000", "model")})
+    assert hub.release("EleutherAI/pythia-2.8b", "step1000") == 6000
+    assert not (xet / "endpoint" / "chunk-cache").exists()
+
 
 # ---- item 9: "offline" is probed again ------------------------------------------------------------------------------
 
