@@ -7,8 +7,28 @@ import errno
 import socket
 
 import pytest
+import requests
+from huggingface_hub.errors import HfHubHTTPError
 
-from anisotropy import hub
+from anisotropy import hub, layerwise, registry, results
+
+# The first lines of what transformers 4.57 raises for a legacy checkpoint, remote code written for another version,
+# and a revision without tokenizer files (items 1 and 3 of issue 28).
+UNKNOWN_TYPE = ValueError("The checkpoint you are trying to load has model type `character_bert` but Transformers "
+                          "does not recognize this architecture. This could be because of an issue with the checkpoint, "
+                          "or because your version of Transformers is out of date.\n\nYou can update Transformers with "
+                          "the command `pip install --upgrade transformers`.")
+REMOTE_IMPORT = ImportError("cannot import name 'add_start_docstrings_to_callable' from 'transformers.file_utils'")
+NO_TOKENIZER = OSError("Can't load tokenizer for 'bigscience/bloom-560m-intermediate'. If you were trying to load it "
+                       "from 'https://huggingface.co/models', make sure you don't have a local directory with the same "
+                       "name.")
+
+
+def _http(status: int) -> HfHubHTTPError:
+    response = requests.Response()
+    response.status_code = status
+    return HfHubHTTPError(f"{status} Client Error: Too Many Requests for url: https://huggingface.co/x", response)
+
 
 def _failing(exc: BaseException):
     """A load_fn that misses the cache (as a cold cache does), then raises ``exc`` when asked with the Hub."""
@@ -23,6 +43,58 @@ def _failing(exc: BaseException):
 def online(monkeypatch):
     monkeypatch.setattr(hub, "reachable", lambda timeout=3.0: True)
     monkeypatch.setattr(hub, "offline", lambda: False)
+
+
+@pytest.mark.parametrize("exc, expected", [
+    (UNKNOWN_TYPE, "helboukkouri/character-bert could not be loaded: ValueError: The checkpoint you are trying to load "
+                   "has model type `character_bert` but Transformers does not recognize this architecture. This could "
+                   "be because of an issue with the checkpoint, or because your version of Transformers is out of "
+                   "date."),
+    (REMOTE_IMPORT, "helboukkouri/character-bert could not be loaded: ImportError: cannot import name "
+                    "'add_start_docstrings_to_callable' from 'transformers.file_utils'"),
+    (NO_TOKENIZER, "helboukkouri/character-bert could not be loaded: OSError: Can't load tokenizer for "
+                   "'bigscience/bloom-560m-intermediate'. If you were trying to load it from "
+                   "'https://huggingface.co/models', make sure you don't have a local directory with the same name."),
+    (_http(429),
+     "helboukkouri/character-bert: the Hub refuses more requests for now (HTTP 429, rate limit): run again in a few "
+     "minutes (what was measured is kept), or log in (HF_TOKEN) for a higher limit"),
+])
+def test_any_error_while_one_model_loads_is_one_unavailable_line(exc, expected, online):
+    with pytest.raises(hub.Unavailable) as err:
+        hub.load(_failing(exc), "helboukkouri/character-bert")
+    assert str(err.value) == expected
+
+
+def test_rate_limit_wrapped_by_transformers_is_read_from_the_chain(online):
+    try:
+        raise _http(429)
+    except HfHubHTTPError as inner:
+        wrapped = OSError("There was a specific connection error when trying to load bert-base-uncased")
+        wrapped.__cause__ = inner
+    with pytest.raises(hub.Unavailable, match=r"^bert-base-uncased@main: the Hub refuses more requests for now "
+                                              r"\(HTTP 429, rate limit\)"):
+        hub.load(_failing(wrapped), "bert-base-uncased", "main")
+
+
+def test_chapter_skips_the_model_that_failed_and_measures_the_rest(online, monkeypatch, tmp_path):
+    """A model whose loading raises something that is not the Hub's (here an unknown model_type) is one line in the
+    skipped list; the chapter goes on with the others."""
+    real = registry.load
+
+    def load(name, variant="pretrained", **kwargs):
+        if name == "character-bert":
+            return hub.load(_failing(UNKNOWN_TYPE), registry.spec(name).hub_id)
+        return real(name, "tiny", **kwargs)
+
+    monkeypatch.setattr(registry, "load", load)
+    refs = layerwise.model_refs(["character-bert", "bert-base-uncased"], "pretrained")
+    frame, skipped = layerwise.measure_models(refs, source="prose", n=2, max_length=16,
+                                              store=results.Store(tmp_path / "r"))
+    assert set(frame["model"]) == {"bert-base-uncased"}
+    assert [(s.ref.name, s.reason) for s in skipped] == [(
+        "character-bert", "helboukkouri/character-bert could not be loaded: ValueError: The checkpoint you are trying "
+        "to load has model type `character_bert` but Transformers does not recognize this architecture. This could be "
+        "because of an issue with the checkpoint, or because your version of Transformers is out of date.")]
 
 
 # ---- item 8: a full disk under Xet ----------------------------------------------------------------------------------

@@ -201,8 +201,11 @@ def refs(repo: str, repo_type: str = "model") -> list[str]:
 def load(load_fn, repo: str, revision: str | None = None, gated: bool = False, candidates=None, **kwargs):
     """``load_fn(repo, revision=..., **kwargs)`` from the local cache, else from the Hub; every failure is one
     ``Unavailable`` line: offline or unreachable and not cached, gated, a missing revision (naming the nearest that
-    exist: ``candidates``, else the repository's refs), a missing repository."""
-    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
+    exist: ``candidates``, else the repository's refs), a missing repository, the Hub's rate limit (HTTP 429), and
+    any other error while this one repository loads (its type and first line), so that a chapter skips the model
+    rather than stopping. A full disk is ``NoSpace`` (the partial download discarded)."""
+    from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, RepositoryNotFoundError,
+                                         RevisionNotFoundError)
 
     what = repo + (f"@{revision}" if revision else "")
     try:
@@ -237,7 +240,20 @@ def load(load_fn, repo: str, revision: str | None = None, gated: bool = False, c
             raise MissingRevision(f"{repo} has no revision {revision!r} on the Hub{hint}") from None
         if _cause(exc, RepositoryNotFoundError) is not None:
             raise Unavailable(f"{repo} does not exist on the Hub (or is private)") from None
-        raise
+        http = _cause(exc, HfHubHTTPError)
+        if http is not None and getattr(http.response, "status_code", None) == 429:
+            raise Unavailable(f"{what}: the Hub refuses more requests for now (HTTP 429, rate limit): run again in a "
+                              f"few minutes (what was measured is kept), or log in (HF_TOKEN) for a higher "
+                              f"limit") from None
+        # Anything else the repository's content causes (a missing tokenizer, a model_type this transformers does
+        # not know, remote code that fails to import...) concerns this model only: one line, so the chapter skips it.
+        raise Unavailable(f"{what} could not be loaded: {one_line(exc)}") from None
+
+
+def one_line(exc: BaseException) -> str:
+    """``exc`` as one line: its type and the first non-empty line of its message."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
 def is_cached(repo: str, revision: str | None = None, repo_type: str = "model") -> bool:
