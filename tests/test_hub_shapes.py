@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from hub_standin import serve  # noqa: E402
+from hub_standin import build, serve  # noqa: E402
 from test_hub_standin import run_client  # noqa: E402
 
 
@@ -60,3 +60,21 @@ def test_bloom_checkpoint_without_tokenizer_takes_the_final_models(standin, tmp_
     assert (repo, "global_step1000", "pytorch_model.bin") in fetched
     assert {f for r, _, f in fetched if r == "bigscience/bloom-3b"} >= {"tokenizer_config.json"}
 
+
+def test_wikitext_reads_the_validation_files_only(standin, tmp_path):
+    """Item 5: the stand-in serves Salesforce/wikitext at the real repository's paths; data.wikitext_lines fetches the
+    validation Parquet file and nothing of the other splits."""
+    served = _tree(standin, "Salesforce/wikitext", "main", "datasets")
+    assert {"wikitext-103-raw-v1/validation-00000-of-00001.parquet", "wikitext-103-raw-v1/test-00000-of-00001.parquet",
+            "wikitext-103-raw-v1/train-00000-of-00002.parquet",
+            "wikitext-103-raw-v1/train-00001-of-00002.parquet"} <= served
+    got = run_client(standin, """
+        from anisotropy import data
+        mark = log_mark()
+        lines = data.wikitext_lines("validation", min_chars=80)
+        print(json.dumps(dict(lines=lines, span=[mark, log_mark()])))
+    """, tmp_path)
+    expected = [t.strip() for t in build.wikitext_split("validation")]
+    assert got["lines"] == [t for t in expected if len(t) >= 80 and not t.startswith("=")] and len(got["lines"]) > 20
+    parquet = {f for _, _, f in _fetched(standin, got["span"], ".parquet")}
+    assert parquet == {"wikitext-103-raw-v1/validation-00000-of-00001.parquet"}
