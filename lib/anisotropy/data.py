@@ -646,6 +646,25 @@ def enwik8_text(path: str | os.PathLike | None = None) -> str:
     return text
 
 
+# Distinct characters left in enwik8 once code, media and HTML tags are removed, as the second paper reports (its
+# Section 2.1; it does not list them).
+ENWIK8_PAPER_ALPHABET = 205
+
+
+def enwik8_alphabet(path: str | os.PathLike | None = None) -> str:
+    """The distinct characters of enwik8's cleaned articles (``enwik8_text``), in code-point order."""
+    return "".join(sorted(set(enwik8_text(path))))
+
+
+def compare_alphabet(alphabet: str) -> str:
+    """The cleaned text's alphabet size against the second paper's 205, in words (with how many of the characters
+    lie outside ASCII, the part of the alphabet a cleaning keeps or drops most easily)."""
+    n, paper = len(alphabet), ENWIK8_PAPER_ALPHABET
+    outside = sum(ord(c) > 127 for c in alphabet)
+    against = "as many as" if n == paper else f"{abs(n - paper)} {'more' if n > paper else 'fewer'} than"
+    return f"{n} distinct characters ({outside} of them outside ASCII), {against} the {paper} the second paper reports"
+
+
 def enwik8(n: int, seed: int = 0, chars: int = 512, path: str | os.PathLike | None = None,
            clean: bool = True) -> list[str]:
     """``n`` windows of ``chars`` characters at seeded uniform offsets of enwik8: of its articles cleaned as the second
