@@ -36,10 +36,10 @@ IMAGENETTE_CLASSES = ("tench", "English springer", "cassette player", "chain saw
 IMAGENETTE_SIZES = {"160px": (32, 40), "320px": (64, 80), "full_size": (96, 120)}  # (height, width), tiny
 ENWIK8_PATH = "dc/enwik8.zip"  # served at /dc/enwik8.zip, the real file's path on its host
 # What the real Hub holds where it is not "weights and preprocessor in one repository", recorded from the Hub, not
-# from the registry (issue 28): Bloom's intermediate-checkpoint repositories hold .gitattributes, README.md,
-# config.json and pytorch_model.bin on every branch and no tokenizer files (their file lists on huggingface.co, e.g.
-# https://huggingface.co/bigscience/bloom-560m-intermediate/tree/global_step1000); the tokenizer is in the final
-# model's repository, which is served too (weights and tokenizer).
+# from the registry: Bloom's intermediate-checkpoint repositories hold .gitattributes, README.md, config.json and
+# pytorch_model.bin on every branch and no tokenizer files (issue 28, read from their file lists on huggingface.co;
+# not re-read where this was written, without access to the Hub); the tokenizer is in the final model's repository,
+# which is served too (weights and tokenizer).
 WEIGHTS_ONLY = {"bigscience/bloom-560m-intermediate": "bigscience/bloom-560m",
                 "bigscience/bloom-3b-intermediate": "bigscience/bloom-3b"}
 WEIGHTS_ONLY_FILES = ("config.json", "pytorch_model.bin")
