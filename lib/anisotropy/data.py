@@ -477,9 +477,16 @@ def _sample(pool_size: int, n: int, seed: int, what: str) -> np.ndarray:
     return rng.choice(pool_size, size=n, replace=n > pool_size)
 
 
+# The split's own Parquet files, at their paths in the Hub repository: naming the config (wikitext-103-raw-v1) makes
+# datasets download and prepare every split, the two train shards (~300 MB) too, for a 1.3 MB validation split.
+WIKITEXT_FILES = "wikitext-103-raw-v1/{split}-*.parquet"
+
+
 def wikitext_lines(split: str = "validation", min_chars: int = 80) -> list[str]:
-    """The lines of a WikiText-103 raw split with at least ``min_chars`` characters, headings dropped, in order."""
-    ds = hub.dataset("Salesforce/wikitext", "WikiText-103", "wikitext-103-raw-v1", split=split)
+    """The lines of a WikiText-103 raw split with at least ``min_chars`` characters, headings dropped, in order; only
+    that split's files are downloaded."""
+    ds = hub.dataset("Salesforce/wikitext", "WikiText-103", data_files={split: WIKITEXT_FILES.format(split=split)},
+                     split=split)
     lines = [t.strip() for t in ds["text"]]
     return [t for t in lines if len(t) >= min_chars and not t.startswith("=")]
 
@@ -637,6 +644,25 @@ def enwik8_text(path: str | os.PathLike | None = None) -> str:
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, cached)
     return text
+
+
+# Distinct characters left in enwik8 once code, media and HTML tags are removed, as the second paper reports (its
+# Section 2.1; it does not list them).
+ENWIK8_PAPER_ALPHABET = 205
+
+
+def enwik8_alphabet(path: str | os.PathLike | None = None) -> str:
+    """The distinct characters of enwik8's cleaned articles (``enwik8_text``), in code-point order."""
+    return "".join(sorted(set(enwik8_text(path))))
+
+
+def compare_alphabet(alphabet: str) -> str:
+    """The cleaned text's alphabet size against the second paper's 205, in words (with how many of the characters
+    lie outside ASCII, the part of the alphabet a cleaning keeps or drops most easily)."""
+    n, paper = len(alphabet), ENWIK8_PAPER_ALPHABET
+    outside = sum(ord(c) > 127 for c in alphabet)
+    against = "as many as" if n == paper else f"{abs(n - paper)} {'more' if n > paper else 'fewer'} than"
+    return f"{n} distinct characters ({outside} of them outside ASCII), {against} the {paper} the second paper reports"
 
 
 def enwik8(n: int, seed: int = 0, chars: int = 512, path: str | os.PathLike | None = None,

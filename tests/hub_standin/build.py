@@ -35,6 +35,14 @@ IMAGENETTE_CLASSES = ("tench", "English springer", "cassette player", "chain saw
                       "garbage truck", "gas pump", "golf ball", "parachute")
 IMAGENETTE_SIZES = {"160px": (32, 40), "320px": (64, 80), "full_size": (96, 120)}  # (height, width), tiny
 ENWIK8_PATH = "dc/enwik8.zip"  # served at /dc/enwik8.zip, the real file's path on its host
+# What the real Hub holds where it is not "weights and preprocessor in one repository", recorded from the Hub, not
+# from the registry: Bloom's intermediate-checkpoint repositories hold .gitattributes, README.md, config.json and
+# pytorch_model.bin on every branch and no tokenizer files (issue 28, read from their file lists on huggingface.co;
+# not re-read where this was written, without access to the Hub); the tokenizer is in the final model's repository,
+# which is served too (weights and tokenizer).
+WEIGHTS_ONLY = {"bigscience/bloom-560m-intermediate": "bigscience/bloom-560m",
+                "bigscience/bloom-3b-intermediate": "bigscience/bloom-3b"}
+WEIGHTS_ONLY_FILES = ("config.json", "pytorch_model.bin")
 
 
 def _seed(*parts: str) -> int:
@@ -115,6 +123,12 @@ def paper_manifest(profile: str = "paper") -> dict:
         for r in s.revisions:
             distinct = r in explicit.get(name, ()) and r != final
             branches[r] = dict(seed=_seed(name, r) if distinct else _seed(name), distinct=distinct)
+        if s.hub_id in WEIGHTS_ONLY:  # as on the Hub: weights only here, the tokenizer in the final model's repo
+            models.append(dict(base, repo=s.hub_id, revision=None, seed=_seed(name), branches=branches,
+                               final_branch=final, files=list(WEIGHTS_ONLY_FILES)))
+            models.append(dict(base, repo=WEIGHTS_ONLY[s.hub_id], revision=None, seed=_seed(name), branches={},
+                               role=f"final model, whose tokenizer {s.hub_id} lacks"))
+            continue
         models.append(dict(base, repo=s.hub_id, revision=None, seed=_seed(name), branches=branches,
                            final_branch=final))
     return dict(
@@ -192,14 +206,15 @@ def _initial(repo: _Repo, readme: bytes | None = None) -> int:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def model_files(name: str, seed: int, weights_only: bool = False) -> dict[str, bytes]:
+def model_files(name: str, seed: int, weights_only: bool = False, safetensors: bool = True) -> dict[str, bytes]:
     """The files ``save_pretrained`` writes for the tiny variant of ``name`` at ``seed``: model (config and
-    safetensors) and, unless ``weights_only``, its preprocessor (and Whisper's text tokenizer)."""
+    safetensors, or ``pytorch_model.bin`` when not ``safetensors``) and, unless ``weights_only``, its preprocessor
+    (and Whisper's text tokenizer)."""
     from anisotropy import registry
 
     loaded = registry.load(name, "tiny", seed=seed)
     with tempfile.TemporaryDirectory() as tmp:
-        loaded.model.save_pretrained(tmp)
+        loaded.model.save_pretrained(tmp, safe_serialization=safetensors)
         if not weights_only:
             loaded.preprocessor.save_pretrained(tmp)
             if loaded.tokenizer is not None:
@@ -211,12 +226,20 @@ def _model_repo(entry: dict) -> _Repo:
     repo = _Repo()
     base = _initial(repo, f"---\nlibrary_name: transformers\n---\n# {entry['repo']}\n\nTiny random stand-in of "
                           f"`{entry['model']}` ({entry['architecture']}), seed {entry['seed']}.\n".encode())
-    main = model_files(entry["model"], entry["seed"])
+    only = entry.get("files")  # the repository's real file list, where it holds weights only (WEIGHTS_ONLY)
+
+    def files(seed: int, weights_only: bool) -> dict[str, bytes]:
+        if only is None:
+            return model_files(entry["model"], seed, weights_only)
+        found = model_files(entry["model"], seed, weights_only=True, safetensors=False)
+        return {name: found[name] for name in only}
+
+    main = files(entry["seed"], weights_only=False)
     repo.commit("refs/heads/main", main, "Upload model", parent=base)
     weights = {entry["seed"]: main}
     for rev, b in entry["branches"].items():  # every branch: a commit of its own; shared weights share blobs
         if b["seed"] not in weights:
-            weights[b["seed"]] = {**main, **model_files(entry["model"], b["seed"], weights_only=True)}
+            weights[b["seed"]] = {**main, **files(b["seed"], weights_only=True)}
         repo.commit(f"refs/heads/{rev}", weights[b["seed"]], f"Checkpoint {rev}", parent=base)
     return repo
 
