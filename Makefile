@@ -34,7 +34,8 @@ book: $(STAMP)
 # pytest-xdist: one test process per core (TEST_WORKERS to change it); the tests that share a module's fixture run in
 # one process together (--dist loadgroup, see tests/conftest.py), and the smoke book is built once for all of them.
 # pytest stays below 9 (pyproject's test extra): under pytest 9.2 with pytest-xdist 3.8 no group forms (a 4-test probe
-# built its module fixture on both workers under 9.2.0, once under 8.4.2).
+# built its module fixture on both workers under 9.2.0, once under 8.4.2); and conftest's hook that marks the groups
+# runs first (tryfirst): after xdist's, its marks came too late, and the paper-sim book was built twice under 8.4.2 too.
 # The slowest 25 tests are listed at the end: where the time of `make test` goes.
 TEST_WORKERS ?= auto
 test: $(STAMP) $(TEST_STAMP) $(HUB_STAMP)

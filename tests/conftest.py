@@ -138,6 +138,7 @@ def session_dir(tmp_path_factory) -> Path:
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the groups into the node ids
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist's ``--dist loadgroup``, the tests of a module that use a module- or session-scoped fixture
     of their own (a book built against the Hub stand-in, a repository copy with a changed module, a converted model)
