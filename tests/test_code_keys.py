@@ -225,3 +225,30 @@ def test_recompute_recomputes_and_clean_removes_what_no_code_reaches(repo, tmp_p
     assert proc.returncode == 0 and "freed" in proc.stdout
     assert set(_sidecars(copy)) == set(edited["results"]) - stale
     assert _build(copy)["glued"] == edited["glued"]  # what is left is what the current code reads
+
+
+def test_a_chapter_stamp_follows_the_parameters_of_the_chapters_it_runs_after(monkeypatch):
+    # p2_training_dynamics runs after the suites and measures their checkpoints: the suites with other recipes must
+    # execute it again (it was reused with the old recipes' numbers); Section 4, which runs after nothing, is unmoved.
+    from anisotropy import profiles, runner
+
+    def stamps():
+        return {name: runner._stamp("smoke", runner._parameters(name, "smoke")[1], name)
+                for name in ("p2_training_dynamics", "p1_s4_untrained_block")}
+
+    before = stamps()
+    assert "checkpoint_suites" in before["p2_training_dynamics"]["after"]
+    real = profiles.chapter_parameters
+
+    def more_updates(profile, chapter):
+        params = real(profile, chapter)
+        if chapter == "checkpoint_suites":
+            suites = {k: dict(v) for k, v in params["suites"].items()}
+            suites["mlm"]["steps"] += 1
+            params = {**params, "suites": suites}
+        return params
+
+    monkeypatch.setattr(profiles, "chapter_parameters", more_updates)
+    after = stamps()
+    assert after["p2_training_dynamics"] != before["p2_training_dynamics"]
+    assert after["p1_s4_untrained_block"] == before["p1_s4_untrained_block"]

@@ -135,14 +135,27 @@ class Job:
     log: str = ""
 
 
+def _parameters(name: str, profile: str, overrides: dict | None = None) -> tuple[dict, dict, dict]:
+    """(the parameters chapter ``name`` is given under ``profile`` plus ``overrides``, those and ``profile`` where
+    the notebook has that parameter: what its stamp holds, the defaults of its notebook)."""
+    defaults = profiles.notebook_parameters(name)
+    given = {**profiles.chapter_parameters(profile, name), **(overrides or {})}
+    return given, ({"profile": profile, **given} if "profile" in defaults else dict(given)), defaults
+
+
 def _stamp(profile: str, params: dict, name: str) -> dict:
     """What an executed notebook is keyed by: profile, parameters, its source, and the library's code (every module:
     figures and text depend on them all; the numbers themselves come from the results store, keyed more finely); for
-    a chapter that owns claims or gathers other chapters' rows, what those depend on (``claims.stamp_inputs``)."""
+    a chapter that owns claims or gathers other chapters' rows, what those depend on (``claims.stamp_inputs``); and
+    the stamps of the chapters it runs after, under the same profile: a chapter that measures the suites shows what
+    the suites' recipes trained, so a changed recipe executes it again (it was reused with the old numbers)."""
     from .claims import stamp_inputs
 
     stamp = {"profile": profile, "parameters": params, "source_hash": profiles.source_hash(name),
              "code": fingerprint.package()}
+    after = profiles.read_notebook(name).metadata.get("anisotropy", {}).get("after", []) or []
+    if after:
+        stamp["after"] = {dep: _stamp(profile, _parameters(dep, profile)[1], dep) for dep in after}
     inputs = stamp_inputs(name, profile)
     return stamp if inputs is None else {**stamp, "inputs": inputs}
 
@@ -352,10 +365,8 @@ def prepare(name: str, profile: str, overrides: dict | None = None, output=None,
     result it reads from the store (``ANISOTROPY_RECOMPUTE``); ``env`` is added to the kernel's environment."""
     import nbformat
 
-    defaults = profiles.notebook_parameters(name)
-    given = {**profiles.chapter_parameters(profile, name), **(overrides or {})}
+    given, params, defaults = _parameters(name, profile, overrides)
     profiles.check(name, given, defaults, profiles.parameter_rules(name))
-    params = {"profile": profile, **given} if "profile" in defaults else dict(given)
     injected = {"profile": profile, **(overrides or {})} if "profile" in defaults else dict(given)
     output = output if output is not None else root() / EXECUTED / f"{name}.ipynb"
     stamp = _stamp(profile, params, name)
