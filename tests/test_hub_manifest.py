@@ -51,32 +51,31 @@ def _asserted(entry: dict, keys) -> list[str]:
     return [k for k in keys if k in entry and entry[k] != UNVERIFIED]
 
 
+def _sourced(where: str, entry: dict, facts, truths) -> list[str]:
+    """What is wrong with one entry's source and truth values: a source that is neither URLs nor `unverified`, facts
+    asserted by an entry read nowhere, a truth value other than true/false/unverified."""
+    bad = []
+    if not _is_source(entry.get("source")):
+        bad.append(f"{where}: source {entry.get('source')!r} is neither a list of URLs nor 'unverified'")
+    elif entry["source"] == UNVERIFIED and _asserted(entry, facts):
+        bad.append(f"{where}: read nowhere, yet asserts {_asserted(entry, facts)}")
+    return bad + [f"{where}: {key} is {entry[key]!r}" for key in truths if entry.get(key, UNVERIFIED) not in TRUTH]
+
+
 def test_every_entry_names_its_source_or_says_unverified(manifest):
     """(a) Each repository and each revision has `source`: URLs (or issue 28's reading), or `unverified`; one read
     nowhere asserts no fact; truth values are true/false/unverified, file lists a mapping, weights a list."""
     assert manifest["format"] == 1 and manifest["unverified"] == UNVERIFIED
     bad = []
     for repo, entry in manifest["repos"].items():
-        if not _is_source(entry.get("source")):
-            bad.append(f"{repo}: source {entry.get('source')!r} is neither a list of URLs nor 'unverified'")
-        elif entry["source"] == UNVERIFIED and _asserted(entry, REPO_FACTS):
-            bad.append(f"{repo}: read nowhere, yet asserts {_asserted(entry, REPO_FACTS)}")
-        for key in ("exists", "gated", "remote_code"):
-            if entry.get(key, UNVERIFIED) not in TRUTH:
-                bad.append(f"{repo}: {key} is {entry[key]!r}")
+        bad += _sourced(repo, entry, REPO_FACTS, ("exists", "gated", "remote_code"))
         if entry.get("kind") not in ("model", "dataset") or not isinstance(entry.get("used_by"), list):
             bad.append(f"{repo}: kind or used_by missing")
         if not entry.get("revisions"):
             bad.append(f"{repo}: no revisions")
         for name, rev in (entry.get("revisions") or {}).items():
             where = f"{repo}@{name}"
-            if not _is_source(rev.get("source")):
-                bad.append(f"{where}: source {rev.get('source')!r} is neither a list of URLs nor 'unverified'")
-            elif rev["source"] == UNVERIFIED and _asserted(rev, REVISION_FACTS):
-                bad.append(f"{where}: read nowhere, yet asserts {_asserted(rev, REVISION_FACTS)}")
-            for key in ("exists", "tokenizer", "preprocessor"):
-                if rev.get(key, UNVERIFIED) not in TRUTH:
-                    bad.append(f"{where}: {key} is {rev[key]!r}")
+            bad += _sourced(where, rev, REVISION_FACTS, ("exists", "tokenizer", "preprocessor"))
             if not (rev.get("files") == UNVERIFIED or isinstance(rev.get("files"), dict)):
                 bad.append(f"{where}: files is {rev.get('files')!r}")
             if not (rev.get("weights", UNVERIFIED) == UNVERIFIED or isinstance(rev["weights"], list)):
