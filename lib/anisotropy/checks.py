@@ -492,6 +492,7 @@ def gguf_against_transformers(path: str | os.PathLike, model) -> dict:
         per_type[kind] = max(per_type.get(kind, 0.0), diff)
         scale = max(scale, float(np.max(np.abs(theirs))))
         covered.add(hf)
+    formats.gguf_reader_done()  # its field views hold hundreds of MB in the chapter's kernel
     tied = {"lm_head.weight"} if getattr(model.config, "tie_word_embeddings", False) else set()
     return {"n_tensors": len(covered), "max_abs": max(per_type.values()), "per_type": per_type, "scale": scale,
             "unmapped_tensors": unmapped, "uncovered_parameters": sorted(set(params) - covered - tied)}
