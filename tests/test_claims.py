@@ -863,6 +863,14 @@ def test_paper_2_training_claims_read_decoder_runs_only():
     row = claims.verdict_rows("p2_training_dynamics", "local", one).set_index("id").loc[
         "p2-f2-dimension-rises-then-falls"]
     assert row["verdict"] == UNTESTABLE and "too few runs that can answer: 1" in row["why"]
+    # the words a page prints for a row (claims.verdict_text, which glue_verdict glues): the verdict and what decided
+    # it, or why not; the Paper 2 training page words its blocks-only reading with the same rule and selection
+    rows = claims.verdict_rows("p2_training_dynamics", "local", frames)
+    words = claims.verdict_text(rows, "p2-f2-dimension-rises-then-falls")
+    assert words.startswith(f"{HOLDS} (2 of 2 runs: clm seed 0: ") and "mlm" not in words
+    rows = claims.verdict_rows("p2_training_dynamics", "local", one)
+    assert claims.verdict_text(rows, "p2-f2-dimension-rises-then-falls").startswith(
+        f"{UNTESTABLE} (the measured models cannot decide it: too few runs that can answer: 1")
 
 
 def test_a_claim_needing_a_model_that_could_not_be_loaded_is_not_testable_and_says_why(tmp_path):

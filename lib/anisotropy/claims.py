@@ -1399,10 +1399,17 @@ def glue_verdict(name: str, rows: pd.DataFrame, claim_id: str) -> None:
     verdict is the ledger row itself, and a test checks each against the stored rows (tests/test_pipeline.py)."""
     from . import report
 
+    report.glue(name, verdict_text(rows, claim_id))
+    report.glue(f"{name}{VERDICT_CLAIM}", claim_id)
+
+
+def verdict_text(rows: pd.DataFrame, claim_id: str) -> str:
+    """The row of ``claim_id`` among ``rows`` (``evaluate`` or ``verdict_rows``) in words: "<verdict> (<what decided
+    it, or why not>)". A page that reads a claim's rule on another cut of its data than the ledger's (Paper 2's
+    blocks-only layer average) words that reading with it, beside the ledger's own row (``glue_verdict``)."""
     row = rows.set_index("id").loc[claim_id]
     detail = row["why"] if row["verdict"] == UNTESTABLE else row["value"]
-    report.glue(name, f"{row['verdict']} ({detail})" if str(detail) else str(row["verdict"]))
-    report.glue(f"{name}{VERDICT_CLAIM}", claim_id)
+    return f"{row['verdict']} ({detail})" if str(detail) else str(row["verdict"])
 
 
 # ---- Figure 18's points: per-model mean cosines of every chapter that measures models ------------------------------
