@@ -50,7 +50,8 @@ def test_every_claim_of_the_papers_quotes_its_sentence_or_says_unverified_and_a_
     quoted = {c.id for c in ledger if c.paper in ("1", "2") and c.quote != claims.UNVERIFIED}
     assert quoted == QUOTED
     # the claims issue 31 found beyond their paper's words are marked so
-    for cid in ("p2-f1-decoders-above-encoders", "p2-f34-bell-builds-up", "p1-s5-opposite-onset"):
+    for cid in ("p2-f1-decoders-above-encoders", "p2-f34-bell-builds-up", "p1-s5-opposite-onset",
+                "p1-s3.2-vit-anisotropic", "p1-s3.3-cnns-not-correlated", "p1-s4-rows-sharpen"):
         assert claims.claim(cid).reading == claims.READING_BOOK, cid
 
 
