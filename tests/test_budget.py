@@ -140,7 +140,7 @@ def test_training_of_the_extensions_counts_in_the_qk_chapter_time():
     # the page's time grows by the training (and by the download of its corpus, if no other run needs it)
     assert minutes <= with_ext["t4_minutes"] - without["t4_minutes"] <= minutes + 1
     table = budget.table("p1_s5_qk_training", profiles.chapter_parameters("paper", "p1_s5_qk_training"))
-    assert "of which training" in set(table["quantity"])
+    assert "of which training (vit, clm suites)" in set(table["quantity"])
 
 
 def test_xet_chunk_cache_counts_on_disk_up_to_its_cap(monkeypatch):

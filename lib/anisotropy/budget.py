@@ -83,6 +83,7 @@ class Plan:
     training_flops: float = 0.0
     notes: list[str] = field(default_factory=list)
     profile: str = "paper"  # where the suites a chapter trains are defined (the checkpoint_suites chapter's)
+    trained: list[str] = field(default_factory=list)  # the profile's suites a measuring chapter trains first
 
     @property
     def requests(self) -> list[tuple[str, str | None]]:
@@ -172,9 +173,7 @@ def _train_suites(plan: Plan, wanted: dict) -> None:
         runs = len([s for s in spec.get("seeds", [0]) if seeds is None or s in seeds])
         flops = _recipe_flops(spec) * runs
         plan.training_flops += flops
-        plan.notes.append(f"trains the {name} suite ({runs} run{'s' if runs != 1 else ''}, "
-                          f"{flops / (T4_TFLOPS['float32'] * 1e12 * EFFICIENCY) / 60:.0f} T4-minutes) unless the "
-                          f"checkpoint_suites chapter trained it in this runtime before")
+        plan.trained.append(name)
         if spec.get("corpus", "prose") != "prose":
             plan.data.append((spec["corpus"], 0))
 
@@ -503,7 +502,9 @@ def table(chapter: str, params: dict, profile: str = "paper"):
             ("time on a T4" + (" (with training)" if e["training_minutes"] else ""), _minutes(e["t4_minutes"]),
              f"{COLAB['hours']:.0f} h a session")]
     if e["training_minutes"]:
-        rows.append(("of which training", _minutes(e["training_minutes"]), ""))
+        suites = f" ({', '.join(p.trained)} suite{'s' if len(p.trained) > 1 else ''})" if p.trained else ""
+        rows.append(("of which training" + suites, _minutes(e["training_minutes"]),
+                     "less if checkpoint_suites trained them in this runtime" if p.trained else ""))
     if e["unknown"]:
         rows.append(("size unknown (not counted)", ", ".join(e["unknown"]), ""))
     return pd.DataFrame(rows, columns=["quantity", "estimate", "free Colab"])
