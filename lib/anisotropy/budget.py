@@ -2,10 +2,15 @@
 estimates of download, disk, GPU and CPU memory and time on a T4, computed from the registry's parameter counts and the
 chapter's sample sizes (never typed by hand).
 
-``plan(chapter, params)`` lists the requests (``Checkpoint`` and data sources); ``estimate(plan)`` turns them into
-sizes and minutes; ``table`` is what a chapter page shows, and ``problems`` says what would not fit a free Colab
-runtime (``COLAB``) with the largest setting that does. The estimates are rough by design (stated on the page): the
-download assumes ``HUB_MB_PER_S``, the compute a fixed share of a T4's peak rate.
+``plan(chapter, params)`` lists the requests (``Checkpoint`` and data sources, and the training the chapter does);
+``estimate(plan)`` turns them into sizes and minutes; ``table`` is what a chapter page shows, and ``problems`` says what
+would not fit a free Colab runtime (``COLAB``) with the largest setting that does. The estimates are rough by design
+(stated on the page): the download assumes ``HUB_MB_PER_S``, the compute a fixed share of a T4's peak rate.
+
+Host memory (``host_ram_bytes``) counts what the measuring code holds on the CPU side, derived from what it allocates:
+Paper 2's per-layer pools (``spectral.BatchedLayer``: ``pool_bytes``) and Section 3's per-example sums with their
+bootstrap interval (``layerwise.FirstMoments``: ``per_example_bytes``). Disk counts hf-xet's chunk cache
+(``xet_chunk_cache_gib``). A model whose size the registry does not know is listed as unknown, never counted as 0.
 """
 
 from __future__ import annotations
@@ -15,6 +20,19 @@ from functools import lru_cache
 
 # A free Colab runtime with a T4 (2026): GPU memory, host memory and disk, in GiB.
 COLAB = {"gpu": 15.0, "ram": 12.7, "disk": 78.0, "hours": 12.0}  # hours: the longest session
+# The host-memory limit ``problems`` checks against, in GiB: Colab's free runtime shows "System RAM 12.7 GB" in its
+# resources panel (its /proc/meminfo MemTotal, about 13.3e6 kB = 12.7 GiB).
+HOST_RAM_LIMIT_GIB = COLAB["ram"]
+RUNTIME_GIB = 1.5  # host memory of the kernel itself: Python, torch, the CUDA context, tokenizer and data
+IMAGE_SIZE = 224  # pixels per side of the images the Section 3 vision models read (their processors' crop)
+# hf-xet's chunk cache (<HF_XET_CACHE>/<endpoint>/chunk-cache) holds the pieces of downloaded files again, up to
+# HF_XET_CHUNK_CACHE_SIZE_BYTES; its default is 10 GB (xet-runtime, config/groups/chunk_cache.rs:
+# DEFAULT_CHUNK_CACHE_CAPACITY = 10_000_000_000, 0 only in builds with the "no-default-cache" feature).
+XET_CHUNK_CACHE_ENV = "HF_XET_CHUNK_CACHE_SIZE_BYTES"
+XET_CHUNK_CACHE_DEFAULT_BYTES = 10_000_000_000
+# The resamples of Section 3's confidence intervals, layerwise.BOOTSTRAP["n_boot"] (not imported: layerwise reaches
+# this module through report; tests/test_budget.py checks the two agree).
+BOOTSTRAP_RESAMPLES = 1000
 T4_TFLOPS = {"float16": 65.0, "bfloat16": 65.0, "float32": 8.1}  # peak dense rates
 EFFICIENCY = 0.3  # share of the peak a measurement loop reaches (small batches, hooks, copies to the CPU)
 HUB_MB_PER_S = 80.0  # download rate from the Hub to a Colab runtime
@@ -34,7 +52,12 @@ CNN_MB_PER_IMAGE = 50.0  # float32 feature maps of one 224 x 224 image through a
 class Checkpoint:
     """One download-and-measure: a registry model at a revision, ``examples`` of ``positions`` each, read in
     ``dtype`` in batches of ``batch``; ``release``: deleted from the cache once measured; ``passes``: times it is
-    loaded and run (downloaded once: a checkpoint loaded twice stays in the cache until its last pass)."""
+    loaded and run (downloaded once: a checkpoint loaded twice stays in the cache until its last pass).
+
+    What it holds on the host while measured: ``pool`` > 0, Paper 2's shuffled pool of that many vectors per hidden
+    state (``spectral.BatchedLayer``), measured ``metric_batch`` vectors at a time (``extra_states``: states beyond
+    the layers, e.g. the split final norm);
+    ``per_example``, Section 3's sum of unit vectors per example and layer (``layerwise.FirstMoments``)."""
 
     model: str
     revision: str | None = None
@@ -44,6 +67,10 @@ class Checkpoint:
     batch: int = 8
     release: bool = False
     passes: int = 1
+    pool: int = 0
+    metric_batch: int = 0
+    extra_states: int = 0
+    per_example: bool = False
 
 
 @dataclass
@@ -55,6 +82,8 @@ class Plan:
     data: list[tuple[str, int]] = field(default_factory=list)
     training_flops: float = 0.0
     notes: list[str] = field(default_factory=list)
+    profile: str = "paper"  # where the suites a chapter trains are defined (the checkpoint_suites chapter's)
+    trained: list[str] = field(default_factory=list)  # the profile's suites a measuring chapter trains first
 
     @property
     def requests(self) -> list[tuple[str, str | None]]:
@@ -75,21 +104,30 @@ def _pretrained(models, variant="pretrained") -> list[str]:
     return list(models) if variant == "pretrained" else []
 
 
-def _text(p: dict, names, n: int, length: int, dtype: str = "float32", batch: int | None = None) -> list[Checkpoint]:
-    return [Checkpoint(m, None, n, length, dtype, batch or p.get("batch_size", 8)) for m in names]
+def _text(p: dict, names, n: int, length: int, dtype: str = "float32", batch: int | None = None,
+          **host) -> list[Checkpoint]:
+    return [Checkpoint(m, None, n, length, dtype, batch or p.get("batch_size", 8), **host) for m in names]
+
+
+def _n(p: dict, model: str, n: int) -> int:
+    """The examples a Section 3 chapter gives ``model`` (``per_model`` overrides the chapter's count)."""
+    return int((p.get("per_model") or {}).get(model, {}).get("n", n))
 
 
 def _section3(p: dict, plan: Plan) -> None:
     if "models" in p:  # token- and character-level pages
         names = _pretrained(p["models"], p["variant"]) + list(p.get("pretrained", []))
-        plan.checkpoints += _text(p, names, p["n_samples"], p["max_length"])
+        plan.checkpoints += [Checkpoint(m, None, _n(p, m, p["n_samples"]), p["max_length"],
+                                        batch=p.get("batch_size", 8), per_example=True) for m in names]
         plan.data.append((p["source"], p["n_samples"]))
         return
     speech = _pretrained(p["speech_models"], p["variant"])
     vision = _pretrained(p["vit_models"] + p["cnn_models"], p["variant"])
-    plan.checkpoints += [Checkpoint(m, None, p["n_speech"], WHISPER_FRAMES if "whisper" in m else SPEECH_FRAMES,
-                                    batch=p["batch_size"]) for m in speech]
-    plan.checkpoints += [Checkpoint(m, None, p["n_images"], IMAGE_PATCHES, batch=p["batch_size"]) for m in vision]
+    plan.checkpoints += [Checkpoint(m, None, _n(p, m, p["n_speech"]),
+                                    WHISPER_FRAMES if "whisper" in m else SPEECH_FRAMES, batch=p["batch_size"],
+                                    per_example=True) for m in speech]
+    plan.checkpoints += [Checkpoint(m, None, _n(p, m, p["n_images"]), IMAGE_PATCHES, batch=p["batch_size"],
+                                    per_example=True) for m in vision]
     plan.data += [(p["speech_source"], p["n_speech"]), (p["image_source"], p["n_images"])]
 
 
@@ -113,7 +151,31 @@ def _qk_training(p: dict, plan: Plan) -> None:
             plan.checkpoints += [Checkpoint(f"multiberts-seed-{seed}", r, p["n_samples"], p["max_length"],
                                             batch=p["batch_size"], release=True,
                                             passes=2 if seed == p["seeds"][0] else 1) for r in revisions]
+    else:  # a self-trained suite of the profile as the encoder: its seeds are trained (qk_dynamics.runs)
+        _train_suites(plan, {p["encoder"]: p["seeds"]})
+    # Each extension is a suite of the profile, trained with all its seeds (qk_dynamics.runs(name, seeds=None)).
+    _train_suites(plan, {name: None for name in p.get("extensions") or []})
     plan.data.append((p["datasets"]["text"], p["n_samples"]))
+
+
+def _train_suites(plan: Plan, wanted: dict) -> None:
+    """Add the training of the profile's suites ``{name: seeds or None (all)}`` to ``plan`` (the suites of the
+    profile's checkpoint_suites chapter, as ``training.suite_specs`` reads them)."""
+    from . import profiles
+
+    if not wanted:
+        return
+    specs = profiles.chapter_parameters(plan.profile, "checkpoint_suites").get("suites", {})
+    for name, seeds in wanted.items():
+        if name not in specs:
+            continue
+        spec = specs[name]
+        runs = len([s for s in spec.get("seeds", [0]) if seeds is None or s in seeds])
+        flops = _recipe_flops(spec) * runs
+        plan.training_flops += flops
+        plan.trained.append(name)
+        if spec.get("corpus", "prose") != "prose":
+            plan.data.append((spec["corpus"], 0))
 
 
 def _recipe_flops(recipe: dict) -> float:
@@ -144,14 +206,18 @@ def _paper2(p: dict, plan: Plan) -> None:
     dtype = p.get("dtype", "float32")
     names = list(p.get("pretrained", [])) + _pretrained(p.get("models", []), p.get("variant", "pretrained"))
     # Paper 2's batch_size counts vectors per metric batch; texts go through the model 8 at a time.
-    plan.checkpoints += _text(p, names, p["n_texts"], p["max_length"], dtype, EXTRACTION_BATCH)
+    # Every hidden state pools batch_size x n_batches vectors (spectral.measure); the counterpoint splits the final
+    # norm, one state more.
+    host = dict(pool=p["batch_size"] * p["n_batches"], metric_batch=p["batch_size"],
+                extra_states=int(plan.chapter == "p2_counterpoint_pythia"))
+    plan.checkpoints += _text(p, names, p["n_texts"], p["max_length"], dtype, EXTRACTION_BATCH, **host)
     for key in ("pythia", "bloom"):
         for name in p.get(f"{key}_models", []):
             from . import registry
 
             revisions, _ = registry.checkpoint_revisions(name, p[f"{key}_revisions"])
-            plan.checkpoints += [Checkpoint(name, r, p["n_texts"], p["max_length"], dtype, EXTRACTION_BATCH, True)
-                                 for r in revisions]
+            plan.checkpoints += [Checkpoint(name, r, p["n_texts"], p["max_length"], dtype, EXTRACTION_BATCH, True,
+                                            **host) for r in revisions]
     plan.data.append((p["source"], p["n_texts"]))
 
 
@@ -163,9 +229,10 @@ CHAPTERS = {
 }
 
 
-def plan(chapter: str, params: dict) -> Plan:
-    """The checkpoints, data and training a chapter requests with ``params`` (its resolved parameters)."""
-    out = Plan(chapter)
+def plan(chapter: str, params: dict, profile: str = "paper") -> Plan:
+    """The checkpoints, data and training a chapter requests with ``params`` (its resolved parameters); ``profile``
+    names where the suites it trains are defined."""
+    out = Plan(chapter, profile=profile)
     if chapter in CHAPTERS:
         CHAPTERS[chapter](params, out)
     return out
@@ -213,9 +280,143 @@ def _gpu_gib(c: Checkpoint) -> float:
     return weights_gib(c.model, c.dtype) + activations / GIB
 
 
+# ---- host memory --------------------------------------------------------------------------------------------------
+
+def pool_bytes(states: int, width: int, pool: int, stream_rows: int, chunk_rows: int, metric: int = 0) -> int:
+    """Peak host bytes of Paper 2's pools: ``states`` hidden states of ``width``, each a ``spectral.BatchedLayer``
+    with a shuffle seed pooling ``pool`` (= batch_size x n_batches) vectors, fed ``stream_rows`` valid vectors per
+    state in chunks of ``chunk_rows`` (one forward batch: texts x positions), one state after another per chunk as
+    ``taps.extract`` does; ``metric``: the bytes of the per-batch metrics (``metric_bytes``).
+
+    What ``BatchedLayer`` allocates: every state buffers its float32 rows (4 bytes x ``width``) and one float64 key
+    per row (8 bytes) until it holds ``2 x pool`` rows, then keeps the ``pool`` smallest keys (``_keep_smallest``:
+    ``torch.cat`` of the buffer, a second copy, then the selected ``pool`` rows, a third, plus int64 sort indices).
+    While streaming, the peak is the first state's trim, every other state holding just under ``2 x pool`` rows:
+
+        rows = (states - 1) x H + 2 x R + min(pool, stream_rows),
+        H = min(stream_rows, 2 x pool),  R = min(stream_rows, 2 x pool + chunk_rows),
+        streaming = 4 x width x rows + 8 x states x R + 16 x R.
+
+    A stream shorter than ``2 x pool`` is never trimmed; it is held whole (H = R = stream_rows) and shuffled at the
+    end, which the same formula gives. At the end the states are measured one at a time, the first one's pool
+    beside the others' buffers, so the metrics add to those only:
+
+        measuring = 4 x width x ((states - 1) x H + min(pool, stream_rows)) + 8 x states x R + metric,
+        bytes = max(streaming, measuring).   Units: bytes."""
+    h = min(stream_rows, 2 * pool)
+    r = min(stream_rows, 2 * pool + chunk_rows)
+    kept = min(pool, stream_rows)
+    keys = 8 * states * r
+    streaming = 4 * width * ((states - 1) * h + 2 * r + kept) + keys + 16 * r
+    measuring = 4 * width * ((states - 1) * h + kept) + keys + metric
+    return int(max(streaming, measuring))
+
+
+def metric_bytes(batch: int, width: int) -> int:
+    """Host bytes of Paper 2's per-batch metrics on one pooled batch of ``batch`` vectors of ``width`` (``metrics``;
+    one metric at a time, so the larger of the two that allocate):
+
+    - ``sigma1_share``: the float64 d x d scatter with its merge and eigenvalue workspace (about six copies) and the
+      batch's float32 product: 50 x d^2 + 4 x batch x d;
+    - ``twonn_dimension``: the augmented float32 copies of the centred batch (two), ``numpy.unique``'s sorted copy and
+      the float64 recomputation of the candidates (about six float32 copies in all), and the float32 Gram block of
+      at most ``metrics._GRAM_BLOCK_ENTRIES`` (32 Mi) entries with its top-k temporaries (about four):
+      24 x batch x d + 16 x min(batch^2, 32 Mi).
+
+    An upper bound, checked against the allocations at small sizes (``tests/test_budget.py``). Units: bytes."""
+    sigma1 = 50 * width**2 + 4 * batch * width
+    twonn = 24 * batch * width + 16 * min(batch**2, 32 << 20)
+    return int(max(sigma1, twonn))
+
+
+def per_example_bytes(examples: int, widths, n_boot: int | None = None) -> int:
+    """Peak host bytes of Section 3's accumulators (``layerwise.FirstMoments``, one per hidden state of the given
+    ``widths``) for ``examples`` examples (texts, clips, images).
+
+    Held: one float32 sum of unit vectors per example and state, 4 x examples x sum(widths). Transient, for one
+    state at a time when its row is written (``FirstMoments.interval``): the sums stacked in float32 and converted to
+    float64 (12 x examples x width of the widest state), their examples x examples float64 Gram matrix, and the
+    bootstrap's ``n_boot`` x examples float64 counts, their squares and the einsum's product (3 x 8 x n_boot x
+    examples; ``layerwise.BOOTSTRAP``):
+
+        bytes = 4 x n x sum(widths) + 12 x n x max(widths) + 8 x n^2 + 24 x n_boot x n,   n = examples.
+
+    The per-batch sums travel from the GPU as float32 examples-in-batch x width (counted in the transient). Bytes."""
+    n_boot = BOOTSTRAP_RESAMPLES if n_boot is None else n_boot
+    widths = list(widths)
+    if not widths or examples < 1:
+        return 0
+    n = int(examples)
+    return int(4 * n * sum(widths) + 12 * n * max(widths) + 8 * n * n + 24 * n_boot * n)
+
+
+@lru_cache(maxsize=None)
+def state_widths(model: str) -> tuple[int, ...]:
+    """The width of every hidden state a Section 3 measurement of ``model`` accumulates: a CNN's flattened maps
+    (C x H x W per stage at ``IMAGE_SIZE`` pixels, from a forward pass of the true-size config on the meta device:
+    no memory, no weights), a stage model's channels, otherwise the layers plus the embeddings (twice for an
+    encoder-decoder)."""
+    from . import registry
+
+    s = registry.spec(model)
+    if s.modality == "vision" and s.layout in ("cnn", "spatial-stages") and s.config:
+        import torch
+        from transformers import AutoConfig, AutoModel
+
+        config = dict(s.config)
+        cfg = AutoConfig.for_model(config.pop("model_type"), **config)
+        with torch.device("meta"), torch.no_grad():
+            out = AutoModel.from_config(cfg)(pixel_values=torch.empty(1, 3, IMAGE_SIZE, IMAGE_SIZE),
+                                             output_hidden_states=True)
+        if s.layout == "cnn":
+            return tuple(int(h[0].numel()) for h in out.hidden_states)
+        return tuple(int(h.shape[1] if h.ndim == 4 else h.shape[-1]) for h in out.hidden_states)
+    width, layers, _ = _shape(model)
+    return (width,) * ((layers + 1) * (2 if s.stack == "encoder-decoder" else 1))
+
+
+def host_ram_bytes(c: Checkpoint) -> int:
+    """Host bytes one checkpoint needs beyond the kernel itself (``RUNTIME_GIB``): the larger of loading its
+    weights (a host copy in ``dtype``, before they move to the GPU) and what its measurement holds (``pool_bytes``
+    with ``metric_bytes``, or ``per_example_bytes``). Bytes."""
+    load = _params(c.model) * BYTES.get(c.dtype, 4)
+    held = 0
+    if c.pool:
+        width, layers, _ = _shape(c.model)
+        states = layers + 1 + c.extra_states
+        held = pool_bytes(states, width, c.pool, c.examples * c.positions, c.batch * c.positions,
+                          metric_bytes(c.metric_batch or c.pool, width))
+    elif c.per_example:
+        held = per_example_bytes(c.examples, state_widths(c.model))
+    return int(max(load, held))
+
+
+def xet_chunk_cache_gib(hub_gib: float) -> float:
+    """Disk that hf-xet's chunk cache adds while ``hub_gib`` of Hub files are on disk at the peak: the same pieces
+    again, up to its cap (``HF_XET_CHUNK_CACHE_SIZE_BYTES`` when set, else the 10 GB default). ``hub.release``
+    clears it with each released checkpoint, so released series count their largest checkpoint only. GiB."""
+    import os
+
+    text = os.environ.get(XET_CHUNK_CACHE_ENV, "").strip()
+    cap = int(text) if text.isdigit() else XET_CHUNK_CACHE_DEFAULT_BYTES
+    return min(cap / GIB, hub_gib)
+
+
+def unknown_sizes(p: Plan) -> list[str]:
+    """Hub ids of the plan's checkpoints whose size the registry does not record (``ModelSpec.n_params`` None):
+    their download, disk and memory are not in the estimate."""
+    from . import registry
+
+    return sorted({registry.spec(c.model).hub_id for c in p.checkpoints
+                   if registry.spec(c.model).n_params is None and not _local(c.model)})
+
+
 def estimate(p: Plan) -> dict:
     """Rough needs of a plan: ``download_gib``, peak ``disk_gib`` (kept checkpoints + the largest released one +
-    data), peak ``gpu_gib`` and ``ram_gib`` (one model at a time), and ``t4_minutes``."""
+    data + hf-xet's chunk cache, ``xet_gib``), peak ``gpu_gib`` and ``ram_gib`` (one model at a time: the kernel,
+    ``RUNTIME_GIB``, plus the largest ``host_ram_bytes``), ``t4_minutes`` (downloads, loading, forward passes and
+    the training the chapter does, ``training_minutes``), and ``unknown`` (hub ids whose size is not known, left out
+    of every figure above)."""
     from . import data
 
     downloads = [download_gib(c.model) for c in p.checkpoints if not _local(c.model)]
@@ -225,15 +426,18 @@ def estimate(p: Plan) -> dict:
     released = max([download_gib(c.model) for c in p.checkpoints if c.release] or [0.0])
     # The first MultiBERTs seed stays in the cache until its vectors are sampled.
     kept += sum(download_gib(c.model) for c in p.checkpoints if c.release and c.passes > 1)
+    xet = xet_chunk_cache_gib(kept + released)
     flops = {c: 2.0 * _params(c.model) * c.examples * c.positions * c.passes for c in p.checkpoints}
     compute_s = sum(f / (T4_TFLOPS.get(c.dtype, 8.1) * 1e12 * EFFICIENCY) for c, f in flops.items())
-    compute_s += p.training_flops / (T4_TFLOPS["float32"] * 1e12 * EFFICIENCY)
-    seconds = (sum(downloads) + data_gib) * 1024 / HUB_MB_PER_S + compute_s + LOAD_S * sum(
+    training_s = p.training_flops / (T4_TFLOPS["float32"] * 1e12 * EFFICIENCY)
+    seconds = (sum(downloads) + data_gib) * 1024 / HUB_MB_PER_S + compute_s + training_s + LOAD_S * sum(
         c.passes for c in p.checkpoints)
+    host = max([host_ram_bytes(c) for c in p.checkpoints] or [0])
     return {"checkpoints": len(p.checkpoints), "download_gib": sum(downloads) + data_gib,
-            "disk_gib": kept + released + data_gib, "gpu_gib": max([_gpu_gib(c) for c in p.checkpoints] or [0.0]),
-            "ram_gib": max([weights_gib(c.model, c.dtype) for c in p.checkpoints] or [0.0]) + 1.5,
-            "t4_minutes": seconds / 60, "forward_tflop": sum(flops.values()) / 1e12}
+            "disk_gib": kept + released + data_gib + xet, "xet_gib": xet,
+            "gpu_gib": max([_gpu_gib(c) for c in p.checkpoints] or [0.0]),
+            "ram_gib": RUNTIME_GIB + host / GIB, "t4_minutes": seconds / 60, "training_minutes": training_s / 60,
+            "forward_tflop": sum(flops.values()) / 1e12, "unknown": unknown_sizes(p)}
 
 
 def _params(model: str) -> float:
@@ -267,24 +471,42 @@ def problems(p: Plan, e: dict | None = None) -> list[str]:
         share = COLAB["hours"] * 60 / e["t4_minutes"]
         out.append(f"time: about {_minutes(e['t4_minutes'])}, longer than a Colab session ({COLAB['hours']:.0f} h); "
                    f"about {share:.0%} of the work (fewer seeds, variants, steps or checkpoints) fits one session")
-    if e["ram_gib"] > COLAB["ram"]:
-        out.append(f"host memory: loading needs about {e['ram_gib']:.0f} GiB, more than Colab's "
-                   f"{COLAB['ram']:.1f} GiB; use dtype float16 or a smaller model")
+    if e["ram_gib"] > HOST_RAM_LIMIT_GIB:
+        worst = max(p.checkpoints, key=host_ram_bytes)
+        what = ("pools its vectors (batch_size x n_batches per layer): use fewer batches or a narrower model"
+                if worst.pool else "keeps one sum per example and layer: use fewer examples"
+                if worst.per_example and host_ram_bytes(worst) > _params(worst.model) * BYTES.get(worst.dtype, 4)
+                else "loads its weights: use dtype float16 or a smaller model")
+        out.append(f"host memory: about {e['ram_gib']:.1f} GiB at the peak ({worst.model} {what}), more than "
+                   f"Colab's {HOST_RAM_LIMIT_GIB:.1f} GiB")
+    if e["unknown"]:
+        out.append(f"size unknown: {', '.join(e['unknown'])} (the registry records no parameter count); download, "
+                   f"disk and memory leave {'it' if len(e['unknown']) == 1 else 'them'} out")
     return out
 
 
-def table(chapter: str, params: dict):
-    """The page's Colab budget: one row per quantity, value and what a free Colab runtime offers."""
+def table(chapter: str, params: dict, profile: str = "paper"):
+    """The page's Colab budget: one row per quantity, value and what a free Colab runtime offers. Sizes that leave
+    out a model of unknown size read "at least"; a row names those models."""
     import pandas as pd
 
-    p = plan(chapter, params)
+    p = plan(chapter, params, profile)
     e = estimate(p)
+    low = "at least " if e["unknown"] else ""
     rows = [("checkpoints loaded", f"{e['checkpoints']}", ""),
-            ("download (models and data)", _gib(e["download_gib"]), ""),
-            ("disk at the peak", _gib(e["disk_gib"]), f"{COLAB['disk']:.0f} GiB"),
-            ("GPU memory at the peak", _gib(e["gpu_gib"]), f"{COLAB['gpu']:.0f} GiB (T4)"),
-            ("host memory at the peak", _gib(e["ram_gib"]), f"{COLAB['ram']:.1f} GiB"),
-            ("time on a T4", _minutes(e["t4_minutes"]), "")]
+            ("download (models and data)", low + _gib(e["download_gib"]), ""),
+            ("disk at the peak" + (" (with hf-xet's chunk cache)" if e["xet_gib"] else ""),
+             low + _gib(e["disk_gib"]), f"{COLAB['disk']:.0f} GiB"),
+            ("GPU memory at the peak", low + _gib(e["gpu_gib"]), f"{COLAB['gpu']:.0f} GiB (T4)"),
+            ("host memory at the peak", low + _gib(e["ram_gib"]), f"{HOST_RAM_LIMIT_GIB:.1f} GiB"),
+            ("time on a T4" + (" (with training)" if e["training_minutes"] else ""), _minutes(e["t4_minutes"]),
+             f"{COLAB['hours']:.0f} h a session")]
+    if e["training_minutes"]:
+        suites = f" ({', '.join(p.trained)} suite{'s' if len(p.trained) > 1 else ''})" if p.trained else ""
+        rows.append(("of which training" + suites, _minutes(e["training_minutes"]),
+                     "less if checkpoint_suites trained them in this runtime" if p.trained else ""))
+    if e["unknown"]:
+        rows.append(("size unknown (not counted)", ", ".join(e["unknown"]), ""))
     return pd.DataFrame(rows, columns=["quantity", "estimate", "free Colab"])
 
 
@@ -296,12 +518,12 @@ def _minutes(m: float) -> str:
     return f"{max(m, 0.1):.1f} min" if m < 90 else f"{m / 60:.1f} h"
 
 
-def describe(chapter: str, params: dict) -> str:
+def describe(chapter: str, params: dict, profile: str = "paper") -> str:
     """What the chapter measures from the Hub with ``params``, in words: hub ids (with their number of revisions)
     and the data, e.g. "the pretrained bert-base-uncased and gpt2 on 2,000 examples of WikiText-103 ..."."""
     from . import data, registry
 
-    p = plan(chapter, params)
+    p = plan(chapter, params, profile)
     counts: dict[str, int] = {}
     for c in p.checkpoints:
         counts[c.model] = counts.get(c.model, 0) + 1
@@ -314,17 +536,19 @@ def describe(chapter: str, params: dict) -> str:
     return f"the pretrained {listed}" + (f" on {' and '.join(used)}" if used else "")
 
 
-def summary(chapter: str, params: dict) -> str:
-    """One sentence for the narrative: what the chapter downloads and how long it takes on a T4, or why it does not
-    fit."""
-    p = plan(chapter, params)
+def summary(chapter: str, params: dict, profile: str = "paper") -> str:
+    """One sentence for the narrative: what the chapter downloads, how long it takes on a T4 (training included) and
+    its host memory, or why it does not fit."""
+    p = plan(chapter, params, profile)
     e = estimate(p)
     if not p.checkpoints and not p.training_flops:
         return "it downloads no model" + (f" ({p.notes[0]})" if p.notes else "")
     if not p.checkpoints:
         text = f"about {_minutes(e['t4_minutes'])} of training on a Colab T4 and {_gib(e['download_gib'])} of data"
     else:
-        text = (f"about {_minutes(e['t4_minutes'])} on a Colab T4, {e['checkpoints']} checkpoint"
-                f"{'s' if e['checkpoints'] != 1 else ''} and {_gib(e['download_gib'])} of downloads")
+        training = f", {_minutes(e['training_minutes'])} of it training" if e["training_minutes"] else ""
+        text = (f"about {_minutes(e['t4_minutes'])} on a Colab T4{training}, {e['checkpoints']} checkpoint"
+                f"{'s' if e['checkpoints'] != 1 else ''}, {'at least ' if e['unknown'] else ''}"
+                f"{_gib(e['download_gib'])} of downloads and {_gib(e['ram_gib'])} of host memory at the peak")
     issues = problems(p, e)
     return text + (f"; it does not fit a free Colab as set ({'; '.join(issues)})" if issues else "")

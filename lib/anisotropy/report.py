@@ -169,9 +169,10 @@ def colab_budget(resolved):
 
     paper_like = "paper" in (resolved.profile, profiles.load(resolved.profile).get("base"))
     params = resolved.values if paper_like else profiles.chapter_parameters("paper", resolved.chapter)
-    glue("paper_requests", budget.describe(resolved.chapter, params))
-    glue("colab_budget", budget.summary(resolved.chapter, params))
-    return budget.table(resolved.chapter, params).style.hide(axis="index")
+    profile = resolved.profile if paper_like else "paper"  # where the suites a chapter trains are defined
+    glue("paper_requests", budget.describe(resolved.chapter, params, profile))
+    glue("colab_budget", budget.summary(resolved.chapter, params, profile))
+    return budget.table(resolved.chapter, params, profile).style.hide(axis="index")
 
 
 def glue(name: str, value, fmt: str | None = None):
