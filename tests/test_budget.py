@@ -44,7 +44,7 @@ def feed_pools(states, width, batch, n_batches, stream, chunk, metric_names):
     assert all(len(layer.rows()) == n_batches for layer in layers)
 
 
-@pytest.mark.parametrize("stream", [3000, 1500])  # trimmed while streaming (> 2 x pool), and held whole (< 2 x pool)
+@pytest.mark.parametrize("stream", [3000, 1200])  # trimmed while streaming (> 1.25 x pool), and held whole (below)
 def test_pool_formula_matches_the_pools_allocated(stream):
     states, width, batch, n_batches, chunk = 4, 256, 512, 2, 300
     measured = peak_bytes(lambda: feed_pools(states, width, batch, n_batches, stream, chunk, ("mean_norm",)))
@@ -82,6 +82,10 @@ def test_per_example_formula_matches_the_sums_allocated():
 
 def test_the_bootstrap_resamples_are_the_chapters():
     assert budget.BOOTSTRAP_RESAMPLES == layerwise.BOOTSTRAP["n_boot"]
+
+
+def test_the_pool_trimming_point_is_the_spectral_modules():
+    assert budget.POOL_TRIM_AT == spectral.POOL_TRIM_AT
 
 
 def test_cnn_widths_are_the_flattened_maps():

@@ -155,10 +155,12 @@ def test_shuffling_before_batching_mixes_texts_that_stream_order_keeps_together(
     assert not short.full and short.batches_done == 1
 
 
-def test_the_whole_stream_is_shuffled_before_batching_not_only_its_first_vectors():
+@pytest.mark.parametrize("trim_at", [1.01, spectral.POOL_TRIM_AT, 2.0, 100.0])
+def test_the_whole_stream_is_shuffled_before_batching_not_only_its_first_vectors(trim_at, monkeypatch):
     """Paper 2 shuffles all the vectors, then batches: the first batch may hold the last texts' tokens. A stream of
     8 pools' worth of rows whose norm is their text's position: shuffling only the first rows would give batches of
-    the first texts alone (norm 1)."""
+    the first texts alone (norm 1). Where the pool is trimmed (after every chunk, ..., never) changes nothing."""
+    monkeypatch.setattr(spectral, "POOL_TRIM_AT", trim_at)
     rng = np.random.default_rng(2)
     d, n, k = 6, 64, 3
     position = np.repeat(np.arange(8 * n * k // 32), 32).astype(float)  # 32 tokens a text

@@ -24,6 +24,8 @@ COLAB = {"gpu": 15.0, "ram": 12.7, "disk": 78.0, "hours": 12.0}  # hours: the lo
 # resources panel (its /proc/meminfo MemTotal, about 13.3e6 kB = 12.7 GiB).
 HOST_RAM_LIMIT_GIB = COLAB["ram"]
 RUNTIME_GIB = 1.5  # host memory of the kernel itself: Python, torch, the CUDA context, tokenizer and data
+# spectral.POOL_TRIM_AT (a test checks they agree): spectral reaches this module through report, so it cannot be imported
+POOL_TRIM_AT = 1.25
 IMAGE_SIZE = 224  # pixels per side of the images the Section 3 vision models read (their processors' crop)
 # hf-xet's chunk cache (<HF_XET_CACHE>/<endpoint>/chunk-cache) holds the pieces of downloaded files again, up to
 # HF_XET_CHUNK_CACHE_SIZE_BYTES; its default is 10 GB (xet-runtime, config/groups/chunk_cache.rs:
@@ -289,22 +291,23 @@ def pool_bytes(states: int, width: int, pool: int, stream_rows: int, chunk_rows:
     ``taps.extract`` does; ``metric``: the bytes of the per-batch metrics (``metric_bytes``).
 
     What ``BatchedLayer`` allocates: every state buffers its float32 rows (4 bytes x ``width``) and one float64 key
-    per row (8 bytes) until it holds ``2 x pool`` rows, then keeps the ``pool`` smallest keys (``_keep_smallest``:
-    ``torch.cat`` of the buffer, a second copy, then the selected ``pool`` rows, a third, plus int64 sort indices).
-    While streaming, the peak is the first state's trim, every other state holding just under ``2 x pool`` rows:
+    per row (8 bytes) until it holds ``T x pool`` rows (``T`` = ``POOL_TRIM_AT``), then keeps the ``pool`` smallest
+    keys (``_keep_smallest``: ``torch.cat`` of the buffer, a second copy, then the selected ``pool`` rows, a third,
+    plus int64 sort indices). While streaming, the peak is the first state's trim, every other state holding just
+    under ``T x pool`` rows:
 
         rows = (states - 1) x H + 2 x R + min(pool, stream_rows),
-        H = min(stream_rows, 2 x pool),  R = min(stream_rows, 2 x pool + chunk_rows),
+        H = min(stream_rows, T x pool),  R = min(stream_rows, T x pool + chunk_rows),
         streaming = 4 x width x rows + 8 x states x R + 16 x R.
 
-    A stream shorter than ``2 x pool`` is never trimmed; it is held whole (H = R = stream_rows) and shuffled at the
+    A stream shorter than ``T x pool`` is never trimmed; it is held whole (H = R = stream_rows) and shuffled at the
     end, which the same formula gives. At the end the states are measured one at a time, the first one's pool
     beside the others' buffers, so the metrics add to those only:
 
         measuring = 4 x width x ((states - 1) x H + min(pool, stream_rows)) + 8 x states x R + metric,
         bytes = max(streaming, measuring).   Units: bytes."""
-    h = min(stream_rows, 2 * pool)
-    r = min(stream_rows, 2 * pool + chunk_rows)
+    h = min(stream_rows, int(POOL_TRIM_AT * pool))
+    r = min(stream_rows, int(POOL_TRIM_AT * pool) + chunk_rows)
     kept = min(pool, stream_rows)
     keys = 8 * states * r
     streaming = 4 * width * ((states - 1) * h + 2 * r + kept) + keys + 16 * r
