@@ -156,6 +156,8 @@ def registry_run(standin, tmp_path_factory):
         out["llama_wrong_token"] = err(llama)
         os.environ["HF_TOKEN"] = TOKEN
         out["llama_accepted"] = type(llama().model).__name__
+        for name in ("character-bert", "manta-lm"):  # the Hub's shapes: an unknown model_type, remote code
+            out[name] = err(lambda: registry.load(name, "pretrained"))
         print(json.dumps(out))
     """, tmp_path_factory.mktemp("registry"))
 
@@ -229,8 +231,9 @@ def test_manifest_serves_every_model_of_the_paper_profile(standin):
                 walk(x)
 
     walk(profiles.load("paper")["notebooks"])
-    assert names - served == set(not_served) == {"character-bert", "manta-lm"}
-    assert all("remote code" in r for r in not_served.values())
+    assert names - served == set(not_served) == set()  # manifest.yml says none of them is missing from the Hub
+    remote = {e["model"] for e in m["models"] if e["remote_code"]}
+    assert remote == {"character-bert", "manta-lm"}
     for e in m["models"]:  # every served repository exists, with every branch of its revisions
         assert (standin.root / "models" / e["repo"] / "HEAD").is_file(), e["repo"]
         assert set(e["refs"]) == {"refs/heads/main", *(f"refs/heads/{r}" for r in e["branches"])}, e["repo"]
@@ -243,6 +246,140 @@ def test_manifest_serves_every_model_of_the_paper_profile(standin):
                                                              if s.access == "gated"}
     size = sum(f.stat().st_size for f in standin.root.rglob("*") if f.is_file())
     assert size < 300e6, f"{size / 1e6:.0f} MB"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# What is served against what the real Hub holds (tests/hub_standin/manifest.yml, issue 28)
+# ---------------------------------------------------------------------------------------------------------------------
+
+HUB = ROOT / "tests" / "hub_standin" / "manifest.yml"
+WEIGHT_FILES = {"model.safetensors", "pytorch_model.bin"}
+TOKENIZER_FILES = {"tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "merges.txt", "spiece.model"}
+
+
+def hub_records() -> dict:
+    import yaml
+
+    return yaml.safe_load(HUB.read_text())["repos"]
+
+
+def hub_queries(records: dict) -> list[list[str]]:
+    """Every (repo, revision, repo type) of the manifest whose repository exists or may (not `exists: false`)."""
+    return [[repo, rev, entry["kind"]] for repo, entry in records.items() if entry.get("exists") is not False
+            for rev in entry.get("revisions") or {}]
+
+
+def served_differences(records: dict, listing: dict, served: dict) -> list[str]:
+    """What the stand-in serves (``listing``: "repo@rev" -> {"files": [...], "model_type": ...} or {"error": name},
+    read over HTTP) against what the Hub holds (``records``, manifest.yml), one line per difference.
+
+    For a revision whose file list was read: the served names are exactly the listed ones (a partial list,
+    ``files_complete: false``: at least them); the only exception, folders (``coreml/``) whose content was not read,
+    are not served. Where the manifest knows them: the weight files, tokenizer and preprocessor presence, the config's
+    model_type. A repository or revision the Hub has (``exists: true``) must be served; one it lacks must not.
+    ``served`` (the build's manifest.json) must record the same files, and every field it took from the registry
+    because the manifest says ``unverified``."""
+    bad = []
+    for repo, entry in records.items():
+        for rev, r in (entry.get("revisions") or {}).items():
+            where, got = f"{repo}@{rev}", listing.get(f"{repo}@{rev}")
+            if entry.get("exists") is False or r.get("exists") is False:
+                if got is not None and "files" in got:
+                    bad.append(f"{where}: served, but the Hub does not have it")
+                continue
+            if got is None or "error" in got:
+                if entry.get("exists") is True and r.get("exists", True) is True:
+                    bad.append(f"{where}: on the Hub, but the stand-in answers {(got or {}).get('error')}")
+                continue
+            files = set(got["files"])
+            listed = r.get("files")
+            if isinstance(listed, dict):
+                want = {n for n in listed if not n.endswith("/")}
+                if r.get("files_complete", True) and files != want:
+                    bad.append(f"{where}: serves {sorted(files - want)} the Hub lacks, lacks {sorted(want - files)}")
+                elif want - files:
+                    bad.append(f"{where}: lacks {sorted(want - files)} of the Hub's (partial) list")
+            if isinstance(r.get("weights"), list) and files & WEIGHT_FILES != set(r["weights"]) & WEIGHT_FILES:
+                bad.append(f"{where}: weights {sorted(files & WEIGHT_FILES)}, the Hub's {sorted(r['weights'])}")
+            for flag, names in (("tokenizer", TOKENIZER_FILES), ("preprocessor", {"preprocessor_config.json"})):
+                if isinstance(r.get(flag), bool) and bool(files & names) != r[flag]:
+                    bad.append(f"{where}: {flag} {'missing' if r[flag] else 'served'}, the Hub's {flag}: {r[flag]}")
+            model_type = entry.get("model_type", "unverified")
+            if model_type != "unverified" and got.get("model_type") != model_type:
+                bad.append(f"{where}: config model_type {got.get('model_type')!r}, the Hub's {model_type!r}")
+            record = served.get(repo, {}).get("served", {}).get(rev)
+            if entry["kind"] == "model" and (record is None or record["files"] != sorted(files)):
+                bad.append(f"{where}: manifest.json records {record and record['files']}, the server lists "
+                           f"{sorted(files)}")
+            elif record is not None:
+                for field in ("files", "weights"):
+                    if r.get(field, "unverified") == "unverified" and field not in record["unverified"]:
+                        bad.append(f"{where}: {field} is unverified, manifest.json does not say so")
+    return bad
+
+
+@pytest.fixture(scope="session")
+def hub_listing(standin, tmp_path_factory):
+    queries = hub_queries(hub_records())
+    return run_client(standin, f"""
+        from huggingface_hub import HfApi, hf_hub_download
+        api = HfApi()
+        out = {{}}
+        for repo, rev, kind in {json.dumps(queries)}:
+            try:
+                files = api.list_repo_files(repo, revision=rev, repo_type=kind)
+            except Exception as e:
+                out[f"{{repo}}@{{rev}}"] = dict(error=type(e).__name__)
+                continue
+            got = dict(files=sorted(files))
+            if kind == "model" and "config.json" in files:
+                token = TOKEN if REPOS.get(repo, {{}}).get("gated") else None
+                got["model_type"] = json.load(open(hf_hub_download(repo, "config.json", revision=rev,
+                                                                   token=token))).get("model_type")
+            out[f"{{repo}}@{{rev}}"] = got
+        print(json.dumps(out))
+    """, tmp_path_factory.mktemp("listing"), expected_s=120)
+
+
+def test_served_repositories_are_the_hubs(hub_listing, standin):
+    """Every repository and revision manifest.yml records, as the stand-in serves it over HTTP (list_repo_files,
+    config.json), against the manifest: file names, weight format, tokenizer and preprocessor, model_type."""
+    served = {e["repo"]: e for e in standin.manifest["models"]}
+    assert len(hub_listing) >= 190
+    found = served_differences(hub_records(), hub_listing, served)
+    assert not found, "the stand-in serves what the Hub does not hold:\n" + "\n".join(found)
+    bloom = hub_listing["bigscience/bloom-3b-intermediate@global_step1000"]["files"]
+    assert bloom == [".gitattributes", "README.md", "config.json", "pytorch_model.bin"]
+    assert hub_listing["almanach/manta-lm-base@main"]["model_type"] == "manta"
+    assert hub_listing["helboukkouri/character-bert@main"]["model_type"] == "character_bert"
+
+
+def test_served_differences_catch_the_registry_shaped_stand_in():
+    """The comparison is not vacuous: the stand-in before issue 28's manifest (every revision a tokenizer and
+    model.safetensors; CharacterBERT and MANTa missing) is reported."""
+    records = hub_records()
+    tiny = ["config.json", "model.safetensors", "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"]
+    old = {"bigscience/bloom-3b-intermediate@global_step1000": dict(files=[".gitattributes", "README.md", *tiny],
+                                                                     model_type="bloom"),
+           "helboukkouri/character-bert@main": dict(error="RepositoryNotFoundError"),
+           "facebook/opt-1.3b@main": dict(files=[".gitattributes", "README.md", *tiny], model_type="opt")}
+    found = served_differences(records, old, {})
+    for expected in ("bigscience/bloom-3b-intermediate@global_step1000: serves",
+                     "bigscience/bloom-3b-intermediate@global_step1000: weights ['model.safetensors']",
+                     "bigscience/bloom-3b-intermediate@global_step1000: tokenizer served",
+                     "helboukkouri/character-bert@main: on the Hub, but the stand-in answers RepositoryNotFoundError",
+                     "facebook/opt-1.3b@main: weights ['model.safetensors'], the Hub's ['pytorch_model.bin']"):
+        assert any(line.startswith(expected) for line in found), (expected, found)
+
+
+def test_build_key_covers_the_hub_manifest(tmp_path, monkeypatch):
+    """ensure_built() rebuilds when manifest.yml changes (its bytes enter the key, not only the plan)."""
+    plan = {"models": []}
+    before = build.build_key(plan)
+    changed = tmp_path / "manifest.yml"
+    changed.write_text(build.HUB_MANIFEST.read_text() + "\n# a changed note\n")
+    monkeypatch.setattr(build, "HUB_MANIFEST", changed)
+    assert build.build_key(plan) != before
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -293,8 +430,7 @@ def test_hub_errors_are_the_hubs(models_run):
     assert (name, status) == ("RepositoryNotFoundError", 401)
     name, mro, status, _ = models_run["missing_file"]
     assert (name, status) == ("EntryNotFoundError", 404)
-    name, mro, status, _ = models_run["remote_code_repo"]  # not simulated: absent, as a missing repo
-    assert (name, status) == ("RepositoryNotFoundError", 401)
+    assert models_run["remote_code_repo"] is None  # served in its Hub shape (issue 28), no longer a missing repo
 
 
 def test_request_log_records_each_request(models_run, standin):
@@ -339,6 +475,20 @@ def test_registry_text_models_load_from_a_cold_cache(registry_run):
     # transformers 4.57's AutoTokenizer raises TypeError/AttributeError, not OSError, when the model is cached and
     # its tokenizer is not: the cache probe must not take that for a final answer.
     assert registry_run["cold_text"] is None, registry_run["cold_text"][:2]
+
+
+def test_registry_remote_code_models_are_one_line_skips(registry_run):
+    """CharacterBERT (a legacy `character_bert` config no transformers class reads) and MANTa (remote code, here a
+    placeholder that refuses to import) exist on the Hub: loading them is one Unavailable line naming the repository
+    and the cause, which the chapters' skip list catches, never a traceback."""
+    name, mro, _, message = registry_run["character-bert"]
+    assert name == "Unavailable" and "\n" not in message
+    assert message.startswith("helboukkouri/character-bert could not be loaded: ValueError: ")
+    assert "model type `character_bert`" in message
+    name, mro, _, message = registry_run["manta-lm"]
+    assert name == "Unavailable" and "\n" not in message
+    assert message.startswith("almanach/manta-lm-base could not be loaded: ImportError: ")
+    assert "remote code of almanach/manta-lm-base" in message and "4.29.2" in message
 
 
 def test_registry_refused_token_is_a_model_access_error(registry_run):

@@ -4,22 +4,27 @@ unmodified without network.
 
 Layout
 ------
-- ``build.py`` (runs in ``.venv``): ``paper_manifest()`` derives the repositories from the ``paper`` profile;
-  ``populate(root, manifest)`` writes them as bare git repositories in olah's mirror layout::
+- ``build.py`` (runs in ``.venv``): ``paper_manifest()`` derives which repositories to serve from the ``paper``
+  profile and what each holds from ``manifest.yml`` (the real Hub's file lists, weight formats, tokenizer and
+  preprocessor presence, model_type/auto_map, recorded from public pages); ``populate(root, manifest)`` writes them as
+  bare git repositories in olah's mirror layout::
 
       <root>/models/<org>/<name>       e.g. models/EleutherAI/pythia-410m (branches main, step0 ... step143000)
       <root>/models/<name>             ids without an org: models/gpt2, models/bert-base-uncased
       <root>/datasets/<org>/<name>     Salesforce/wikitext, frgfm/imagenette (+ refs/convert/parquet),
                                        openslr/librispeech_asr
       <root>/files/dc/enwik8.zip       served at /dc/enwik8.zip
-      <root>/manifest.json             what is served (and every branch's commit), what is not and why
+      <root>/manifest.json             what is served (every branch's commit, its files, placeholders and the fields
+                                       the manifest left unverified), what is not and why
 
   Models are the registry's ``tiny`` variant of the exact ``transformers`` class at a seed recorded in the manifest,
-  saved with ``save_pretrained`` together with the preprocessor (and Whisper's text tokenizer); where the real Hub holds
-  weights only (``build.WEIGHTS_ONLY``: Bloom's intermediate checkpoints), those repositories hold ``config.json`` and
-  ``pytorch_model.bin`` only, and the final model's repository is served beside them with the tokenizer. ``ensure_built()``
-  caches the build in ``$ANISOTROPY_CACHE/hub-standin/<hash>`` (default ``.cache/hub-standin/<hash>``), keyed by
-  this builder's source, the manifest, ``registry.py``/``data.py``, the packaged tokenizers and library versions.
+  saved with ``save_pretrained`` together with the preprocessor (and Whisper's text tokenizer), then cut to the Hub's
+  shape: the listed weight format(s) only, no tokenizer where the Hub has none (Bloom's intermediate checkpoints:
+  the registry reads it from ``bigscience/bloom-3b``, served beside them), legacy vocabularies where the Hub has no
+  ``tokenizer.json``, placeholders for listed files no client reads. Where the manifest says ``unverified``, the
+  registry's expectation is served and ``manifest.json`` says so. ``ensure_built()`` caches the build in
+  ``$ANISOTROPY_CACHE/hub-standin/<hash>`` (default ``.cache/hub-standin/<hash>``), keyed by this builder's source,
+  ``manifest.yml``, the plan, ``registry.py``/``data.py``, the packaged tokenizers and library versions.
 - ``server.py`` (runs in ``.venv-hub``): olah 0.5.4 in offline mode with the root as its mirror, behind a thin ASGI
   layer (revision decoding and resolution, the Hub's error codes, gated repositories, the request log, enwik8).
 - ``run.py``: ``ensure_venv()``, ``serve()`` and the command line; ``guard/sitecustomize.py`` keeps client processes
@@ -49,10 +54,12 @@ fresh cache), ``HF_HUB_OFFLINE``/``HF_DATASETS_OFFLINE``/``TRANSFORMERS_OFFLINE`
 ``HF_HUB_DISABLE_TELEMETRY=1``, ``HF_UPDATE_DOWNLOAD_COUNTS=0`` and ``ANISOTROPY_ENWIK8_URL=<url>#sha256=<hex>``;
 ``StandIn.env()`` gives exactly that plus ``NO_PROXY`` and the guard.
 
-Not simulated: remote-code models (CharacterBERT, MANTa: their code lives only on the Hub; listed in the manifest's
-``not_served`` and answered as missing repositories), the Hub's redirect of legacy ids (``gpt2`` is served as
+Remote-code models (CharacterBERT, MANTa) are served in their Hub shape (config ``model_type``/``auto_map``, tiny
+weights under the real name) with placeholder code modules that raise ImportError: their real code lives only on the
+Hub. Not simulated: the Hub's redirect of legacy ids (``gpt2`` is served as
 ``gpt2``, not redirected to ``openai-community/gpt2``), the dataset viewer (``datasets-server``), Xet and LFS
-transfers (files are plain git blobs), and olah's ``model_info`` fields ``gated`` (always false) and ``id`` of ids
+transfers (files are plain git blobs), the contents of files no client reads here (TF/Flax/Rust/ONNX weights,
+licences: placeholders), and olah's ``model_info`` fields ``gated`` (always false) and ``id`` of ids
 without an org (``None/gpt2``).
 """
 

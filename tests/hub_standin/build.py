@@ -1,16 +1,37 @@
-"""Repository builder of the Hub stand-in: the ``paper`` profile's models and data as tiny git repositories.
+"""Repository builder of the Hub stand-in: the ``paper`` profile's models and data as tiny git repositories, in the
+shapes the real Hub holds them.
 
-``paper_manifest()`` derives what to serve from the ``paper`` profile (never by hand); ``populate(root, manifest)``
-writes it in olah's mirror layout, ``root/{models|datasets}/{org}/{repo}`` (bare git repositories, files committed
-directly, no LFS), plus ``root/files/dc/enwik8.zip`` and ``root/manifest.json`` (what was served, what was not and
-why, and the commit of every branch). ``ensure_built()`` keys a cached build by a hash of this file, the manifest and
-the library inputs, so test sessions reuse it.
+Which repositories and revisions: ``paper_manifest()`` derives them from the ``paper`` profile (every registry name a
+chapter asks for, MultiBERTs checkpoints as repositories of their own, Pythia and Bloom revisions as branches, the
+repository the registry reads a weights-only checkpoint's tokenizer from, the gated Llama-2 ids). What each of them
+holds: ``manifest.yml``, the record of the real Hub read from public pages independently of the registry
+(``hub_manifest()``; ``tests/test_hub_manifest.py`` checks it). Per revision (``revision_shape``) it gives the file
+names, the weight format(s) (``pytorch_model.bin`` and/or ``model.safetensors``), whether a tokenizer and a
+preprocessor are there; per repository (``repo_facts``) the config's ``model_type``, ``architectures``, ``auto_map``
+and remote code. ``compose`` turns the tiny model's ``save_pretrained`` files (random weights of the exact class,
+``tiny_files``) into that shape: the manifest's weight files only, no tokenizer where the Hub has none (Bloom's
+intermediate checkpoints), a legacy vocabulary (``vocab.txt``, ``vocab.json`` + ``merges.txt``) where the Hub has no
+``tokenizer.json`` (MultiBERTs, OPT), and a placeholder for each listed file no client reads here (TF/Flax/Rust/ONNX
+weights, licences). Remote-code models (CharacterBERT, MANTa) are served with a config of their Hub shape
+(``model_type``, ``auto_map``), tiny weights under the real file name and placeholder modules that raise ImportError
+(``remote_files``): the code path meets them as on the Hub and skips them. Where the manifest says ``unverified`` (or
+does not record a repository or revision), the registry's expectation is served instead (the tiny model's files with
+``model.safetensors``, the tiny config) and ``manifest.json`` lists the field under ``served.<rev>.unverified``. A
+repository or revision the manifest says does not exist is not served (``not_served``).
+
+``populate(root, manifest)`` writes the plan in olah's mirror layout, ``root/{models|datasets}/{org}/{repo}`` (bare git
+repositories, files committed directly, no LFS; each branch's tree exactly its files), plus
+``root/files/dc/enwik8.zip`` and ``root/manifest.json`` (the plan, what was not served and why, the commit of every
+branch, and per repository and revision the files served, the placeholders and the unverified fields).
+``ensure_built()`` keys a cached build by a hash of this file, ``manifest.yml``, the plan and the library inputs, so
+test sessions reuse it and a changed ``manifest.yml`` rebuilds.
 
 Runs in the project's ``.venv`` (torch, transformers, datasets, pyarrow, Pillow, soundfile and ``anisotropy``).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -35,14 +56,17 @@ IMAGENETTE_CLASSES = ("tench", "English springer", "cassette player", "chain saw
                       "garbage truck", "gas pump", "golf ball", "parachute")
 IMAGENETTE_SIZES = {"160px": (32, 40), "320px": (64, 80), "full_size": (96, 120)}  # (height, width), tiny
 ENWIK8_PATH = "dc/enwik8.zip"  # served at /dc/enwik8.zip, the real file's path on its host
-# What the real Hub holds where it is not "weights and preprocessor in one repository", recorded from the Hub, not
-# from the registry: Bloom's intermediate-checkpoint repositories hold .gitattributes, README.md, config.json and
-# pytorch_model.bin on every branch and no tokenizer files (issue 28, read from their file lists on huggingface.co;
-# not re-read where this was written, without access to the Hub); the tokenizer is in the final model's repository,
-# which is served too (weights and tokenizer).
-WEIGHTS_ONLY = {"bigscience/bloom-560m-intermediate": "bigscience/bloom-560m",
-                "bigscience/bloom-3b-intermediate": "bigscience/bloom-3b"}
-WEIGHTS_ONLY_FILES = ("config.json", "pytorch_model.bin")
+HUB_MANIFEST = HERE / "manifest.yml"  # what the real Hub holds (recorded from public pages, not from the registry)
+UNVERIFIED = "unverified"
+# Files a tokenizer is made of (dropped where the Hub's revision has no tokenizer).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "vocab.json",
+                   "merges.txt", "spiece.model", "added_tokens.json", "normalizer.json", "tokenizer.model",
+                   "sentencepiece.bpe.model")
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+DEFAULT_WEIGHTS = ["model.safetensors"]  # the registry's expectation where the Hub's weight files are unverified
+# The slow tokenizer class that reads the legacy vocabulary files of a backend model, for a revision whose file list
+# holds vocab.txt or vocab.json + merges.txt but no tokenizer.json (MultiBERTs, OPT).
+LEGACY_TOKENIZER = {"WordPiece": "BertTokenizer", "BPE": "GPT2Tokenizer"}
 
 
 def _seed(*parts: str) -> int:
@@ -59,13 +83,86 @@ def _sha256_file(path: Path) -> str:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=1)
+def hub_manifest() -> dict:
+    """``manifest.yml``: what the real Hub holds, per repository and revision (read from public pages, not from the
+    registry; ``tests/test_hub_manifest.py`` checks its form)."""
+    import yaml
+
+    return yaml.safe_load(HUB_MANIFEST.read_text())
+
+
+def repo_facts(recorded: dict | None) -> dict:
+    """A repository's config shape as served: ``model_type``, ``architectures``, ``auto_map``, ``remote_code`` and
+    the version of transformers its remote code was written for, where the manifest knows them (``None`` where it says
+    ``unverified``, listed in ``unverified``; then the tiny model's own config, the registry's expectation, is
+    served)."""
+    if recorded is None:
+        return dict(in_manifest=False, unverified=["repository not in manifest.yml"])
+    out, unverified = dict(in_manifest=True), []
+    for key in ("model_type", "architectures", "auto_map", "remote_code", "written_for_transformers"):
+        value = recorded.get(key, UNVERIFIED)
+        if value == UNVERIFIED:
+            if key in recorded:
+                unverified.append(key)
+            value = None
+        out[key] = value
+    return dict(out, unverified=unverified)
+
+
+def revision_shape(recorded: dict | None, rev: str) -> dict:
+    """What one revision serves, from the manifest: ``files`` (the names the Hub lists, or ``None`` where unverified:
+    then the registry's expectation, the tiny model's ``save_pretrained`` files with ``.gitattributes`` and
+    ``README.md``), ``complete`` (the list is the whole revision), ``weights`` (the weight files; unverified:
+    ``model.safetensors``), ``tokenizer`` and ``preprocessor`` (present or not; ``None`` where unverified or not
+    recorded), ``exists``, and ``unverified``: the fields that fell back to the registry's expectation."""
+    found = None if recorded is None else (recorded.get("revisions") or {}).get(rev)
+    if found is None:
+        where = "repository" if recorded is None else "revision"
+        return dict(exists=True, files=None, complete=False, folders=[], weights=list(DEFAULT_WEIGHTS),
+                    tokenizer=None, preprocessor=None, unverified=[f"{where} not in manifest.yml"])
+    unverified = []
+    files = found.get("files", UNVERIFIED)
+    if isinstance(files, dict):
+        folders = sorted(n for n in files if n.endswith("/"))  # e.g. coreml/: its content was not read
+        files = sorted(n for n in files if not n.endswith("/"))
+        complete = bool(found.get("files_complete", True))
+        if not complete:
+            unverified.append("files (the list read is partial: the registry's files are added)")
+        if folders:
+            unverified.append(f"folders {folders} (content not read: not served)")
+    else:
+        files, complete, folders = None, False, []
+        unverified.append("files")
+    weights = found.get("weights", UNVERIFIED)
+    if weights == UNVERIFIED:
+        unverified.append("weights")
+        weights = list(DEFAULT_WEIGHTS)
+    else:
+        weights = [w for w in weights if w in WEIGHT_FILES]
+    flags = {}
+    for key in ("tokenizer", "preprocessor"):
+        value = found.get(key)
+        if value == UNVERIFIED:
+            unverified.append(key)
+        flags[key] = value if isinstance(value, bool) else None
+    exists = found.get("exists", UNVERIFIED)
+    if exists == UNVERIFIED:
+        unverified.append("exists")
+    return dict(exists=exists if isinstance(exists, bool) else True, files=files, complete=complete, folders=folders,
+                weights=weights, **flags, unverified=unverified)
+
+
 def paper_manifest(profile: str = "paper") -> dict:
     """Every repository the profile's chapters request, as a JSON-able dict (the build's plan).
 
     Models: every string value of a chapter's parameters (also inside lists and dicts) that is a registry name, plus
     MultiBERTs from a chapter with ``encoder: multiberts`` (``seeds``; ``revisions: []`` = every revision), plus the
-    gated Llama-2 ids (served, marked gated, to exercise access errors). A ``<x>_revisions`` list names the revisions
+    gated Llama-2 ids (served, marked gated, to exercise access errors), plus the repository a weights-only
+    checkpoint's tokenizer comes from (``ModelSpec.tokenizer_repo``). A ``<x>_revisions`` list names the revisions
     of the models in ``<x>_models`` that get weights of their own; the other branches share the final weights.
+    Each entry carries ``hub`` (``repo_facts``) and ``shapes`` (``revision_shape`` of main and every branch) from
+    ``manifest.yml``; remote-code models are served too (``remote_code: true``).
     """
     from anisotropy import profiles, registry
 
@@ -99,38 +196,54 @@ def paper_manifest(profile: str = "paper") -> dict:
                 multiberts.setdefault(name, set()).update(revs)
     extra = {s.name for s in registry.MODELS.values() if s.access == "gated"} - set(wanted)
 
+    hub = hub_manifest()["repos"]
     models, not_served = [], []
+
+    def add(entry: dict) -> None:
+        """Attach what the Hub holds (the repository's facts, each revision's shape); a repository or revision the
+        Hub's manifest says does not exist is not served."""
+        recorded = hub.get(entry["repo"])
+        if recorded is not None and recorded.get("exists") is False:
+            not_served.append(dict(model=entry["model"], repo=entry["repo"], chapters=entry["chapters"],
+                                   reason="does not exist on the Hub (manifest.yml)"))
+            return
+        entry["hub"] = repo_facts(recorded)
+        shapes = {"main": revision_shape(recorded, "main")}
+        for rev in list(entry["branches"]):
+            shape = revision_shape(recorded, rev)
+            if shape["exists"] is False:
+                del entry["branches"][rev]
+                entry.setdefault("branches_not_served", []).append(rev)
+                continue
+            shapes[rev] = shape
+        entry["shapes"] = shapes
+        models.append(entry)
+
     for name in sorted(set(wanted) | extra):
         s = registry.spec(name)
         why = sorted(wanted.get(name, ())) or ["gated access checks (no chapter of the profile)"]
-        if s.remote_code:
-            not_served.append(dict(model=name, repo=s.hub_id, chapters=why,
-                                   reason="remote code (trust_remote_code): its modelling code lives only on the "
-                                          "Hub, so no local class can produce its weights"))
-            continue
         base = dict(model=name, architecture=s.architecture, modality=s.modality, chapters=why,
-                    gated=s.access == "gated", local_package=s.local_package)
+                    gated=s.access == "gated", local_package=s.local_package, remote_code=s.remote_code)
+        if s.remote_code:  # served in the Hub's shape; its code is a placeholder that refuses to import
+            add(dict(base, repo=s.hub_id, revision=None, seed=_seed(name), branches={}))
+            continue
         if s.revision_in_repo:  # MultiBERTs: one repository per checkpoint; the final model = the last checkpoint
             revs = [r for r in s.revisions if r in multiberts.get(name, ())]
             for r in revs:
-                models.append(dict(base, repo=s.hub_location(r)[0], revision=r, seed=_seed(name, r), branches={}))
+                add(dict(base, repo=s.hub_location(r)[0], revision=r, seed=_seed(name, r), branches={}))
             final = s.revisions[-1]
-            models.append(dict(base, repo=s.hub_id, revision=None, seed=_seed(name, final), branches={},
-                               same_weights_as=s.hub_location(final)[0]))
+            add(dict(base, repo=s.hub_id, revision=None, seed=_seed(name, final), branches={},
+                     same_weights_as=s.hub_location(final)[0]))
             continue
         final = s.revisions[-1] if s.revisions and s.revisions_exhaustive else None
         branches = {}
         for r in s.revisions:
             distinct = r in explicit.get(name, ()) and r != final
             branches[r] = dict(seed=_seed(name, r) if distinct else _seed(name), distinct=distinct)
-        if s.hub_id in WEIGHTS_ONLY:  # as on the Hub: weights only here, the tokenizer in the final model's repo
-            models.append(dict(base, repo=s.hub_id, revision=None, seed=_seed(name), branches=branches,
-                               final_branch=final, files=list(WEIGHTS_ONLY_FILES)))
-            models.append(dict(base, repo=WEIGHTS_ONLY[s.hub_id], revision=None, seed=_seed(name), branches={},
-                               role=f"final model, whose tokenizer {s.hub_id} lacks"))
-            continue
-        models.append(dict(base, repo=s.hub_id, revision=None, seed=_seed(name), branches=branches,
-                           final_branch=final))
+        add(dict(base, repo=s.hub_id, revision=None, seed=_seed(name), branches=branches, final_branch=final))
+        if s.tokenizer_repo is not None:  # the registry reads the tokenizer there (the checkpoints lack one)
+            add(dict(base, repo=s.tokenizer_repo, revision=None, seed=_seed(name), branches={},
+                     role=f"final model, whose tokenizer the registry reads for {s.hub_id}"))
     return dict(
         format=FORMAT,
         profile=profile,
@@ -168,7 +281,8 @@ class _Repo:
             self.parts += [b"blob\nmark :%d\ndata %d\n" % (self.mark, len(data)), data, b"\n"]
         return self.blobs[key]
 
-    def commit(self, ref: str, files: dict[str, bytes], message: str, parent: int | None = None) -> int:
+    def commit(self, ref: str, files: dict[str, bytes], message: str, parent: int | None = None,
+               exact: bool = False) -> int:
         marks = {path: self._blob(data) for path, data in sorted(files.items())}
         self.mark += 1
         self.tick += 1
@@ -178,6 +292,8 @@ class _Repo:
         self.parts += [head, b"data %d\n" % len(msg), msg, b"\n"]
         if parent is not None:
             self.parts.append(b"from :%d\n" % parent)
+            if exact:  # the commit's tree is exactly ``files``, not the parent's tree plus them
+                self.parts.append(b"deleteall\n")
         self.parts += [f"M 100644 :{marks[p]} {p}\n".encode() for p in marks]
         self.parts.append(b"\n")
         return self.mark
@@ -206,42 +322,170 @@ def _initial(repo: _Repo, readme: bytes | None = None) -> int:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
+def tiny_files(name: str, seed: int) -> dict[str, bytes]:
+    """Every file ``save_pretrained`` writes for the tiny variant of ``name`` at ``seed``: config, the weights in
+    both formats (``model.safetensors`` and ``pytorch_model.bin``), the preprocessor (and Whisper's text tokenizer)."""
+    from anisotropy import registry
+
+    loaded = registry.load(name, "tiny", seed=seed)
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for safe in (True, False):
+            folder = Path(tmp) / str(safe)
+            loaded.model.save_pretrained(folder, safe_serialization=safe)
+            out.update({p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()})
+        folder = Path(tmp) / "pre"
+        loaded.preprocessor.save_pretrained(folder)
+        if loaded.tokenizer is not None:
+            loaded.tokenizer.save_pretrained(folder)
+        out.update({p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()})
+    return out
+
+
 def model_files(name: str, seed: int, weights_only: bool = False, safetensors: bool = True) -> dict[str, bytes]:
     """The files ``save_pretrained`` writes for the tiny variant of ``name`` at ``seed``: model (config and
     safetensors, or ``pytorch_model.bin`` when not ``safetensors``) and, unless ``weights_only``, its preprocessor
     (and Whisper's text tokenizer)."""
-    from anisotropy import registry
+    drop = "pytorch_model.bin" if safetensors else "model.safetensors"
+    return {k: v for k, v in tiny_files(name, seed).items() if k != drop and (
+        not weights_only or k in ("config.json", "generation_config.json", *WEIGHT_FILES))}
 
-    loaded = registry.load(name, "tiny", seed=seed)
+
+def placeholder(name: str, repo: str) -> bytes:
+    """The content of a file the Hub lists but the stand-in does not simulate (TF/Flax/Rust/ONNX weights, licences,
+    a tokenizer file no client reads here): ``{}`` for JSON (a reader gets an empty object), else one line saying so;
+    a file the manifest records as 0 B stays empty."""
+    if name.endswith(".json"):
+        return b"{}\n"
+    return f"hub stand-in: placeholder of {repo}/{name}; the real file is not simulated\n".encode()
+
+
+def legacy_vocabulary(tokenizer_json: bytes) -> dict[str, bytes]:
+    """The legacy vocabulary files of a tokenizer.json's model (WordPiece: vocab.txt; BPE: vocab.json, merges.txt),
+    as the Hub's older repositories hold them instead of tokenizer.json."""
+    from tokenizers import Tokenizer
+
     with tempfile.TemporaryDirectory() as tmp:
-        loaded.model.save_pretrained(tmp, safe_serialization=safetensors)
-        if not weights_only:
-            loaded.preprocessor.save_pretrained(tmp)
-            if loaded.tokenizer is not None:
-                loaded.tokenizer.save_pretrained(tmp)
-        return {p.name: p.read_bytes() for p in sorted(Path(tmp).iterdir()) if p.is_file()}
+        Tokenizer.from_str(tokenizer_json.decode()).model.save(tmp)
+        return {p.name: p.read_bytes() for p in Path(tmp).iterdir()}
 
 
-def _model_repo(entry: dict) -> _Repo:
+def compose(repo: str, tiny: dict[str, bytes], shape: dict, readme: bytes) -> tuple[dict[str, bytes], list[str]]:
+    """The files of one revision in the Hub's shape (``revision_shape``) from the tiny model's files; returns them
+    and the names served as placeholders.
+
+    Weight files: the manifest's format(s) only. No tokenizer (preprocessor) on the Hub: none served. A file list
+    read from the Hub: exactly those names (a partial list: those plus the registry's files); a listed legacy
+    vocabulary (vocab.txt, vocab.json, merges.txt) comes from the tiny tokenizer, and where tokenizer.json is not
+    listed, tokenizer_config.json names the slow class that reads it (BertTokenizer, GPT2Tokenizer), as on the Hub."""
+    files = {".gitattributes": GITATTRIBUTES, "README.md": readme, **tiny}
+    for w in WEIGHT_FILES:
+        if w not in shape["weights"]:
+            files.pop(w, None)
+    if shape["tokenizer"] is False:
+        files = {k: v for k, v in files.items() if k not in TOKENIZER_FILES}
+    if shape["preprocessor"] is False:
+        files.pop("preprocessor_config.json", None)
+    listed, placeholders = shape["files"], []
+    if listed is None:
+        return files, placeholders
+    if shape["complete"]:
+        files = {k: v for k, v in files.items() if k in listed}
+    legacy = legacy_vocabulary(tiny["tokenizer.json"]) if "tokenizer.json" in tiny else {}
+    for name in listed:
+        if name not in files:
+            if name in legacy:
+                files[name] = legacy[name]
+            else:
+                files[name] = placeholder(name, repo)
+                placeholders.append(name)
+    if "tokenizer.json" in tiny and "tokenizer.json" not in files and "tokenizer_config.json" in files \
+            and "tokenizer_config.json" in tiny:
+        from tokenizers import Tokenizer
+
+        kind = type(Tokenizer.from_str(tiny["tokenizer.json"].decode()).model).__name__
+        if kind in LEGACY_TOKENIZER and any(n in files for n in legacy):
+            config = json.loads(tiny["tokenizer_config.json"])
+            config["tokenizer_class"] = LEGACY_TOKENIZER[kind]
+            files["tokenizer_config.json"] = json.dumps(config, indent=2).encode()
+    return files, sorted(placeholders)
+
+
+def _readme(entry: dict) -> bytes:
+    return (f"---\nlibrary_name: transformers\n---\n# {entry['repo']}\n\nTiny random stand-in of "
+            f"`{entry['model']}` ({entry['architecture']}), seed {entry['seed']}.\n").encode()
+
+
+def remote_files(entry: dict, seed: int) -> dict[str, bytes]:
+    """The files of a remote-code model (CharacterBERT, MANTa) that the stand-in cannot build from a local class: a
+    config.json of the Hub's shape (its model_type, architectures, auto_map and transformers version where the
+    manifest records them), tiny random weights in the served formats, and placeholder modules for its code files
+    (``*.py``) that raise ImportError: the stand-in cannot run code that lives only on the Hub, so a client that
+    follows an auto_map meets one clear error, as it would meet the real code's failure under this transformers."""
+    import torch
+    from safetensors.torch import save as save_safetensors
+
+    facts = entry["hub"]
+    config = {k: facts[k] for k in ("architectures", "auto_map") if facts.get(k)}
+    config["model_type"] = facts.get("model_type") or entry["model"]
+    if facts.get("written_for_transformers"):
+        config["transformers_version"] = str(facts["written_for_transformers"])
+    config["stand_in"] = "tiny placeholder of a remote-code checkpoint; its keys beyond model_type are not simulated"
+    gen = torch.Generator().manual_seed(seed)
+    state = {"stand_in.weight": torch.randn(8, 8, generator=gen)}
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    files = {"config.json": json.dumps(config, indent=2, sort_keys=True).encode(),
+             "model.safetensors": save_safetensors(state), "pytorch_model.bin": buf.getvalue()}
+    return files
+
+
+def remote_code_module(repo: str, name: str, written_for) -> bytes:
+    version = f", written for transformers {written_for}" if written_for else ""
+    return (f'"""Hub stand-in: placeholder of {repo}/{name}. The real remote code{version} is not served."""\n\n'
+            f"raise ImportError(\"the Hub stand-in does not serve the remote code of {repo} ({name}{version})\")\n"
+            ).encode()
+
+
+def _model_repo(entry: dict) -> tuple[_Repo, dict]:
+    """The repository of one manifest entry, every revision in the Hub's shape; returns it and, per revision, what
+    was served (file names, placeholders, unverified fields)."""
     repo = _Repo()
-    base = _initial(repo, f"---\nlibrary_name: transformers\n---\n# {entry['repo']}\n\nTiny random stand-in of "
-                          f"`{entry['model']}` ({entry['architecture']}), seed {entry['seed']}.\n".encode())
-    only = entry.get("files")  # the repository's real file list, where it holds weights only (WEIGHTS_ONLY)
+    readme = _readme(entry)
+    base = _initial(repo, readme)
+    cache: dict[int, dict[str, bytes]] = {}
+    recorded = hub_manifest()["repos"].get(entry["repo"], {})
 
-    def files(seed: int, weights_only: bool) -> dict[str, bytes]:
-        if only is None:
-            return model_files(entry["model"], seed, weights_only)
-        found = model_files(entry["model"], seed, weights_only=True, safetensors=False)
-        return {name: found[name] for name in only}
+    def tiny(seed: int) -> dict[str, bytes]:
+        if seed not in cache:
+            if entry.get("remote_code"):
+                cache[seed] = remote_files(entry, seed)
+            else:
+                cache[seed] = tiny_files(entry["model"], seed)
+        return cache[seed]
 
-    main = files(entry["seed"], weights_only=False)
-    repo.commit("refs/heads/main", main, "Upload model", parent=base)
-    weights = {entry["seed"]: main}
+    def revision(rev: str, seed: int) -> tuple[dict[str, bytes], dict]:
+        shape = entry["shapes"][rev]
+        files, placeholders = compose(entry["repo"], tiny(seed), shape, readme)
+        if entry.get("remote_code"):  # code files: modules that refuse to import; a 0 B file stays empty
+            sizes = (recorded.get("revisions") or {}).get(rev, {}).get("files") or {}
+            for name in list(files):
+                if name.endswith(".py"):
+                    files[name] = remote_code_module(entry["repo"], name, entry["hub"].get("written_for_transformers"))
+                    placeholders = sorted(set(placeholders) | {name})
+                elif str(sizes.get(name)).strip() == "0 B":
+                    files[name] = b""
+        model_type = json.loads(files["config.json"]).get("model_type") if "config.json" in files else None
+        return files, dict(files=sorted(files), placeholders=placeholders, unverified=shape["unverified"],
+                           model_type=model_type)
+
+    served = {}
+    main, served["main"] = revision("main", entry["seed"])
+    repo.commit("refs/heads/main", main, "Upload model", parent=base, exact=True)
     for rev, b in entry["branches"].items():  # every branch: a commit of its own; shared weights share blobs
-        if b["seed"] not in weights:
-            weights[b["seed"]] = {**main, **files(b["seed"], weights_only=True)}
-        repo.commit(f"refs/heads/{rev}", weights[b["seed"]], f"Checkpoint {rev}", parent=base)
-    return repo
+        files, served[rev] = revision(rev, b["seed"])
+        repo.commit(f"refs/heads/{rev}", files, f"Checkpoint {rev}", parent=base, exact=True)
+    return repo, served
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -516,8 +760,10 @@ def populate(root: Path, manifest: dict) -> Path:
     started = time.time()
     with ThreadPoolExecutor(max_workers=2) as pool:  # git writes run while the next models are built
         jobs = {}
+        served_files = {}
         for entry in manifest["models"]:
-            jobs[("model", entry["repo"])] = pool.submit(_model_repo(entry).write, repo_path(root, entry["repo"]))
+            built, served_files[entry["repo"]] = _model_repo(entry)
+            jobs[("model", entry["repo"])] = pool.submit(built.write, repo_path(root, entry["repo"]))
         for build, ds in ((_wikitext, "Salesforce/wikitext"), (_imagenette, "frgfm/imagenette"),
                           (_librispeech, "openslr/librispeech_asr")):
             jobs[("dataset", ds)] = pool.submit(build().write, repo_path(root, ds, "dataset"))
@@ -527,6 +773,7 @@ def populate(root: Path, manifest: dict) -> Path:
     served = json.loads(json.dumps(manifest))
     for entry in served["models"]:
         entry["refs"] = refs[("model", entry["repo"])]
+        entry["served"] = served_files[entry["repo"]]
     for entry in served["datasets"]:
         entry["refs"] = refs[("dataset", entry["repo"])]
     served["files"]["enwik8"].update(size=enwik8.stat().st_size, sha256=_sha256_file(enwik8))
@@ -550,6 +797,7 @@ def build_key(manifest: dict) -> str:
     lib = Path(anisotropy.__file__).parent
     h = hashlib.sha256()
     h.update(Path(__file__).read_bytes())
+    h.update(HUB_MANIFEST.read_bytes())  # what the Hub holds: a changed manifest.yml rebuilds
     h.update(json.dumps(manifest, sort_keys=True).encode())
     for f in ("registry.py", "data.py"):
         h.update((lib / f).read_bytes())
