@@ -342,15 +342,6 @@ def tiny_files(name: str, seed: int) -> dict[str, bytes]:
     return out
 
 
-def model_files(name: str, seed: int, weights_only: bool = False, safetensors: bool = True) -> dict[str, bytes]:
-    """The files ``save_pretrained`` writes for the tiny variant of ``name`` at ``seed``: model (config and
-    safetensors, or ``pytorch_model.bin`` when not ``safetensors``) and, unless ``weights_only``, its preprocessor
-    (and Whisper's text tokenizer)."""
-    drop = "pytorch_model.bin" if safetensors else "model.safetensors"
-    return {k: v for k, v in tiny_files(name, seed).items() if k != drop and (
-        not weights_only or k in ("config.json", "generation_config.json", *WEIGHT_FILES))}
-
-
 def placeholder(name: str, repo: str) -> bytes:
     """The content of a file the Hub lists but the stand-in does not simulate (TF/Flax/Rust/ONNX weights, licences,
     a tokenizer file no client reads here): ``{}`` for JSON (a reader gets an empty object), else one line saying so;
