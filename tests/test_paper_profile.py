@@ -10,9 +10,11 @@ parameters cell, executed by plain papermill.
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import sys
+from types import SimpleNamespace
 from pathlib import Path
 
 import nbformat
@@ -26,7 +28,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from hub_standin import serve  # noqa: E402
 
-from anisotropy import budget, profiles, registry, runner  # noqa: E402
+from anisotropy import budget, hub, profiles, registry, report, runner  # noqa: E402
 
 PROFILE = "paper-sim"
 # The paper-sim book on the slow 2-core machine (AMD EPYC, AVX2), alone, measured (issue 29): its hang guard is 10x.
@@ -225,6 +227,82 @@ def test_every_page_names_what_it_measured(book):
             spec = next(s for s in registry.MODELS.values() if s.hub_id == repo or any(
                 s.hub_location(r)[0] == repo for r in s.revisions if s.revision_in_repo))
             assert spec.hub_id in measured or spec.hub_location(spec.revisions[0])[0] in measured, (chapter, repo)
+
+
+def _provenance_box(root: Path, chapter: str) -> str:
+    nb = nbformat.read(root / "book" / "executed" / f"{chapter}.ipynb", as_version=4)
+    return next(o["data"]["text/html"] for c in nb.cells for o in c.get("outputs", [])
+                if "provenance" in o.get("data", {}).get("text/html", ""))
+
+
+def test_unverified_lists_the_facts_a_plan_relies_on_that_no_page_showed():
+    """hub.unverified on the manifest's own entries (ground truth read from hub_manifest.yml): Bloom-3b's intermediate
+    branches were never listed (their existence is unverified, their file lists are issue 28's reading), Pythia's
+    step branches' files were not read, a repository read nowhere lacks everything, one read fully lacks nothing."""
+    assert hub.unverified([("bert-base-uncased", None), ("bigscience/bloom-3b", None)]) == {}
+    found = hub.unverified([("bigscience/bloom-3b-intermediate", "global_step1000"),
+                            ("bigscience/bloom-3b-intermediate", "global_step10000"),
+                            ("EleutherAI/pythia-2.8b", "step0"), ("EleutherAI/pythia-70m", None),
+                            ("bert-base-uncased", None), ("nobody/not-recorded", None)])
+    assert found == {
+        "bigscience/bloom-3b-intermediate": {"repo": [], "revisions": {"global_step1000": ["exists"],
+                                                                        "global_step10000": ["exists"]}},
+        "EleutherAI/pythia-2.8b": {"repo": [], "revisions": {"step0": ["files", "weights", "tokenizer"]}},
+        "EleutherAI/pythia-70m": {"repo": ["exists", "model_type"],
+                                  "revisions": {"main": ["exists", "files", "weights", "tokenizer"]}},
+        "nobody/not-recorded": {"repo": ["recorded"], "revisions": {}}}
+    # A revision whose file list was read only in part (roberta-base: merges.txt) counts as unverified.
+    assert hub.unverified([("roberta-base", None)])["roberta-base"]["revisions"] == {"main": ["files", "weights"]}
+    text = hub.unverified_text(found)
+    assert ("the existence of bigscience/bloom-3b-intermediate at revisions global_step1000, global_step10000"
+            in text)
+    assert "the file list, weight files and tokenizer of EleutherAI/pythia-2.8b at revision step0" in text
+    assert "anything about nobody/not-recorded (not in the manifest)" in text
+    assert "bert-base-uncased" not in text and hub.unverified_text({}) == ""
+
+
+def test_the_unverified_note_is_for_paper_profiles_only():
+    """The note names the facts of the chapter's plan under paper and paper-sim; under local the page is unchanged."""
+    chapter = "p2_training_dynamics"
+    for profile in ("paper", PROFILE):
+        note = report.unverified_note(SimpleNamespace(profile=profile, chapter=chapter,
+                                                      values=profiles.chapter_parameters(profile, chapter)))
+        assert note.startswith("Unverified against the Hub: ") and "global_step1000" in note, profile
+    local = SimpleNamespace(profile="local", chapter=chapter, values=profiles.chapter_parameters("paper", chapter))
+    assert report.unverified_note(local) == ""
+    block = "p1_s4_untrained_block"  # loads bert-base-uncased from the Hub, whose facts were all read
+    assert budget.plan(block, profiles.chapter_parameters(PROFILE, block)).requests
+    assert report.unverified_note(SimpleNamespace(profile=PROFILE, chapter=block,
+                                                  values=profiles.chapter_parameters(PROFILE, block))) == ""
+
+
+@pytest.mark.slow
+def test_every_page_names_what_is_unverified_on_the_hub(book):
+    """Each executed page of the paper-sim book names, in its provenance box, every repository and revision of its
+    plan with a fact the manifest leaves unverified, and which facts; a page whose plan relies on none prints no
+    note."""
+    with_note, without = [], []
+    for chapter in runner.chapters():
+        found = hub.unverified(budget.plan(chapter, profiles.chapter_parameters(PROFILE, chapter), PROFILE).requests)
+        box = _provenance_box(book["root"], chapter)
+        note = re.search(r'<p class="hub-unverified">(.*?)</p>', box, flags=re.S)
+        if not found:
+            assert note is None and "Unverified against the Hub" not in box, chapter
+            without.append(chapter)
+            continue
+        assert note is not None, chapter
+        text = html.unescape(note.group(1))
+        assert text.startswith("Unverified against the Hub: "), chapter
+        for repo, facts in found.items():
+            assert repo in text, (chapter, repo)
+            assert all(rev in text for rev in facts["revisions"] if rev != "main"), (chapter, repo)
+            words = [hub.REPO_FACTS[k] for k in facts["repo"]]
+            words += [hub.REVISION_FACTS[k] for keys in facts["revisions"].values() for k in keys]
+            assert all(w in text for w in words), (chapter, repo, words)
+        with_note.append(chapter)
+    # Both kinds are there: Bloom's unlisted branches, and a chapter that loads only what was read (or nothing).
+    assert "p2_training_dynamics" in with_note
+    assert {"p1_s4_untrained_block", "checkpoint_suites"} <= set(without)
 
 
 @pytest.mark.slow
