@@ -10,6 +10,7 @@ parameters cell, executed by plain papermill.
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 import re
@@ -34,6 +35,7 @@ PROFILE = "paper-sim"
 # The paper-sim book on the slow 2-core machine (AMD EPYC, AVX2), alone, measured (issue 29): its hang guard is 10x.
 BUILD_S = 600
 WEIGHTS = ("model.safetensors", "pytorch_model.bin")
+SECTION3 = ("p1_s3_token_level", "p1_s3_character_level", "p1_s3_modalities")
 
 
 def _client_env(hub, root: Path, hf_home: Path) -> dict[str, str]:
@@ -66,9 +68,11 @@ def book(standin, tmp_path_factory):
     return {"root": root, "hf_home": hf_home, "requests": standin.requests()[start:], "stdout": proc.stdout}
 
 
-def _planned() -> dict[str, list[tuple[str, str | None]]]:
-    """Per chapter, the (repo, revision) every checkpoint it plans to load from the Hub."""
-    return {ch: budget.plan(ch, profiles.chapter_parameters(PROFILE, ch)).requests for ch in runner.chapters()}
+def _planned(build: bool = False) -> dict[str, list[tuple[str, str | None]]]:
+    """Per chapter, the (repo, revision) every checkpoint it plans to load from the Hub on a fresh runtime, or, with
+    ``build``, in a full build (where the drift chapter reads the Section 3 chapters' stored measurements)."""
+    plans = {ch: budget.plan(ch, profiles.chapter_parameters(PROFILE, ch)) for ch in runner.chapters()}
+    return {ch: p.build_requests if build else p.requests for ch, p in plans.items()}
 
 
 def _weights_requests(requests, method: str = "HEAD") -> dict[tuple[str, str], int]:
@@ -154,7 +158,10 @@ def test_every_chapter_executed(book):
 
 @pytest.mark.slow
 def test_every_planned_checkpoint_was_downloaded_once_from_the_stand_in(book, standin):
-    planned = {(repo, rev or "main") for reqs in _planned().values() for repo, rev in reqs}
+    planned = {(repo, rev or "main") for reqs in _planned(build=True).values() for repo, rev in reqs}
+    # What a chapter loads on a fresh runtime, a full build loads too (the drift chapter's models: by the Section 3
+    # chapters, before it).
+    assert {(repo, rev or "main") for reqs in _planned().values() for repo, rev in reqs} == planned
     # Remote-code models are served in their Hub shape, but their load stops at the config (an unknown model_type,
     # code that cannot run here), before any weights file is asked for.
     remote = {e["repo"] for e in standin.manifest["models"] if e.get("remote_code")}
@@ -301,8 +308,27 @@ def test_every_page_names_what_is_unverified_on_the_hub(book):
             assert all(w in text for w in words), (chapter, repo, words)
         with_note.append(chapter)
     # Both kinds are there: Bloom's unlisted branches, and a chapter that loads only what was read (or nothing).
-    assert "p2_training_dynamics" in with_note
+    assert "p2_training_dynamics" in with_note and "p1_s3_drift" in with_note
     assert {"p1_s4_untrained_block", "checkpoint_suites"} <= set(without)
+
+
+def test_the_drift_chapter_plans_the_section_3_models_for_a_fresh_runtime():
+    """The drift chapter reuses the Section 3 chapters' stored measurements only when they ran in this runtime; its
+    plan (and so its budget) is what a fresh runtime needs: the same checkpoints, at the same sizes, and data."""
+    for profile in ("paper", PROFILE):
+        drift = budget.plan("p1_s3_drift", profiles.chapter_parameters(profile, "p1_s3_drift"), profile)
+        section3 = [budget.plan(ch, profiles.chapter_parameters(profile, ch), profile) for ch in SECTION3]
+        assert set(drift.requests) == set().union(*(p.requests for p in section3)) != set(), profile
+        assert ({dataclasses.replace(c, reused_from="") for c in drift.checkpoints}
+                == {c for p in section3 for c in p.checkpoints}), profile
+        assert set(drift.data) == {d for p in section3 for d in p.data}
+        # In a full build the Section 3 chapters load them; the drift chapter reads their results.
+        assert drift.build_requests == [] and drift.reused_from == list(SECTION3)
+        estimate = budget.estimate(drift)
+        assert estimate["download_gib"] >= max(budget.estimate(p)["download_gib"] for p in section3) > 0
+        params = profiles.chapter_parameters(profile, "p1_s3_drift")
+        assert "when they ran in this runtime" in budget.describe("p1_s3_drift", params, profile)
+        assert "on a fresh runtime" in budget.summary("p1_s3_drift", params, profile)
 
 
 @pytest.mark.slow
