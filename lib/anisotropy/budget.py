@@ -421,20 +421,24 @@ def state_widths(model: str) -> tuple[int, ...]:
     return (width,) * ((layers + 1) * (2 if s.stack == "encoder-decoder" else 1))
 
 
-def host_ram_bytes(c: Checkpoint) -> int:
-    """Host bytes one checkpoint needs beyond the kernel itself (``RUNTIME_GIB``): the larger of loading its
-    weights (a host copy in ``dtype``, before they move to the GPU) and what its measurement holds (``pool_bytes``
-    with ``metric_bytes``, or ``per_example_bytes``). Bytes."""
-    load = _params(c.model) * BYTES.get(c.dtype, 4)
-    held = 0
+def held_bytes(c: Checkpoint) -> int:
+    """Host bytes one checkpoint's measurement holds (``pool_bytes`` with ``metric_bytes``, or
+    ``per_example_bytes``), at the registry's true-size shapes. Bytes."""
     if c.pool:
         width, layers, _ = _shape(c.model)
         states = layers + 1 + c.extra_states
-        held = pool_bytes(states, width, c.pool, c.examples * c.positions, c.batch * c.positions,
+        return pool_bytes(states, width, c.pool, c.examples * c.positions, c.batch * c.positions,
                           metric_bytes(c.metric_batch or c.pool, width))
-    elif c.per_example:
-        held = per_example_bytes(c.examples, state_widths(c.model))
-    return int(max(load, held))
+    if c.per_example:
+        return per_example_bytes(c.examples, state_widths(c.model))
+    return 0
+
+
+def host_ram_bytes(c: Checkpoint) -> int:
+    """Host bytes one checkpoint needs beyond the kernel itself (``RUNTIME_GIB``): the larger of loading its
+    weights (a host copy in ``dtype``, before they move to the GPU) and what its measurement holds
+    (``held_bytes``). Bytes."""
+    return int(max(_params(c.model) * BYTES.get(c.dtype, 4), held_bytes(c)))
 
 
 def xet_chunk_cache_gib(hub_gib: float) -> float:
