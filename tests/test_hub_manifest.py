@@ -1,4 +1,4 @@
-"""The manifest of the real Hub (tests/hub_standin/manifest.yml, issue 28) against the registry and the paper profile.
+"""The manifest of the real Hub (lib/anisotropy/hub_manifest.yml, issue 28) against the registry and the paper profile.
 
 The manifest records what the Hugging Face Hub holds, read from public pages, not from the registry. These tests read
 it without network and without the stand-in: (a) every entry names where it was read or says `unverified`, and an
@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from anisotropy import profiles, registry
+from anisotropy import hub, profiles, registry
 
 ROOT = Path(__file__).resolve().parents[1]
-MANIFEST = ROOT / "tests" / "hub_standin" / "manifest.yml"
+MANIFEST = hub.MANIFEST  # shipped with the package: the chapters name what it leaves unverified
 UNVERIFIED = "unverified"
 # Facts an entry can assert; an entry whose source is `unverified` may assert none of them.
 REPO_FACTS = ("exists", "redirect", "model_type", "architectures", "gated", "remote_code", "auto_map")

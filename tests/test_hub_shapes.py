@@ -41,7 +41,7 @@ def test_bloom_checkpoint_without_tokenizer_takes_the_final_models(standin, tmp_
     repo = "bigscience/bloom-3b-intermediate"
     assert _tree(standin, repo, "global_step1000") == {".gitattributes", "README.md", "config.json",
                                                         "pytorch_model.bin"}
-    # main also holds the safetensors variant a later commit added (manifest.yml); the branches predate it
+    # main also holds the safetensors variant a later commit added (lib/anisotropy/hub_manifest.yml); the branches predate it
     assert _tree(standin, repo, "main") == _tree(standin, repo, "global_step1000") | {"model.safetensors"}
     got = run_client(standin, """
         from anisotropy import registry

@@ -28,6 +28,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 from conftest import run_guarded  # noqa: E402
 from hub_standin import build, serve  # noqa: E402
 
+from anisotropy import hub  # noqa: E402
+
 TOKEN = "hf_standin_accepted_token"
 PRELUDE = """
 import json, os, sys, tempfile, warnings
@@ -231,7 +233,7 @@ def test_manifest_serves_every_model_of_the_paper_profile(standin):
                 walk(x)
 
     walk(profiles.load("paper")["notebooks"])
-    assert names - served == set(not_served) == set()  # manifest.yml says none of them is missing from the Hub
+    assert names - served == set(not_served) == set()  # hub_manifest.yml says none of them is missing from the Hub
     remote = {e["model"] for e in m["models"] if e["remote_code"]}
     assert remote == {"character-bert", "manta-lm"}
     for e in m["models"]:  # every served repository exists, with every branch of its revisions
@@ -249,10 +251,10 @@ def test_manifest_serves_every_model_of_the_paper_profile(standin):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# What is served against what the real Hub holds (tests/hub_standin/manifest.yml, issue 28)
+# What is served against what the real Hub holds (lib/anisotropy/hub_manifest.yml, issue 28)
 # ---------------------------------------------------------------------------------------------------------------------
 
-HUB = ROOT / "tests" / "hub_standin" / "manifest.yml"
+HUB = hub.MANIFEST  # the package's record of the Hub, which the chapters read too
 WEIGHT_FILES = {"model.safetensors", "pytorch_model.bin"}
 TOKENIZER_FILES = {"tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "merges.txt", "spiece.model"}
 
@@ -271,7 +273,7 @@ def hub_queries(records: dict) -> list[list[str]]:
 
 def served_differences(records: dict, listing: dict, served: dict) -> list[str]:
     """What the stand-in serves (``listing``: "repo@rev" -> {"files": [...], "model_type": ...} or {"error": name},
-    read over HTTP) against what the Hub holds (``records``, manifest.yml), one line per difference.
+    read over HTTP) against what the Hub holds (``records``, hub_manifest.yml), one line per difference.
 
     For a revision whose file list was read: the served names are exactly the listed ones (a partial list,
     ``files_complete: false``: at least them); the only exception, folders (``coreml/``) whose content was not read,
@@ -342,7 +344,7 @@ def hub_listing(standin, tmp_path_factory):
 
 
 def test_served_repositories_are_the_hubs(hub_listing, standin):
-    """Every repository and revision manifest.yml records, as the stand-in serves it over HTTP (list_repo_files,
+    """Every repository and revision hub_manifest.yml records, as the stand-in serves it over HTTP (list_repo_files,
     config.json), against the manifest: file names, weight format, tokenizer and preprocessor, model_type."""
     served = {e["repo"]: e for e in standin.manifest["models"]}
     assert len(hub_listing) >= 190
@@ -373,10 +375,10 @@ def test_served_differences_catch_the_registry_shaped_stand_in():
 
 
 def test_build_key_covers_the_hub_manifest(tmp_path, monkeypatch):
-    """ensure_built() rebuilds when manifest.yml changes (its bytes enter the key, not only the plan)."""
+    """ensure_built() rebuilds when hub_manifest.yml changes (its bytes enter the key, not only the plan)."""
     plan = {"models": []}
     before = build.build_key(plan)
-    changed = tmp_path / "manifest.yml"
+    changed = tmp_path / "hub_manifest.yml"
     changed.write_text(build.HUB_MANIFEST.read_text() + "\n# a changed note\n")
     monkeypatch.setattr(build, "HUB_MANIFEST", changed)
     assert build.build_key(plan) != before

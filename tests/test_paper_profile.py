@@ -10,9 +10,12 @@ parameters cell, executed by plain papermill.
 
 from __future__ import annotations
 
+import dataclasses
+import html
 import json
 import re
 import sys
+from types import SimpleNamespace
 from pathlib import Path
 
 import nbformat
@@ -26,12 +29,13 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from hub_standin import serve  # noqa: E402
 
-from anisotropy import budget, profiles, registry, runner  # noqa: E402
+from anisotropy import budget, hub, profiles, registry, report, runner  # noqa: E402
 
 PROFILE = "paper-sim"
 # The paper-sim book on the slow 2-core machine (AMD EPYC, AVX2), alone, measured (issue 29): its hang guard is 10x.
 BUILD_S = 600
 WEIGHTS = ("model.safetensors", "pytorch_model.bin")
+SECTION3 = ("p1_s3_token_level", "p1_s3_character_level", "p1_s3_modalities")
 
 
 def _client_env(hub, root: Path, hf_home: Path) -> dict[str, str]:
@@ -64,9 +68,11 @@ def book(standin, tmp_path_factory):
     return {"root": root, "hf_home": hf_home, "requests": standin.requests()[start:], "stdout": proc.stdout}
 
 
-def _planned() -> dict[str, list[tuple[str, str | None]]]:
-    """Per chapter, the (repo, revision) every checkpoint it plans to load from the Hub."""
-    return {ch: budget.plan(ch, profiles.chapter_parameters(PROFILE, ch)).requests for ch in runner.chapters()}
+def _planned(build: bool = False) -> dict[str, list[tuple[str, str | None]]]:
+    """Per chapter, the (repo, revision) every checkpoint it plans to load from the Hub on a fresh runtime, or, with
+    ``build``, in a full build (where the drift chapter reads the Section 3 chapters' stored measurements)."""
+    plans = {ch: budget.plan(ch, profiles.chapter_parameters(PROFILE, ch)) for ch in runner.chapters()}
+    return {ch: p.build_requests if build else p.requests for ch, p in plans.items()}
 
 
 def _weights_requests(requests, method: str = "HEAD") -> dict[tuple[str, str], int]:
@@ -152,7 +158,10 @@ def test_every_chapter_executed(book):
 
 @pytest.mark.slow
 def test_every_planned_checkpoint_was_downloaded_once_from_the_stand_in(book, standin):
-    planned = {(repo, rev or "main") for reqs in _planned().values() for repo, rev in reqs}
+    planned = {(repo, rev or "main") for reqs in _planned(build=True).values() for repo, rev in reqs}
+    # What a chapter loads on a fresh runtime, a full build loads too (the drift chapter's models: by the Section 3
+    # chapters, before it).
+    assert {(repo, rev or "main") for reqs in _planned().values() for repo, rev in reqs} == planned
     # Remote-code models are served in their Hub shape, but their load stops at the config (an unknown model_type,
     # code that cannot run here), before any weights file is asked for.
     remote = {e["repo"] for e in standin.manifest["models"] if e.get("remote_code")}
@@ -225,6 +234,129 @@ def test_every_page_names_what_it_measured(book):
             spec = next(s for s in registry.MODELS.values() if s.hub_id == repo or any(
                 s.hub_location(r)[0] == repo for r in s.revisions if s.revision_in_repo))
             assert spec.hub_id in measured or spec.hub_location(spec.revisions[0])[0] in measured, (chapter, repo)
+
+
+def _provenance_box(root: Path, chapter: str) -> str:
+    nb = nbformat.read(root / "book" / "executed" / f"{chapter}.ipynb", as_version=4)
+    return next(o["data"]["text/html"] for c in nb.cells for o in c.get("outputs", [])
+                if "provenance" in o.get("data", {}).get("text/html", ""))
+
+
+def test_unverified_lists_the_facts_a_plan_relies_on_that_no_page_showed():
+    """hub.unverified on the manifest's own entries (ground truth read from hub_manifest.yml): Bloom-3b's intermediate
+    branches were never listed (their existence is unverified, their file lists are issue 28's reading), Pythia's
+    step branches' files were not read, a repository read nowhere lacks everything, one read fully lacks nothing."""
+    assert hub.unverified([("bert-base-uncased", None), ("bigscience/bloom-3b", None)]) == {}
+    found = hub.unverified([("bigscience/bloom-3b-intermediate", "global_step1000"),
+                            ("bigscience/bloom-3b-intermediate", "global_step10000"),
+                            ("EleutherAI/pythia-2.8b", "step0"), ("EleutherAI/pythia-70m", None),
+                            ("bert-base-uncased", None), ("nobody/not-recorded", None)])
+    assert found == {
+        "bigscience/bloom-3b-intermediate": {"repo": [], "revisions": {"global_step1000": ["exists"],
+                                                                        "global_step10000": ["exists"]}},
+        "EleutherAI/pythia-2.8b": {"repo": [], "revisions": {"step0": ["files", "weights", "tokenizer"]}},
+        "EleutherAI/pythia-70m": {"repo": ["exists", "model_type"],
+                                  "revisions": {"main": ["exists", "files", "weights", "tokenizer"]}},
+        "nobody/not-recorded": {"repo": ["recorded"], "revisions": {}}}
+    # A revision whose file list was read only in part (roberta-base: merges.txt) counts as unverified.
+    assert hub.unverified([("roberta-base", None)])["roberta-base"]["revisions"] == {"main": ["files", "weights"]}
+    text = hub.unverified_text(found)
+    assert ("the existence of bigscience/bloom-3b-intermediate at revisions global_step1000, global_step10000"
+            in text)
+    assert "the file list, weight files and tokenizer of EleutherAI/pythia-2.8b at revision step0" in text
+    assert "anything about nobody/not-recorded (not in the manifest)" in text
+    assert "bert-base-uncased" not in text and hub.unverified_text({}) == ""
+
+
+def test_the_unverified_note_is_for_paper_profiles_only():
+    """The note names the facts of the chapter's plan under paper and paper-sim; under local the page is unchanged."""
+    chapter = "p2_training_dynamics"
+    for profile in ("paper", PROFILE):
+        note = report.unverified_note(SimpleNamespace(profile=profile, chapter=chapter,
+                                                      values=profiles.chapter_parameters(profile, chapter)))
+        assert note.startswith("Unverified against the Hub: ") and "global_step1000" in note, profile
+    local = SimpleNamespace(profile="local", chapter=chapter, values=profiles.chapter_parameters("paper", chapter))
+    assert report.unverified_note(local) == ""
+    block = "p1_s4_untrained_block"  # loads bert-base-uncased from the Hub, whose facts were all read
+    assert budget.plan(block, profiles.chapter_parameters(PROFILE, block)).requests
+    assert report.unverified_note(SimpleNamespace(profile=PROFILE, chapter=block,
+                                                  values=profiles.chapter_parameters(PROFILE, block))) == ""
+
+
+@pytest.mark.slow
+def test_every_page_names_what_is_unverified_on_the_hub(book):
+    """Each executed page of the paper-sim book names, in its provenance box, every repository and revision of its
+    plan with a fact the manifest leaves unverified, and which facts; a page whose plan relies on none prints no
+    note."""
+    with_note, without = [], []
+    for chapter in runner.chapters():
+        found = hub.unverified(budget.plan(chapter, profiles.chapter_parameters(PROFILE, chapter), PROFILE).requests)
+        box = _provenance_box(book["root"], chapter)
+        note = re.search(r'<p class="hub-unverified">(.*?)</p>', box, flags=re.S)
+        if not found:
+            assert note is None and "Unverified against the Hub" not in box, chapter
+            without.append(chapter)
+            continue
+        assert note is not None, chapter
+        text = html.unescape(note.group(1))
+        assert text.startswith("Unverified against the Hub: "), chapter
+        for repo, facts in found.items():
+            assert repo in text, (chapter, repo)
+            assert all(rev in text for rev in facts["revisions"] if rev != "main"), (chapter, repo)
+            words = [hub.REPO_FACTS[k] for k in facts["repo"]]
+            words += [hub.REVISION_FACTS[k] for keys in facts["revisions"].values() for k in keys]
+            assert all(w in text for w in words), (chapter, repo, words)
+        with_note.append(chapter)
+    # Both kinds are there: Bloom's unlisted branches, and a chapter that loads only what was read (or nothing).
+    assert "p2_training_dynamics" in with_note and "p1_s3_drift" in with_note
+    assert {"p1_s4_untrained_block", "checkpoint_suites"} <= set(without)
+
+
+def test_the_drift_chapter_plans_the_section_3_models_for_a_fresh_runtime():
+    """The drift chapter reuses the Section 3 chapters' stored measurements only when they ran in this runtime; its
+    plan (and so its budget) is what a fresh runtime needs: the same checkpoints, at the same sizes, and data."""
+    for profile in ("paper", PROFILE):
+        drift = budget.plan("p1_s3_drift", profiles.chapter_parameters(profile, "p1_s3_drift"), profile)
+        section3 = [budget.plan(ch, profiles.chapter_parameters(profile, ch), profile) for ch in SECTION3]
+        assert set(drift.requests) == set().union(*(p.requests for p in section3)) != set(), profile
+        assert ({dataclasses.replace(c, reused_from="") for c in drift.checkpoints}
+                == {c for p in section3 for c in p.checkpoints}), profile
+        assert set(drift.data) == {d for p in section3 for d in p.data}
+        # In a full build the Section 3 chapters load them; the drift chapter reads their results.
+        assert drift.build_requests == [] and drift.reused_from == list(SECTION3)
+        estimate = budget.estimate(drift)
+        assert estimate["download_gib"] >= max(budget.estimate(p)["download_gib"] for p in section3) > 0
+        params = profiles.chapter_parameters(profile, "p1_s3_drift")
+        assert "when they ran in this runtime" in budget.describe("p1_s3_drift", params, profile)
+        assert "on a fresh runtime" in budget.summary("p1_s3_drift", params, profile)
+
+
+@pytest.mark.slow
+def test_the_host_memory_figure_bounds_each_kernels_measured_peak(book):
+    """The budget's host-memory figure (``estimate(plan)["ram_gib"]``) is the kernel's own base, ``RUNTIME_GIB``
+    (interpreter, torch and the libraries, tokenizer, data), plus the largest of each checkpoint's weights on the host
+    and what its measurement holds (``held_bytes``). Under paper-sim the stand-in serves tiny weights under the true
+    ids while the load term counts the true-size weights (GiB) it never sends, so with that term the bound would hold
+    trivially: the check leaves it out and compares base plus held bytes (at the registry's true-size widths, never
+    below the tiny models') with the peak resident set of each chapter's kernel and its live Dask workers
+    (``runner._tree_peak_rss``: VmHWM, recorded in the executed notebook's metadata)."""
+    checked, base_needed = [], []
+    for chapter in runner.chapters():
+        plan = budget.plan(chapter, profiles.chapter_parameters(PROFILE, chapter), PROFILE)
+        if not plan.checkpoints:
+            continue
+        meta = json.loads((book["root"] / "book" / "executed" / f"{chapter}.ipynb").read_text())["metadata"]
+        peak = meta["anisotropy"]["peak_rss_bytes"]
+        assert peak is not None and peak > 200 * 2**20, (chapter, peak)  # a real reading: torch alone holds more
+        held = max(budget.held_bytes(c) for c in plan.checkpoints)
+        bound = budget.RUNTIME_GIB * budget.GIB + held
+        assert budget.estimate(plan)["ram_gib"] * budget.GIB >= bound  # the figure the page shows includes it
+        assert peak <= bound, (chapter, f"peak {peak / 2**20:.0f} MiB, bound {bound / 2**20:.0f} MiB")
+        checked.append(chapter)
+        if peak > held:
+            base_needed.append(chapter)
+    # Every measuring chapter was checked, and the measurement's terms alone do not bound them: the base does.
+    assert len(checked) >= 9 and base_needed
 
 
 @pytest.mark.slow

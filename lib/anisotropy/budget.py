@@ -59,7 +59,11 @@ class Checkpoint:
     What it holds on the host while measured: ``pool`` > 0, Paper 2's shuffled pool of that many vectors per hidden
     state (``spectral.BatchedLayer``), measured ``metric_batch`` vectors at a time (``extra_states``: states beyond
     the layers, e.g. the split final norm);
-    ``per_example``, Section 3's sum of unit vectors per example and layer (``layerwise.FirstMoments``)."""
+    ``per_example``, Section 3's sum of unit vectors per example and layer (``layerwise.FirstMoments``).
+
+    ``reused_from``: the chapter whose stored measurement of this checkpoint (same model, data and sizes) the chapter
+    reads when that chapter ran before it with the same store (a full build, or the same Colab runtime); only a fresh
+    runtime, with an empty store, loads it here."""
 
     model: str
     revision: str | None = None
@@ -73,6 +77,7 @@ class Checkpoint:
     metric_batch: int = 0
     extra_states: int = 0
     per_example: bool = False
+    reused_from: str = ""
 
 
 @dataclass
@@ -89,15 +94,31 @@ class Plan:
 
     @property
     def requests(self) -> list[tuple[str, str | None]]:
-        """(hub id, revision) of every checkpoint the chapter loads from the Hub, as ``registry.load`` asks for it."""
-        from . import registry
+        """(hub id, revision) of every checkpoint the chapter loads from the Hub on a fresh runtime (an empty results
+        store), as ``registry.load`` asks for it."""
+        return _hub_locations(self.checkpoints)
 
-        out = []
-        for c in self.checkpoints:
-            s = registry.spec(c.model)
-            if not s.local_package:
-                out.append(s.hub_location(c.revision))
-        return out
+    @property
+    def build_requests(self) -> list[tuple[str, str | None]]:
+        """The ``requests`` it makes in a full build, where the chapters it runs after have stored their measurements:
+        none of the checkpoints another chapter measured for it (``Checkpoint.reused_from``)."""
+        return _hub_locations([c for c in self.checkpoints if not c.reused_from])
+
+    @property
+    def reused_from(self) -> list[str]:
+        """The chapters whose stored measurements this chapter reuses when they ran in this runtime."""
+        return list(dict.fromkeys(c.reused_from for c in self.checkpoints if c.reused_from))
+
+
+def _hub_locations(checkpoints) -> list[tuple[str, str | None]]:
+    from . import registry
+
+    out = []
+    for c in checkpoints:
+        s = registry.spec(c.model)
+        if not s.local_package:
+            out.append(s.hub_location(c.revision))
+    return out
 
 
 # ---- per chapter: which parameters name checkpoints and data ------------------------------------------------------
@@ -134,8 +155,30 @@ def _section3(p: dict, plan: Plan) -> None:
 
 
 def _drift(p: dict, plan: Plan) -> None:
-    plan.notes.append("reads the measurements the three Section 3 chapters stored (same models, same data): it "
-                      "downloads nothing they did not")
+    """The drift chapter measures the models of the three Section 3 chapters with their parameters (the profiles give
+    both the same values, through YAML anchors): when those chapters ran in this runtime it reads their stored
+    measurements and loads nothing; on a fresh runtime (an empty store) it measures every one of them itself."""
+    import dataclasses
+
+    common = dict(variant=p["variant"], batch_size=p["batch_size"])
+    parts = {
+        "p1_s3_token_level": dict(common, models=p["token_models"], pretrained=p.get("pretrained", []),
+                                  source=p["text_source"], n_samples=p["n_texts"], max_length=p["token_max_length"]),
+        "p1_s3_character_level": dict(common, models=p["char_models"], source=p["text_source"],
+                                      n_samples=p["n_char_texts"], max_length=p["char_max_length"],
+                                      per_model=p.get("char_per_model") or {}),
+        "p1_s3_modalities": dict(common, speech_models=p["speech_models"], vit_models=p["vit_models"],
+                                 cnn_models=p["cnn_models"], speech_source=p["speech_source"], n_speech=p["n_speech"],
+                                 image_source=p["image_source"], n_images=p["n_images"],
+                                 per_model=p.get("per_model") or {}),
+    }
+    for chapter, params in parts.items():
+        part = Plan(chapter, profile=plan.profile)
+        _section3(params, part)
+        plan.checkpoints += [dataclasses.replace(c, reused_from=chapter) for c in part.checkpoints]
+        plan.data += part.data
+    plan.notes.append("reuses the measurements the three Section 3 chapters stored (same models, same data) when they "
+                      "ran in this runtime; the estimates are a fresh runtime's, which measures them all")
 
 
 def _untrained_block(p: dict, plan: Plan) -> None:
@@ -378,20 +421,24 @@ def state_widths(model: str) -> tuple[int, ...]:
     return (width,) * ((layers + 1) * (2 if s.stack == "encoder-decoder" else 1))
 
 
-def host_ram_bytes(c: Checkpoint) -> int:
-    """Host bytes one checkpoint needs beyond the kernel itself (``RUNTIME_GIB``): the larger of loading its
-    weights (a host copy in ``dtype``, before they move to the GPU) and what its measurement holds (``pool_bytes``
-    with ``metric_bytes``, or ``per_example_bytes``). Bytes."""
-    load = _params(c.model) * BYTES.get(c.dtype, 4)
-    held = 0
+def held_bytes(c: Checkpoint) -> int:
+    """Host bytes one checkpoint's measurement holds (``pool_bytes`` with ``metric_bytes``, or
+    ``per_example_bytes``), at the registry's true-size shapes. Bytes."""
     if c.pool:
         width, layers, _ = _shape(c.model)
         states = layers + 1 + c.extra_states
-        held = pool_bytes(states, width, c.pool, c.examples * c.positions, c.batch * c.positions,
+        return pool_bytes(states, width, c.pool, c.examples * c.positions, c.batch * c.positions,
                           metric_bytes(c.metric_batch or c.pool, width))
-    elif c.per_example:
-        held = per_example_bytes(c.examples, state_widths(c.model))
-    return int(max(load, held))
+    if c.per_example:
+        return per_example_bytes(c.examples, state_widths(c.model))
+    return 0
+
+
+def host_ram_bytes(c: Checkpoint) -> int:
+    """Host bytes one checkpoint needs beyond the kernel itself (``RUNTIME_GIB``): the larger of loading its
+    weights (a host copy in ``dtype``, before they move to the GPU) and what its measurement holds
+    (``held_bytes``). Bytes."""
+    return int(max(_params(c.model) * BYTES.get(c.dtype, 4), held_bytes(c)))
 
 
 def xet_chunk_cache_gib(hub_gib: float) -> float:
@@ -508,6 +555,9 @@ def table(chapter: str, params: dict, profile: str = "paper"):
         suites = f" ({', '.join(p.trained)} suite{'s' if len(p.trained) > 1 else ''})" if p.trained else ""
         rows.append(("of which training" + suites, _minutes(e["training_minutes"]),
                      "less if checkpoint_suites trained them in this runtime" if p.trained else ""))
+    if p.reused_from:
+        rows.append(("reused when they ran in this runtime", ", ".join(p.reused_from),
+                     "then nothing above is downloaded or measured again"))
     if e["unknown"]:
         rows.append(("size unknown (not counted)", ", ".join(e["unknown"]), ""))
     return pd.DataFrame(rows, columns=["quantity", "estimate", "free Colab"])
@@ -536,7 +586,11 @@ def describe(chapter: str, params: dict, profile: str = "paper") -> str:
     if not names:
         return p.notes[0] if p.notes else "no pretrained model"
     listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-    return f"the pretrained {listed}" + (f" on {' and '.join(used)}" if used else "")
+    text = f"the pretrained {listed}" + (f" on {' and '.join(used)}" if used else "")
+    if p.reused_from:
+        return (f"reuses the measurements of {', '.join(p.reused_from)} when they ran in this runtime (same models, "
+                f"same data); on a fresh runtime it measures {text}")
+    return text
 
 
 def summary(chapter: str, params: dict, profile: str = "paper") -> str:
@@ -553,5 +607,8 @@ def summary(chapter: str, params: dict, profile: str = "paper") -> str:
         text = (f"about {_minutes(e['t4_minutes'])} on a Colab T4{training}, {e['checkpoints']} checkpoint"
                 f"{'s' if e['checkpoints'] != 1 else ''}, {'at least ' if e['unknown'] else ''}"
                 f"{_gib(e['download_gib'])} of downloads and {_gib(e['ram_gib'])} of host memory at the peak")
+    if p.reused_from:
+        text += (f" on a fresh runtime (none when {', '.join(p.reused_from)} ran in this runtime: their stored "
+                 f"measurements are reused)")
     issues = problems(p, e)
     return text + (f"; it does not fit a free Colab as set ({'; '.join(issues)})" if issues else "")

@@ -333,3 +333,83 @@ def dataset(repo: str, what: str, config: str | None = None, split: str | None =
         raise Unavailable(f"{what} ({repo}) could not be loaded: {first}") from None
     finally:
         datasets.config.HF_HUB_OFFLINE = saved
+
+
+# ---- what the real Hub holds: the manifest (issue 28) -------------------------------------------------------------
+
+# What the Hub holds for every repository and revision the `paper` profile uses, read from public pages (never from the
+# registry or the live Hub); what nobody could read says `unverified`. The tests' Hub stand-in serves it.
+MANIFEST = Path(__file__).resolve().with_name("hub_manifest.yml")
+UNVERIFIED = "unverified"
+# The facts a load relies on, as the manifest's keys, with the words a page uses for them ("recorded": the
+# repository or revision is not in the manifest at all).
+REPO_FACTS = {"recorded": "anything (not in the manifest)", "exists": "existence", "model_type": "model_type"}
+REVISION_FACTS = {"recorded": "anything (not in the manifest)", "exists": "existence", "files": "file list",
+                  "weights": "weight files", "tokenizer": "tokenizer"}
+
+
+def manifest() -> dict:
+    """The manifest (``hub_manifest.yml``, shipped with the package), read once per process."""
+    global _MANIFEST
+    if _MANIFEST is None:
+        import yaml
+
+        _MANIFEST = yaml.safe_load(MANIFEST.read_text())
+    return _MANIFEST
+
+
+_MANIFEST: dict | None = None
+
+
+def unverified(requests, recorded: dict | None = None) -> dict[str, dict]:
+    """The Hub facts that loading ``requests`` ((repository, revision or None) pairs, as ``budget.Plan.requests``)
+    relies on and ``recorded`` (default: the manifest) leaves unverified: per repository, ``{"repo": [facts],
+    "revisions": {revision: [facts]}}`` with the keys of ``REPO_FACTS`` / ``REVISION_FACTS`` (a revision's full file
+    list counts as unverified where only part of it was read), in the order first requested; repositories with none
+    are left out. Empty when every fact is verified."""
+    repos = (recorded or manifest())["repos"]
+    out: dict[str, dict] = {}
+    for repo, revision in requests:
+        entry = repos.get(repo)
+        found = out.setdefault(repo, {"repo": [], "revisions": {}})
+        if entry is None:
+            found["repo"] = ["recorded"]
+            continue
+        found["repo"] = [k for k in ("exists", "model_type") if entry.get(k, UNVERIFIED) == UNVERIFIED]
+        rev = (entry.get("revisions") or {}).get(revision or "main")
+        if rev is None:
+            facts = ["recorded"]
+        else:
+            facts = [k for k in ("exists", "files", "weights", "tokenizer") if rev.get(k, UNVERIFIED) == UNVERIFIED
+                     or (k == "files" and rev.get("files_complete", True) is False)]
+        if facts:
+            found["revisions"][revision or "main"] = facts
+    return {repo: f for repo, f in out.items() if f["repo"] or f["revisions"]}
+
+
+def unverified_text(found: dict[str, dict]) -> str:
+    """``unverified``'s answer in words, one clause per group of repositories that lack the same facts, e.g. "the
+    existence and file list of bigscience/bloom-3b-intermediate at revisions global_step1000, global_step10000";
+    empty when there is none."""
+    def the(keys, names, of):
+        if tuple(keys) == ("recorded",):
+            return f"anything about {of} (not in the manifest)"
+        listed = [names[k] for k in keys]
+        return "the " + (listed[0] if len(listed) == 1 else ", ".join(listed[:-1]) + " and " + listed[-1]) + f" of {of}"
+
+    groups: dict[tuple, list[str]] = {}
+    for repo, f in found.items():
+        by_facts: dict[tuple, list[str]] = {}
+        for rev, facts in f["revisions"].items():
+            by_facts.setdefault(tuple(facts), []).append(rev)
+        groups.setdefault((tuple(f["repo"]), tuple((tuple(r), k) for k, r in by_facts.items())), []).append(repo)
+    clauses = []
+    for (repo_facts, revisions), names in groups.items():
+        subject = ", ".join(names)
+        parts = [the(repo_facts, REPO_FACTS, subject)] if repo_facts else []
+        for revs, facts in revisions:
+            where = f"{'revision' if len(revs) == 1 else 'revisions'} {', '.join(revs)}"
+            own = "its" if len(names) == 1 else "their"
+            parts.append(the(facts, REVISION_FACTS, f"{own} {where}" if parts else f"{subject} at {where}"))
+        clauses.append(", and ".join(parts))
+    return "; ".join(clauses)

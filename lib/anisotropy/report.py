@@ -121,6 +121,9 @@ def provenance(resolved, models=(), described: dict | None = None):
             "papers' pretrained models: read its numbers as what the offline models below show, not as the papers' "
             "results.</p>"
         )
+    unverified = unverified_note(resolved)
+    if unverified:
+        warning += f'<p class="hub-unverified">{html.escape(unverified)}</p>'
     rows = [
         ("profile", html.escape(profile)),
         ("measured", html.escape("; ".join(models) if models else "nothing (no model is measured on this page)")),
@@ -161,13 +164,34 @@ def _parameter_table(resolved, described: dict) -> str:
             f"{rows}</table>")
 
 
+def _paper_like(profile: str) -> bool:
+    """The ``paper`` profile, or one based on it (``paper-sim``): its chapters load the papers' models from the Hub."""
+    from . import profiles
+
+    return "paper" in (profile, profiles.load(profile).get("base"))
+
+
+def unverified_note(resolved) -> str:
+    """Under a paper-like profile, the sentence that names the Hub facts this chapter's loads rely on (its plan's
+    requests: ``budget.plan``) that the manifest of the Hub (``hub.MANIFEST``) leaves unverified; empty under any
+    other profile, or when every such fact was read from a public page."""
+    from . import budget, hub
+
+    if not _paper_like(resolved.profile):
+        return ""
+    requests = budget.plan(resolved.chapter, resolved.values, resolved.profile).requests
+    text = hub.unverified_text(hub.unverified(requests))
+    return (f"Unverified against the Hub: {text}. No public page read for the package's record of the Hub "
+            f"({hub.MANIFEST.name}) showed these; the loads assume what the registry expects.") if text else ""
+
+
 def colab_budget(resolved):
     """What this chapter asks of a Colab runtime under the ``paper`` profile (under a profile based on it, with this
     run's values): glues ``paper_requests`` (what it downloads, in words) and ``colab_budget`` (time, downloads, and
     what would not fit), and returns the budget table (``anisotropy.budget``)."""
     from . import budget, profiles
 
-    paper_like = "paper" in (resolved.profile, profiles.load(resolved.profile).get("base"))
+    paper_like = _paper_like(resolved.profile)
     params = resolved.values if paper_like else profiles.chapter_parameters("paper", resolved.chapter)
     profile = resolved.profile if paper_like else "paper"  # where the suites a chapter trains are defined
     glue("paper_requests", budget.describe(resolved.chapter, params, profile))

@@ -303,11 +303,34 @@ def _tree_cpu_seconds(pid: int) -> float:
     return total
 
 
+def _tree_peak_rss(pid: int) -> int | None:
+    """The largest peak resident set (``VmHWM``, bytes) of process ``pid`` and its live descendants (a chapter's
+    kernel and the Dask workers it still holds; processes that already exited are not seen). None where /proc does
+    not say (not Linux)."""
+    import psutil
+
+    try:
+        procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return None
+    peaks = []
+    for proc in procs:
+        try:
+            status = Path(f"/proc/{proc.pid}/status").read_text()
+        except OSError:
+            continue
+        found = re.search(r"^VmHWM:\s+(\d+) kB", status, flags=re.M)
+        if found:
+            peaks.append(int(found.group(1)) * 1024)
+    return max(peaks) if peaks else None
+
+
 @contextmanager
-def _kernel(env: dict, cwd: str, log: Path, cpu: list | None = None):
+def _kernel(env: dict, cwd: str, log: Path, cpu: list | None = None, peak: list | None = None):
     """A kernel manager class for papermill whose kernels start with ``env`` in ``cwd``, their standard output and
     error (and this thread's papermill log records) going to ``log``; running kernels are known to ``stop_kernels``.
-    ``cpu`` receives each kernel's CPU seconds (its process tree's) when it is shut down."""
+    ``cpu`` receives each kernel's CPU seconds (its process tree's) when it is shut down, ``peak`` its process tree's
+    largest peak resident set (``_tree_peak_rss``)."""
     from jupyter_client import AsyncKernelManager
 
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -330,6 +353,8 @@ def _kernel(env: dict, cwd: str, log: Path, cpu: list | None = None):
                 pid = getattr(self.provisioner, "pid", None)
                 if pid and cpu is not None:
                     cpu.append(_tree_cpu_seconds(pid))
+                if pid and peak is not None:
+                    peak.append(_tree_peak_rss(pid))
                 return await super().shutdown_kernel(now=now, restart=restart)
 
         previous = getattr(_THREAD_LOG.local, "stream", None)
@@ -413,8 +438,9 @@ def run_job(job: Job) -> Outcome:
             else:
                 env[key] = str(value)
         kernel_cpu: list[float] = []
+        kernel_peak: list[int | None] = []
         try:
-            with _kernel(env, str(cwd), log, kernel_cpu) as manager:
+            with _kernel(env, str(cwd), log, kernel_cpu, kernel_peak) as manager:
                 papermill.execute_notebook(str(src), str(partial), parameters=job.injected, kernel_name=KERNEL,
                                            progress_bar=False, log_output=False, kernel_manager_class=manager)
         except Exception as exc:  # noqa: BLE001 - every failure becomes one report, never a traceback
@@ -427,8 +453,10 @@ def run_job(job: Job) -> Outcome:
         nb = nbformat.read(partial, as_version=4)
         _fill_wall_time(nb, seconds)
         _hide_parameter_cells(nb)
+        peaks = [p for p in kernel_peak if p is not None]
         nb.metadata["anisotropy"] = {**nb.metadata.get("anisotropy", {}), "stamp": job.stamp, "complete": True,
-                                     "seconds": round(seconds, 2), "cpu_seconds": cpu_seconds}
+                                     "seconds": round(seconds, 2), "cpu_seconds": cpu_seconds,
+                                     "peak_rss_bytes": max(peaks) if peaks else None}
         nbformat.write(nb, partial)
         glued = glued_values(partial)
         if remote:

@@ -4,8 +4,8 @@ shapes the real Hub holds them.
 Which repositories and revisions: ``paper_manifest()`` derives them from the ``paper`` profile (every registry name a
 chapter asks for, MultiBERTs checkpoints as repositories of their own, Pythia and Bloom revisions as branches, the
 repository the registry reads a weights-only checkpoint's tokenizer from, the gated Llama-2 ids). What each of them
-holds: ``manifest.yml``, the record of the real Hub read from public pages independently of the registry
-(``hub_manifest()``; ``tests/test_hub_manifest.py`` checks it). Per revision (``revision_shape``) it gives the file
+holds: ``lib/anisotropy/hub_manifest.yml``, the record of the real Hub read from public pages independently of the
+registry, shipped with the package (``hub_manifest()``; ``tests/test_hub_manifest.py`` checks it). Per revision (``revision_shape``) it gives the file
 names, the weight format(s) (``pytorch_model.bin`` and/or ``model.safetensors``), whether a tokenizer and a
 preprocessor are there; per repository (``repo_facts``) the config's ``model_type``, ``architectures``, ``auto_map``
 and remote code. ``compose`` turns the tiny model's ``save_pretrained`` files (random weights of the exact class,
@@ -23,8 +23,8 @@ repository or revision the manifest says does not exist is not served (``not_ser
 repositories, files committed directly, no LFS; each branch's tree exactly its files), plus
 ``root/files/dc/enwik8.zip`` and ``root/manifest.json`` (the plan, what was not served and why, the commit of every
 branch, and per repository and revision the files served, the placeholders and the unverified fields).
-``ensure_built()`` keys a cached build by a hash of this file, ``manifest.yml``, the plan and the library inputs, so
-test sessions reuse it and a changed ``manifest.yml`` rebuilds.
+``ensure_built()`` keys a cached build by a hash of this file, ``hub_manifest.yml``, the plan and the library inputs, so
+test sessions reuse it and a changed ``hub_manifest.yml`` rebuilds.
 
 Runs in the project's ``.venv`` (torch, transformers, datasets, pyarrow, Pillow, soundfile and ``anisotropy``).
 """
@@ -56,7 +56,9 @@ IMAGENETTE_CLASSES = ("tench", "English springer", "cassette player", "chain saw
                       "garbage truck", "gas pump", "golf ball", "parachute")
 IMAGENETTE_SIZES = {"160px": (32, 40), "320px": (64, 80), "full_size": (96, 120)}  # (height, width), tiny
 ENWIK8_PATH = "dc/enwik8.zip"  # served at /dc/enwik8.zip, the real file's path on its host
-HUB_MANIFEST = HERE / "manifest.yml"  # what the real Hub holds (recorded from public pages, not from the registry)
+# What the real Hub holds (recorded from public pages, not from the registry): the package's own record (hub.MANIFEST,
+# which the chapters read to name what is unverified), read here by path: this module imports the package lazily.
+HUB_MANIFEST = PROJECT / "lib" / "anisotropy" / "hub_manifest.yml"
 UNVERIFIED = "unverified"
 # Files a tokenizer is made of (dropped where the Hub's revision has no tokenizer).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "vocab.json",
@@ -85,7 +87,7 @@ def _sha256_file(path: Path) -> str:
 
 @functools.lru_cache(maxsize=1)
 def hub_manifest() -> dict:
-    """``manifest.yml``: what the real Hub holds, per repository and revision (read from public pages, not from the
+    """``hub_manifest.yml``: what the real Hub holds, per repository and revision (read from public pages, not from the
     registry; ``tests/test_hub_manifest.py`` checks its form)."""
     import yaml
 
@@ -98,7 +100,7 @@ def repo_facts(recorded: dict | None) -> dict:
     ``unverified``, listed in ``unverified``; then the tiny model's own config, the registry's expectation, is
     served)."""
     if recorded is None:
-        return dict(in_manifest=False, unverified=["repository not in manifest.yml"])
+        return dict(in_manifest=False, unverified=["repository not in hub_manifest.yml"])
     out, unverified = dict(in_manifest=True), []
     for key in ("model_type", "architectures", "auto_map", "remote_code", "written_for_transformers"):
         value = recorded.get(key, UNVERIFIED)
@@ -120,7 +122,7 @@ def revision_shape(recorded: dict | None, rev: str) -> dict:
     if found is None:
         where = "repository" if recorded is None else "revision"
         return dict(exists=True, files=None, complete=False, folders=[], weights=list(DEFAULT_WEIGHTS),
-                    tokenizer=None, preprocessor=None, unverified=[f"{where} not in manifest.yml"])
+                    tokenizer=None, preprocessor=None, unverified=[f"{where} not in hub_manifest.yml"])
     unverified = []
     files = found.get("files", UNVERIFIED)
     if isinstance(files, dict):
@@ -162,7 +164,7 @@ def paper_manifest(profile: str = "paper") -> dict:
     checkpoint's tokenizer comes from (``ModelSpec.tokenizer_repo``). A ``<x>_revisions`` list names the revisions
     of the models in ``<x>_models`` that get weights of their own; the other branches share the final weights.
     Each entry carries ``hub`` (``repo_facts``) and ``shapes`` (``revision_shape`` of main and every branch) from
-    ``manifest.yml``; remote-code models are served too (``remote_code: true``).
+    ``hub_manifest.yml``; remote-code models are served too (``remote_code: true``).
     """
     from anisotropy import profiles, registry
 
@@ -205,7 +207,7 @@ def paper_manifest(profile: str = "paper") -> dict:
         recorded = hub.get(entry["repo"])
         if recorded is not None and recorded.get("exists") is False:
             not_served.append(dict(model=entry["model"], repo=entry["repo"], chapters=entry["chapters"],
-                                   reason="does not exist on the Hub (manifest.yml)"))
+                                   reason="does not exist on the Hub (hub_manifest.yml)"))
             return
         entry["hub"] = repo_facts(recorded)
         shapes = {"main": revision_shape(recorded, "main")}
@@ -788,7 +790,7 @@ def build_key(manifest: dict) -> str:
     lib = Path(anisotropy.__file__).parent
     h = hashlib.sha256()
     h.update(Path(__file__).read_bytes())
-    h.update(HUB_MANIFEST.read_bytes())  # what the Hub holds: a changed manifest.yml rebuilds
+    h.update(HUB_MANIFEST.read_bytes())  # what the Hub holds: a changed hub_manifest.yml rebuilds
     h.update(json.dumps(manifest, sort_keys=True).encode())
     for f in ("registry.py", "data.py"):
         h.update((lib / f).read_bytes())
