@@ -790,7 +790,7 @@ def build_key(manifest: dict) -> str:
     h.update(Path(__file__).read_bytes())
     h.update(HUB_MANIFEST.read_bytes())  # what the Hub holds: a changed manifest.yml rebuilds
     h.update(json.dumps(manifest, sort_keys=True).encode())
-    for f in ("registry.py", "data.py"):
+    for f in ("registry.py", "models.yml", "data.py"):
         h.update((lib / f).read_bytes())
     for p in sorted((lib / "tokenizers").glob("*.json")):
         h.update(p.name.encode() + p.read_bytes())
