@@ -182,8 +182,8 @@ def test_tiny_and_untrained_are_seeded_and_match_the_offline_tokenizer():
 
 WORDPIECE_VOCAB = """
 import hashlib, json
-from anisotropy import data, registry
-tok = registry.train_wordpiece(data.prose_paragraphs()[:400], 1000)
+from anisotropy import data, data_prose, registry
+tok = registry.train_wordpiece(data_prose.prose_paragraphs()[:400], 1000)
 print(hashlib.sha256(json.dumps(tok.get_vocab(), sort_keys=True).encode()).hexdigest())
 """
 
@@ -200,11 +200,11 @@ def test_wordpiece_training_gives_the_same_vocabulary_in_every_process():
 
 @pytest.mark.parametrize("kind,first", [("wordpiece", "[CLS]"), ("bpe", None), ("unigram", None)])
 def test_packaged_offline_tokenizers_round_trip_the_prose(kind, first):
-    from anisotropy import data
+    from anisotropy import data_prose
 
     tok = registry.offline_tokenizer(kind)
     assert 3000 <= len(tok) <= 4000  # the Unigram trainer stops below the requested size
-    text = data.prose_paragraphs()[10]
+    text = data_prose.prose_paragraphs()[10]
     ids = tok(text)["input_ids"]
     if first:
         assert tok.convert_ids_to_tokens(ids[0]) == first
