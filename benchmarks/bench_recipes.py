@@ -29,11 +29,11 @@ HERE = Path(__file__).resolve().parent
 
 
 def _use_corpus(file: str | None) -> None:
-    from anisotropy import data
+    from anisotropy import data_docstrings
 
     if file:
-        corpus = data.read_docstring_corpus(file)
-        data.docstring_corpus = lambda: corpus
+        corpus = data_docstrings.read_docstring_corpus(file)
+        data_docstrings.docstring_corpus = lambda: corpus
 
 
 def _preln(training) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -66,6 +67,26 @@ def test_fingerprints_follow_the_import_graph():
     # ... but training does, and on what it computes with.
     assert {"training", "data", "registry"} <= set(fingerprint.closure("training"))
     assert fingerprint.of("metrics") != fingerprint.of("baseline")
+
+
+def test_a_changed_model_table_changes_what_loads_models_and_nothing_else(tmp_path, monkeypatch):
+    copy = tmp_path / "anisotropy"
+    shutil.copytree(fingerprint.FOLDER, copy, ignore=shutil.ignore_patterns("__pycache__"))
+
+    def digests() -> dict[str, str]:
+        fingerprint._digest.cache_clear()
+        fingerprint.imports.cache_clear()
+        return {m: fingerprint.of(m) for m in ("registry", "layerwise", "metrics")}
+
+    monkeypatch.setattr(fingerprint, "FOLDER", copy)
+    before = digests()
+    table = copy / "models.yml"
+    table.write_text(table.read_text().replace("n_params: 124000000", "n_params: 124000001", 1))
+    after = digests()
+    assert after["registry"] != before["registry"] and after["layerwise"] != before["layerwise"]
+    assert after["metrics"] == before["metrics"]  # metrics loads no model
+    fingerprint._digest.cache_clear()
+    fingerprint.imports.cache_clear()
 
 
 def test_the_package_imports_form_no_cycle_and_errors_import_nothing():

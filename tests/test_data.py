@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 from scipy import signal
 
-from anisotropy import data, hub
+from anisotropy import data, data_common, data_docstrings, data_images, data_prose, data_speech, data_wikipedia, hub
 
 
 def test_prose_is_deterministic_and_matches_text_samples():
     a = data.load("prose", 12, seed=4)
-    assert a == data.load("prose", 12, seed=4) == data.text_samples(12, seed=4)
+    assert a == data.load("prose", 12, seed=4) == data_prose.text_samples(12, seed=4)
     assert a != data.load("prose", 12, seed=5)
     assert len(set(a)) == 12 and all(len(t) >= 80 for t in a)  # without replacement
     assert all(len(t) >= 400 for t in data.load("prose", 5, min_chars=400))
@@ -21,10 +21,10 @@ def test_prose_is_deterministic_and_matches_text_samples():
 def test_resonator_peaks_at_its_formant():
     """The formant filter's frequency response (analytic, scipy.signal.freqz) peaks at the requested frequency and
     has unit gain at DC."""
-    rate, f, bw = data.SAMPLING_RATE, 730.0, 80.0
+    rate, f, bw = data_speech.SAMPLING_RATE, 730.0, 80.0
     impulse = np.zeros(4096)
     impulse[0] = 1.0
-    h = data._resonator(impulse, f, bw, rate)
+    h = data_speech._resonator(impulse, f, bw, rate)
     freqs, resp = signal.freqz(h, worN=8192, fs=rate)
     assert abs(freqs[np.argmax(np.abs(resp))] - f) < 10
     assert abs(resp[0]) == pytest.approx(1.0, rel=1e-3)
@@ -37,7 +37,7 @@ def test_synthetic_speech_sounds_like_voiced_speech():
     for clip in clips:
         x, rate = clip["array"], clip["sampling_rate"]
         assert rate == 16_000 and x.dtype == np.float32 and 1.0 <= len(x) / rate <= 2.0
-        assert clip["text"] is None and set(clip["vowels"].split()) <= set(data.VOWELS)
+        assert clip["text"] is None and set(clip["vowels"].split()) <= set(data_speech.VOWELS)
         assert 0.2 < np.abs(x).max() <= 0.8
         # Pitch: the autocorrelation of the loudest 100 ms peaks at a lag of one glottal period (90-220 Hz, declining).
         frame = 1600
@@ -89,11 +89,11 @@ The '''cat''' (''Felis catus'') is a [[mammal|small mammal]].&lt;ref&gt;Smith 20
 def test_enwik8_is_cleaned_as_the_second_paper_describes(tmp_path, monkeypatch):
     monkeypatch.setenv("ANISOTROPY_CACHE", str(tmp_path / "cache"))
     (tmp_path / "enwik8").write_text(DUMP)
-    text = data.enwik8_text(tmp_path / "enwik8")
+    text = data_wikipedia.enwik8_text(tmp_path / "enwik8")
     assert text == "The cat (Felis catus) is a small mammal.\n\nHistory\nCats were domesticated in the Near East."
     for gone in ("{{", "[[", "ref", "<", "&lt;", "''", "Category", "Chat", "x^2", "print", "wikitable", "REDIRECT"):
         assert gone not in text, gone
-    windows = data.enwik8(3, seed=1, chars=20, path=tmp_path / "enwik8")
+    windows = data_wikipedia.enwik8(3, seed=1, chars=20, path=tmp_path / "enwik8")
     assert all(len(w) == 20 and w in text for w in windows)
     assert list((tmp_path / "cache").glob("enwik8-*.clean.txt")), "the cleaned text is cached"
 
@@ -101,16 +101,16 @@ def test_enwik8_is_cleaned_as_the_second_paper_describes(tmp_path, monkeypatch):
 def test_enwik8_alphabet_is_the_cleaned_texts_against_the_papers_205(tmp_path, monkeypatch):
     monkeypatch.setenv("ANISOTROPY_CACHE", str(tmp_path / "cache"))
     (tmp_path / "enwik8").write_text(DUMP.replace("small mammal", "small mammal of Zürich"))
-    alphabet = data.enwik8_alphabet(tmp_path / "enwik8")
+    alphabet = data_wikipedia.enwik8_alphabet(tmp_path / "enwik8")
     # the markup's characters ({, [, |, <, =, *, ', ^, _) are gone; what the prose uses is counted once
     # = sorted(set("The cat (Felis catus) is a small mammal of Zürich.\n\nHistory\nCats were domesticated in the Near
     # East.")), the cleaned text of the test above with the one word added
     assert alphabet == "\n ().CEFHNTZacdefhilmnorstuwyü"
-    assert data.compare_alphabet(alphabet) == ("30 distinct characters (1 of them outside ASCII), 175 fewer than the "
+    assert data_wikipedia.compare_alphabet(alphabet) == ("30 distinct characters (1 of them outside ASCII), 175 fewer than the "
                                                "205 the second paper reports")
-    assert data.compare_alphabet("".join(map(chr, range(32, 237)))).endswith(
+    assert data_wikipedia.compare_alphabet("".join(map(chr, range(32, 237)))).endswith(
         "(109 of them outside ASCII), as many as the 205 the second paper reports")
-    assert data.compare_alphabet("".join(map(chr, range(32, 240)))).startswith("208 distinct characters (112 of them "
+    assert data_wikipedia.compare_alphabet("".join(map(chr, range(32, 240)))).startswith("208 distinct characters (112 of them "
                                                                                "outside ASCII), 3 more than")
 
 
@@ -150,7 +150,7 @@ def test_enwik8_is_downloaded_once_and_verified(served, tmp_path, monkeypatch):
     monkeypatch.delenv("ANISOTROPY_ENWIK8", raising=False)
     # A wrong checksum: refused in one line, and nothing is kept under any name.
     monkeypatch.setenv("ANISOTROPY_ENWIK8_URL", f"{url}/enwik8.zip#sha256={'0' * 64}")
-    with pytest.raises(data.DataUnavailableError, match=f"has SHA-256 {digest}, not 0000") as err:
+    with pytest.raises(data_common.DataUnavailableError, match=f"has SHA-256 {digest}, not 0000") as err:
         data.load("enwik8", 2, chars=20)
     assert "\n" not in str(err.value)
     assert not cache.exists() or not any(cache.iterdir())
@@ -162,15 +162,15 @@ def test_enwik8_is_downloaded_once_and_verified(served, tmp_path, monkeypatch):
     assert data.load("enwik8", 2, chars=20) == first
     # A URL without its checksum is refused before anything is fetched.
     monkeypatch.setenv("ANISOTROPY_ENWIK8_URL", f"{url}/enwik8.zip")
-    with pytest.raises(data.DataUnavailableError, match="must end with #sha256="):
-        data.enwik8_url()
+    with pytest.raises(data_common.DataUnavailableError, match="must end with #sha256="):
+        data_wikipedia.enwik8_url()
 
 
 def test_missing_or_offline_sources_fail_in_one_line(monkeypatch, tmp_path):
     monkeypatch.setenv("ANISOTROPY_CACHE", str(tmp_path))
     monkeypatch.delenv("ANISOTROPY_ENWIK8", raising=False)
     monkeypatch.setenv("ANISOTROPY_ENWIK8_URL", "http://127.0.0.1:9/enwik8.zip#sha256=" + "0" * 64)  # nothing listens
-    with pytest.raises(data.DataUnavailableError) as err:
+    with pytest.raises(data_common.DataUnavailableError) as err:
         data.load("enwik8", 3)
     msg = str(err.value)
     assert "\n" not in msg and "could not be downloaded from http://127.0.0.1:9/enwik8.zip" in msg
@@ -226,16 +226,16 @@ def test_espeak_speech_is_deterministic_in_any_order_and_any_process():
 
 @needs_espeak
 def test_espeak_speech_is_english_prose_in_every_voice_at_16_khz():
-    clips = data.load("espeak-speech", len(data.ESPEAK_VOICES), seed=0, sentences=[1, 2])
-    assert [c["voice"] for c in clips] == list(data.ESPEAK_VOICES)
+    clips = data.load("espeak-speech", len(data_speech.ESPEAK_VOICES), seed=0, sentences=[1, 2])
+    assert [c["voice"] for c in clips] == list(data_speech.ESPEAK_VOICES)
     for c in clips:
         assert c["sampling_rate"] == 16_000 and c["array"].dtype == np.float32
         assert 0.05 < np.abs(c["array"]).max() <= 1.0
         words = len(c["text"].split())
         seconds = c["array"].size / 16_000
         assert 1.0 < words / seconds < 5.0  # 150-180 words per minute is 2.5-3 words per second (plus pauses)
-        assert c["text"] in " ".join(data.spoken_sentences()) or all(
-            s in data.spoken_sentences() for s in c["text"].replace(". ", ".\n").splitlines())
+        assert c["text"] in " ".join(data_speech.spoken_sentences()) or all(
+            s in data_speech.spoken_sentences() for s in c["text"].replace(". ", ".\n").splitlines())
     long = data.load("espeak-speech", 2, seed=0, sentences=[8, 8], max_seconds=10.0)
     assert all(c["array"].size <= 10 * 16_000 for c in long)
 
@@ -255,7 +255,7 @@ def test_resampling_to_16_khz_keeps_frequencies():
 
 @needs_espeak
 def test_spoken_sentences_hold_only_words():
-    sentences = data.spoken_sentences()
+    sentences = data_speech.spoken_sentences()
     assert len(sentences) > 100
     for s in sentences:
         assert s.endswith(".") and not any(ch.isdigit() or ch in "()[]{}_=<>*/\\`\"" for ch in s)
@@ -270,7 +270,7 @@ def test_photos_are_deterministic_crops_at_the_requested_size():
     assert all(x.shape == (64, 64, 3) and x.dtype == np.uint8 for x in a)
     assert all(np.array_equal(x, y) for x, y in zip(a, b))
     assert not all(np.array_equal(x, y) for x, y in zip(a, c))
-    assert len(data.photo_library()) == len(data.PHOTOS) == 15
+    assert len(data_images.photo_library()) == len(data_images.PHOTOS) == 15
 
 
 @needs_photos
@@ -278,23 +278,23 @@ def test_a_full_crop_of_a_photo_is_the_photo_itself(monkeypatch):
     """With the whole pool one square photograph and crops of its full side at its own size, a crop is the photograph
     or its mirror image: cropping and flipping take pixels from the right place."""
     square = np.random.default_rng(0).integers(0, 256, size=(48, 48, 3), dtype=np.uint8)
-    monkeypatch.setattr(data, "photo_library", lambda: [square])
-    for crop in data.photos(4, seed=3, size=48, min_fraction=1.0):
+    monkeypatch.setattr(data_images, "photo_library", lambda: [square])
+    for crop in data_images.photos(4, seed=3, size=48, min_fraction=1.0):
         assert np.array_equal(crop, square) or np.array_equal(crop, square[:, ::-1])
 
 
 # ---- the docstring corpus ----------------------------------------------------------------------------------------
 
 def test_docstring_paragraphs_keep_running_text_only():
-    keep = data.docstring_paragraph("Return the sum of the array elements over the given axis, treating missing "
+    keep = data_docstrings.docstring_paragraph("Return the sum of the array elements over the given axis, treating missing "
                                     "values as zero.")
     assert keep == ("Return the sum of the array elements over the given axis, treating missing values as zero.")
     # inline markup reduced to its text, lines joined
-    assert data.docstring_paragraph("Construct a :class:`~torch.nn.Module` from the [`PreTrainedModel`] weights\n"
+    assert data_docstrings.docstring_paragraph("Construct a :class:`~torch.nn.Module` from the [`PreTrainedModel`] weights\n"
                                     "and keep ``strict`` checking on.") == (
         "Construct a Module from the PreTrainedModel weights and keep strict checking on.")
     # the leading prose of a block is kept up to a section header or an indented parameter table
-    assert data.docstring_paragraph("Compute the mean of the tensor along every axis it has.\nArgs:\n    x: a tensor"
+    assert data_docstrings.docstring_paragraph("Compute the mean of the tensor along every axis it has.\nArgs:\n    x: a tensor"
                                     ) == "Compute the mean of the tensor along every axis it has."
     for bad in (">>> import torch\n>>> torch.zeros(3)",  # doctest
                 "x : array_like\n    The input array, of any shape and any numeric type here.",  # parameter table
@@ -304,7 +304,7 @@ def test_docstring_paragraphs_keep_running_text_only():
                 "see https://example.org for the details of this very long explanation here.",  # no capital
                 "Return the value",  # too short, no full stop
                 ".. note:: This directive is long enough to be mistaken for a paragraph of text."):
-        assert data.docstring_paragraph(bad) is None, bad
+        assert data_docstrings.docstring_paragraph(bad) is None, bad
 
 
 def test_docstring_walk_visits_definitions_in_ast_walk_order():
@@ -343,54 +343,54 @@ if True:
     for source in (nested, inspect.getsource(data), inspect.getsource(ast)):
         tree = ast.parse(source)
         walked = [n for n in ast.walk(tree) if isinstance(n, kinds)]
-        assert [n for n in data._definitions(tree) if isinstance(n, kinds)] == walked
-    docs = [ast.get_docstring(n) for n in data._definitions(ast.parse(nested)) if isinstance(n, kinds)]
+        assert [n for n in data_docstrings._definitions(tree) if isinstance(n, kinds)] == walked
+    docs = [ast.get_docstring(n) for n in data_docstrings._definitions(ast.parse(nested)) if isinstance(n, kinds)]
     assert docs == ["Module.", "F.", "G.", "A.", "K.", "M.", "H.", "B.", "W."]  # by depth
 
 
 def test_docstring_corpus_is_deduplicated_split_by_document_and_hashed(monkeypatch):
-    corpus = data.build_docstring_corpus(("pygments", "no_such_package_here"))
+    corpus = data_docstrings.build_docstring_corpus(("pygments", "no_such_package_here"))
     assert set(corpus.packages) == {"pygments"}  # an absent package is left out, and named nowhere
     assert len(corpus.train) > 100 and corpus.documents["train"] > corpus.documents["validation"] > 0
     everything = corpus.train + corpus.validation
-    assert len({data._template_key(p) for p in everything}) == len(everything)  # no copies, not even templated ones
-    assert all(data.docstring_paragraph(p) == p for p in everything)  # every paragraph passes the filter as it is
-    assert corpus == data.build_docstring_corpus(("pygments",))  # deterministic, content hash included
+    assert len({data_docstrings._template_key(p) for p in everything}) == len(everything)  # no copies, not even templated ones
+    assert all(data_docstrings.docstring_paragraph(p) == p for p in everything)  # every paragraph passes the filter as it is
+    assert corpus == data_docstrings.build_docstring_corpus(("pygments",))  # deterministic, content hash included
     # held out by document: the files of the validation side never contribute to training
-    docs = dict(data._package_documents("pygments"))
-    held = [d for d in docs if data._is_validation_document(d)]
-    assert all(data._is_validation_document(d) == (d in held) for d in docs)
+    docs = dict(data_docstrings._package_documents("pygments"))
+    held = [d for d in docs if data_docstrings._is_validation_document(d)]
+    assert all(data_docstrings._is_validation_document(d) == (d in held) for d in docs)
     train_text = set(corpus.train)
     assert not any(p in train_text for d in held for p in docs[d])
     # a changed paragraph is a different corpus
-    monkeypatch.setattr(data, "_package_documents", lambda package: [
+    monkeypatch.setattr(data_docstrings, "_package_documents", lambda package: [
         (d, [p.replace("template", "templates") for p in ps]) for d, ps in docs.items()])
-    assert data.build_docstring_corpus(("pygments",)).content_hash != corpus.content_hash
+    assert data_docstrings.build_docstring_corpus(("pygments",)).content_hash != corpus.content_hash
 
 
 def test_docstring_corpus_is_cached_and_keys_the_recipes(tmp_path, monkeypatch):
     from anisotropy import training
 
     monkeypatch.setenv("ANISOTROPY_CACHE", str(tmp_path))
-    monkeypatch.setattr(data, "DOCSTRING_PACKAGES", ("pygments",))
-    real = data.docstring_corpus
+    monkeypatch.setattr(data_docstrings, "DOCSTRING_PACKAGES", ("pygments",))
+    real = data_docstrings.docstring_corpus
     real.cache_clear()
     training._data_fingerprint.cache_clear()
     training.split_paragraphs.cache_clear()
     try:
-        first = data.docstring_corpus()
+        first = data_docstrings.docstring_corpus()
         assert len(list((tmp_path / "corpora").glob("docstrings-*.json.gz"))) == 1
-        data.docstring_corpus.cache_clear()
-        monkeypatch.setattr(data, "build_docstring_corpus", lambda *a: pytest.fail("should come from the cache"))
-        assert data.docstring_corpus() == first
+        data_docstrings.docstring_corpus.cache_clear()
+        monkeypatch.setattr(data_docstrings, "build_docstring_corpus", lambda *a: pytest.fail("should come from the cache"))
+        assert data_docstrings.docstring_corpus() == first
         assert training.split_paragraphs("docstrings") == (list(first.train), list(first.validation))
         sample = data.load("docstrings", 5, seed=1)
         assert sample == data.load("docstrings", 5, seed=1) and set(sample) <= set(first.validation)
         recipe = training.Recipe(suite="s", kind="mlm", corpus="docstrings")
         before = recipe.hash
-        data.docstring_corpus.cache_clear()
+        data_docstrings.docstring_corpus.cache_clear()
         training._data_fingerprint.cache_clear()
-        monkeypatch.setattr(data, "docstring_corpus", lambda: data.DocstringCorpus(
+        monkeypatch.setattr(data_docstrings, "docstring_corpus", lambda: data_docstrings.DocstringCorpus(
             first.train, first.validation, first.packages, first.documents, "0" * 16))
         assert recipe.hash != before  # another content hash, other weights
     finally:  # the corpus of one package must not stay in the caches of this process

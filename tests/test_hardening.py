@@ -202,9 +202,9 @@ def load_model(name: str, variant: str):
 
 
 def text_samples(n: int):
-    from anisotropy import data
+    from anisotropy import data_prose
 
-    return data.text_samples(n)
+    return data_prose.text_samples(n)
 
 
 def _offline(ctx: Ctx):

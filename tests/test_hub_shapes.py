@@ -63,16 +63,16 @@ def test_bloom_checkpoint_without_tokenizer_takes_the_final_models(standin, tmp_
 
 
 def test_wikitext_reads_the_validation_files_only(standin, tmp_path):
-    """Item 5: the stand-in serves Salesforce/wikitext at the real repository's paths; data.wikitext_lines fetches the
+    """Item 5: the stand-in serves Salesforce/wikitext at the real repository's paths; data_wikipedia.wikitext_lines fetches the
     validation Parquet file and nothing of the other splits."""
     served = _tree(standin, "Salesforce/wikitext", "main", "datasets")
     assert {"wikitext-103-raw-v1/validation-00000-of-00001.parquet", "wikitext-103-raw-v1/test-00000-of-00001.parquet",
             "wikitext-103-raw-v1/train-00000-of-00002.parquet",
             "wikitext-103-raw-v1/train-00001-of-00002.parquet"} <= served
     got = run_client(standin, """
-        from anisotropy import data
+        from anisotropy import data_wikipedia
         mark = log_mark()
-        lines = data.wikitext_lines("validation", min_chars=80)
+        lines = data_wikipedia.wikitext_lines("validation", min_chars=80)
         print(json.dumps(dict(lines=lines, span=[mark, log_mark()])))
     """, tmp_path)
     expected = [t.strip() for t in build.wikitext_split("validation")]

@@ -560,7 +560,7 @@ def test_librispeech_validation_downloads_only_validation_shards(datasets_run, s
 
 
 def test_librispeech_config_form_downloads_every_split(datasets_run, standin):
-    """Why data.librispeech must not call load_dataset(repo, "clean", split="validation"): datasets prepares the
+    """Why data_speech.librispeech must not call load_dataset(repo, "clean", split="validation"): datasets prepares the
     whole config, so every train shard (tens of GB on the Hub) is downloaded first."""
     resolved = {r["file"] for r in _log(standin, datasets_run["librispeech_config_log"])
                 if r["method"] == "GET" and (r["file"] or "").endswith(".parquet")}

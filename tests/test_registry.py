@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -75,6 +77,35 @@ def test_checkpoint_revisions():
         ["global_step1000"], ["global_step600000"])
     with pytest.raises(ValueError, match="no intermediate checkpoints"):
         registry.spec("gpt2").hub_location("step1")
+
+
+def _table(tmp_path, models: str) -> Path:
+    path = tmp_path / "models.yml"
+    path.write_text("revision_series:\n  s: {format: 'step{}', steps: [0, {from: 10, to: 30, by: 10}]}\n"
+                    "models:\n" + models)
+    return path
+
+
+_ENTRY = ("    display: X\n    hub_id: org/x\n    modality: text\n    family: decoder\n    stack: decoder\n"
+          "    architecture: GPT2Model\n    layout: hidden_states\n    preprocessor: bpe\n    n_params: 1\n"
+          "    config: {model_type: gpt2}\n    tiny: {n_layer: 2}\n")
+
+
+def test_the_model_table_reads_series_and_bases_and_names_the_entry_it_refuses(tmp_path):
+    models, series = registry.load_table(_table(tmp_path, "  x:\n" + _ENTRY + "    revisions: s\n"
+                                                "  y: {base: x, display: Y, papers: [2]}\n"))
+    assert series == {"s": ("step0", "step10", "step20", "step30")}  # a range includes both ends
+    assert models["x"].revisions == series["s"] and models["x"].papers == (1,)
+    assert models["y"].name == "y" and models["y"].display == "Y" and models["y"].papers == (2,)
+    assert models["y"].hub_id == "org/x" and models["y"].revisions == series["s"]  # the rest is the base's
+    for bad, message in ((_ENTRY + "    familly: decoder\n", r"x: unknown field\(s\) \['familly'\]"),
+                         (_ENTRY.replace("family: decoder", "family: decoders"), "x: family 'decoders' is not one"),
+                         (_ENTRY + "    revisions: t\n", "x: no revision series 't'"),
+                         (_ENTRY.replace("    n_params: 1\n", ""), r"x: missing field\(s\) \['n_params'\]")):
+        with pytest.raises(ValueError, match=message):
+            registry.load_table(_table(tmp_path, "  x:\n" + bad))
+    with pytest.raises(ValueError, match="y: base 'x' must be an entry above it"):
+        registry.load_table(_table(tmp_path, "  y: {base: x}\n  x:\n" + _ENTRY))
 
 
 def test_unknown_model_suggests_close_names():
@@ -151,8 +182,8 @@ def test_tiny_and_untrained_are_seeded_and_match_the_offline_tokenizer():
 
 WORDPIECE_VOCAB = """
 import hashlib, json
-from anisotropy import data, registry
-tok = registry.train_wordpiece(data.prose_paragraphs()[:400], 1000)
+from anisotropy import data, data_prose, registry
+tok = registry.train_wordpiece(data_prose.prose_paragraphs()[:400], 1000)
 print(hashlib.sha256(json.dumps(tok.get_vocab(), sort_keys=True).encode()).hexdigest())
 """
 
@@ -169,11 +200,11 @@ def test_wordpiece_training_gives_the_same_vocabulary_in_every_process():
 
 @pytest.mark.parametrize("kind,first", [("wordpiece", "[CLS]"), ("bpe", None), ("unigram", None)])
 def test_packaged_offline_tokenizers_round_trip_the_prose(kind, first):
-    from anisotropy import data
+    from anisotropy import data_prose
 
     tok = registry.offline_tokenizer(kind)
     assert 3000 <= len(tok) <= 4000  # the Unigram trainer stops below the requested size
-    text = data.prose_paragraphs()[10]
+    text = data_prose.prose_paragraphs()[10]
     ids = tok(text)["input_ids"]
     if first:
         assert tok.convert_ids_to_tokens(ids[0]) == first

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 import torch
 
-from anisotropy import data, metrics, registry, results, spectral
+from anisotropy import data, data_prose, metrics, registry, results, spectral
 
 BATCH = 96  # tiny models give few vectors; the protocol is the same as with the paper's 4096
 N_BATCHES = 3
@@ -13,7 +13,7 @@ N_BATCHES = 3
 
 @pytest.fixture(scope="module")
 def texts():
-    return data.text_samples(48, seed=3)
+    return data_prose.text_samples(48, seed=3)
 
 
 def _direct_rows(loaded, texts, chunk=8, max_length=128):
@@ -294,7 +294,7 @@ def test_final_norm_of_every_paper2_architecture(name, texts):
 
 
 def test_by_length_within_keeps_the_texts_and_groups_lengths():
-    texts = data.text_samples(100, seed=0)
+    texts = data_prose.text_samples(100, seed=0)
     out = spectral.by_length_within(texts, 16)
     assert sorted(out) == sorted(texts)
     for start in range(0, 100, 16):

@@ -141,7 +141,7 @@ def test_vision_models_start_at_chance(kind, tmp_path):
 def test_validation_paragraphs_are_disjoint_from_training():
     train, held = training.split_paragraphs()
     assert held and not set(train) & set(held)  # the corpus repeats paragraphs across topics: none may leak
-    assert len(train) + len(held) == len(set(training.data.prose_paragraphs()))
+    assert len(train) + len(held) == len(set(training.data_prose.prose_paragraphs()))
 
 
 def test_unigram_baseline_matches_a_direct_count(tmp_path):
@@ -312,14 +312,14 @@ def test_task_losses_equal_the_models_own_losses(tmp_path):
 def test_pixel_values_equal_the_image_processors():
     """The trainer's direct normalisation of synthetic images equals what the recipe's ViTImageProcessor makes of
     them (float32 rounding), and images of another size still go through the processor."""
-    from anisotropy import data
+    from anisotropy import data_images
 
     recipe = tiny("vit")
     processor = training.image_processor(recipe)
-    images, _ = data.synthetic_shapes(6, recipe.image_size, seed=3)
+    images, _ = data_images.synthetic_shapes(6, recipe.image_size, seed=3)
     expected = processor(images=list(images), return_tensors="pt")["pixel_values"]
     got = training.pixel_values(images, processor)
     assert got.shape == expected.shape and got.dtype == torch.float32
     assert torch.allclose(got, expected, atol=1e-6)
-    larger, _ = data.synthetic_shapes(2, 2 * recipe.image_size, seed=3)
+    larger, _ = data_images.synthetic_shapes(2, 2 * recipe.image_size, seed=3)
     assert training.pixel_values(larger, processor).shape[-1] == recipe.image_size

@@ -357,9 +357,9 @@ def reference_norms(models, n_texts: int = 256, max_length: int = 128, seed: int
     ``drift_norm`` (||mean||, the trained analogue of the bias norm N), ``mean_cosine``, ``hidden_size`` and, for
     post-LN BERT-family models, ``layer_norm_norm`` = ``analytic_output_norm`` of the LayerNorm that outputs the
     layer."""
-    from . import data, registry, taps
+    from . import data_prose, registry, taps
 
-    texts = data.text_samples(n_texts, seed=seed)
+    texts = data_prose.text_samples(n_texts, seed=seed)
     frames = []
     for name in models:
         loaded = registry.load(name, variant=variant)

@@ -540,7 +540,7 @@ def decoder_check(name: str, n: int = 16, seed: int = 0, max_length: int = 128, 
     import pandas as pd
     from transformers import AutoModelForCausalLM
 
-    from . import data, results
+    from . import data, data_prose, results
 
     pkg = formats.PACKAGES[name]
     if not pkg.installed():
@@ -557,7 +557,7 @@ def decoder_check(name: str, n: int = 16, seed: int = 0, max_length: int = 128, 
         model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
         weights = gguf_against_transformers(pkg.path(), model)
         texts = data.load("prose", n, seed)
-        others = [p for p in data.prose_paragraphs() if p not in set(texts)]
+        others = [p for p in data_prose.prose_paragraphs() if p not in set(texts)]
         trained, n_tokens = causal_nats(model, tokenizer, texts, max_length)
         config = model.config
         del model

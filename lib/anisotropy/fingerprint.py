@@ -1,8 +1,9 @@
 """Fingerprints of the code that produces a result, so that a changed library never leaves old numbers on a page.
 
 ``of(module)`` hashes the source of a module of this package and of every package module it imports (read with
-``ast``, at any depth of the file), plus the versions of the packages that shape numbers (``PACKAGES``). Two kinds of
-edges are not followed:
+``ast``, at any depth of the file), the data files that are part of a module's code (``DATA_FILES``: the model table
+is ``registry``'s), plus the versions of the packages that shape numbers (``PACKAGES``). Two kinds of edges are not
+followed:
 
 - modules that never change a number (``NOT_NUMERIC``): they present, schedule, locate or transport results
   (``executor`` decides where a computation runs, not what it computes);
@@ -30,6 +31,8 @@ PACKAGES = ("torch", "transformers", "tokenizers", "numpy", "scipy")
 NOT_NUMERIC = frozenset({"report", "plots", "runner", "cli", "budget", "profiles", "paths", "hub", "results",
                          "fingerprint", "executor", "errors", "__main__"})
 TRAINER = "training"
+# Data files that are part of a module's code: a changed entry of the model table changes registry's fingerprint.
+DATA_FILES = {"registry": ("models.yml",)}
 
 
 def _path(module: str) -> Path:
@@ -94,6 +97,8 @@ def _digest(modules: tuple[str, ...]) -> str:
     h = hashlib.sha256(json.dumps(versions(), sort_keys=True).encode())
     for module in modules:
         h.update(module.encode() + b"\0" + _path(module).read_bytes() + b"\0")
+        for name in DATA_FILES.get(module, ()):
+            h.update(name.encode() + b"\0" + (FOLDER / name).read_bytes() + b"\0")
     return h.hexdigest()[:12]
 
 

@@ -36,6 +36,11 @@ from .profiles import EXECUTED, chapters  # noqa: E402 - the book's chapters, re
 
 SWEEPS = Path("book") / "sweeps"
 KERNEL = "python3"
+# How long a cell's outputs may trail its reply. papermill stops the chapter after nbclient's default 4 s (it raises on
+# an IOPub timeout): on a loaded 2-core machine (load average 14, a test run beside the build) two chapters of the
+# smoke book stopped that way although their cells had finished. A slow machine must not fail a build; a hung kernel
+# is still caught by the kernel's liveness check.
+IOPUB_TIMEOUT_S = 120
 
 
 class RunnerError(UserError):
@@ -442,7 +447,8 @@ def run_job(job: Job) -> Outcome:
         try:
             with _kernel(env, str(cwd), log, kernel_cpu, kernel_peak) as manager:
                 papermill.execute_notebook(str(src), str(partial), parameters=job.injected, kernel_name=KERNEL,
-                                           progress_bar=False, log_output=False, kernel_manager_class=manager)
+                                           progress_bar=False, log_output=False, kernel_manager_class=manager,
+                                           iopub_timeout=IOPUB_TIMEOUT_S)
         except Exception as exc:  # noqa: BLE001 - every failure becomes one report, never a traceback
             if remote and partial.is_file():
                 _write_bytes(partial_at, partial.read_bytes())

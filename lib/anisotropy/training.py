@@ -12,7 +12,7 @@ run has no random state to carry across an interruption: weights + optimiser sta
 and a resumed run ends bit-identical to an uninterrupted one (on CPU, same thread count and library versions).
 
 Kinds: ``mlm`` (BertForMaskedLM, WordPiece), ``clm`` (GPT2LMHeadModel, byte-level BPE), ``char-mlm`` (BertForMaskedLM
-over bytes), ``vit`` (ViTForImageClassification on ``data.synthetic_shapes``), ``cnn`` (ResNetForImageClassification).
+over bytes), ``vit`` (ViTForImageClassification on ``data_images.synthetic_shapes``), ``cnn`` (ResNetForImageClassification).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import data, executor, fingerprint, paths
+from . import data, data_docstrings, data_images, data_prose, data_wikipedia, executor, fingerprint, paths
 
 KINDS = ("mlm", "clm", "char-mlm", "vit", "cnn")
 TEXT_KINDS = ("mlm", "clm", "char-mlm")
@@ -249,28 +249,28 @@ def training_state(checkpoint: Checkpoint | str | Path) -> dict:
 @lru_cache(maxsize=None)
 def _data_fingerprint(kind: str, image_size: int, corpus: str = "prose") -> str:
     if kind in TEXT_KINDS and corpus == "docstrings":
-        blob = f"docstrings {data.docstring_corpus().content_hash}".encode()  # its content, not the packages' names
+        blob = f"docstrings {data_docstrings.docstring_corpus().content_hash}".encode()  # its content, not the packages' names
     elif kind in TEXT_KINDS and corpus != "prose":
         blob = corpus.encode()  # a published, fixed dataset: its name identifies it
     elif kind in TEXT_KINDS:
-        blob = data.prose_corpus().encode()
+        blob = data_prose.prose_corpus().encode()
     else:
-        blob = data.synthetic_shapes(4, image_size, seed=0)[0].tobytes()
+        blob = data_images.synthetic_shapes(4, image_size, seed=0)[0].tobytes()
     return hashlib.sha256(blob).hexdigest()[:12]
 
 
 @lru_cache(maxsize=2)
 def split_paragraphs(corpus: str = "prose") -> tuple[list[str], list[str]]:
     """(train, validation) paragraphs. Prose: every ``VALIDATION_EVERY``-th distinct paragraph is held out.
-    Docstrings: the corpus's own split by document (``data.docstring_corpus``). WikiText-103: its train and
+    Docstrings: the corpus's own split by document (``data_docstrings.docstring_corpus``). WikiText-103: its train and
     validation splits (lines of >= 80 characters, headings dropped)."""
     if corpus == "wikitext-103":
-        return data.wikitext_lines("train"), data.wikitext_lines("validation")
+        return data_wikipedia.wikitext_lines("train"), data_wikipedia.wikitext_lines("validation")
     if corpus == "docstrings":  # deduplicated and split by document when extracted
-        found = data.docstring_corpus()
+        found = data_docstrings.docstring_corpus()
         return list(found.train), list(found.validation)
     # pydoc repeats some paragraphs under several topics: deduplicate first, or the held-out text leaks into training
-    paragraphs = list(dict.fromkeys(data.prose_paragraphs()))
+    paragraphs = list(dict.fromkeys(data_prose.prose_paragraphs()))
     train = [p for i, p in enumerate(paragraphs) if i % VALIDATION_EVERY != VALIDATION_EVERY - 1]
     held = [p for i, p in enumerate(paragraphs) if i % VALIDATION_EVERY == VALIDATION_EVERY - 1]
     return train, held
@@ -502,9 +502,9 @@ class _ImageTask:
     def __init__(self, recipe: Recipe):
         self.recipe = recipe
         self.preprocessor = image_processor(recipe)
-        images, labels = data.synthetic_shapes(recipe.eval_size, recipe.image_size, seed=_VALIDATION_TAG)
+        images, labels = data_images.synthetic_shapes(recipe.eval_size, recipe.image_size, seed=_VALIDATION_TAG)
         self.validation = self._assemble(images, labels)
-        self.baselines = {"chance": math.log(len(data.SHAPES))}
+        self.baselines = {"chance": math.log(len(data_images.SHAPES))}
         self.sizes = {"validation_images": int(recipe.eval_size)}
 
     def _assemble(self, images: np.ndarray, labels: np.ndarray) -> dict:
@@ -513,7 +513,7 @@ class _ImageTask:
 
     def batch(self, step: int) -> dict:
         seed = int(_step_rng(self.recipe.seed, step).integers(2**31 - 1))
-        return self._assemble(*data.synthetic_shapes(self.recipe.batch_size, self.recipe.image_size, seed=seed))
+        return self._assemble(*data_images.synthetic_shapes(self.recipe.batch_size, self.recipe.image_size, seed=seed))
 
     def loss(self, model, batch: dict) -> torch.Tensor:
         return model(pixel_values=batch["pixel_values"], labels=batch["labels"]).loss
@@ -540,8 +540,8 @@ def model_config(recipe: Recipe, vocab_size: int | None = None, special: dict | 
 
     r, special = recipe, special or {}
     attn = {"attn_implementation": _attn_implementation(r)}
-    labels = {"num_labels": len(data.SHAPES), "id2label": dict(enumerate(data.SHAPES)),
-              "label2id": {s: i for i, s in enumerate(data.SHAPES)}}
+    labels = {"num_labels": len(data_images.SHAPES), "id2label": dict(enumerate(data_images.SHAPES)),
+              "label2id": {s: i for i, s in enumerate(data_images.SHAPES)}}
     if r.kind in BERT_KINDS:
         return BertConfig(vocab_size=vocab_size, hidden_size=r.width, num_hidden_layers=r.depth,
                           num_attention_heads=r.heads, intermediate_size=4 * r.width,
@@ -885,7 +885,7 @@ def corpus_summary(corpus: str) -> dict:
            "content_hash": _data_fingerprint("mlm", 0, corpus), "packages": {}, "train_documents": None,
            "validation_documents": None}
     if corpus == "docstrings":
-        found = data.docstring_corpus()
+        found = data_docstrings.docstring_corpus()
         out.update(content_hash=found.content_hash, packages=dict(found.packages),
                    train_documents=found.documents["train"], validation_documents=found.documents["validation"])
     return out

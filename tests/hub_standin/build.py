@@ -252,12 +252,12 @@ def paper_manifest(profile: str = "paper") -> dict:
         models=models,
         not_served=not_served,
         datasets=[
-            dict(repo="Salesforce/wikitext", configs=["wikitext-103-raw-v1"], used_by="data.wikitext"),
+            dict(repo="Salesforce/wikitext", configs=["wikitext-103-raw-v1"], used_by="data_wikipedia.wikitext"),
             dict(repo="frgfm/imagenette", configs=list(IMAGENETTE_SIZES), used_by="data.load('imagenette')",
                  layout="main: loading script + README; refs/convert/parquet: <size>/<split>/0000.parquet"),
-            dict(repo="openslr/librispeech_asr", configs=["clean", "other", "all"], used_by="data.librispeech"),
+            dict(repo="openslr/librispeech_asr", configs=["clean", "other", "all"], used_by="data_speech.librispeech"),
         ],
-        files=dict(enwik8=dict(path="/" + ENWIK8_PATH, used_by="data.enwik8 (ANISOTROPY_ENWIK8_URL)")),
+        files=dict(enwik8=dict(path="/" + ENWIK8_PATH, used_by="data_wikipedia.enwik8 (ANISOTROPY_ENWIK8_URL)")),
     )
 
 
@@ -792,7 +792,7 @@ def build_key(manifest: dict) -> str:
     h.update(Path(__file__).read_bytes())
     h.update(HUB_MANIFEST.read_bytes())  # what the Hub holds: a changed hub_manifest.yml rebuilds
     h.update(json.dumps(manifest, sort_keys=True).encode())
-    for f in ("registry.py", "data.py"):
+    for f in ("registry.py", "models.yml", *sorted(p.name for p in lib.glob("data*.py"))):
         h.update((lib / f).read_bytes())
     for p in sorted((lib / "tokenizers").glob("*.json")):
         h.update(p.name.encode() + p.read_bytes())

@@ -1,0 +1,98 @@
+"""What a claim's rule returns, the registry of rules, and the helpers they share.
+
+A rule (``@rule``) is a function of the frame(s) a chapter computed and of a claim's ``params`` (``claims.yml``) that
+returns an ``Outcome``: ``holds`` (True, False, or None when the frame cannot decide) and the value that decided it, in
+words. The rules live in one module per part of the papers (``rules_p1_s3``: Appendix B and Section 3,
+``rules_p1_s4``, ``rules_p1_s5``, ``rules_ablation``: the book's ablation of Paper 1's conclusion, ``rules_p2``); the
+ledger (``claims``) imports them all and looks a claim's rule up by name in ``RULES``. Every rule is tested on
+synthetic frames whose verdict is known (``tests/test_claims.py``), with a case where it must hold and one where it
+must not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+@dataclass
+class Outcome:
+    """What a rule found: ``holds`` (None: the frame cannot decide it) and the value that decided it, in words."""
+
+    holds: bool | None
+    value: str
+
+
+RULES: dict[str, Callable] = {}
+
+
+def rule(function: Callable) -> Callable:
+    RULES[function.__name__] = function
+    return function
+
+
+def per_model(frame: pd.DataFrame, by: str = "label") -> list[tuple[str, pd.DataFrame]]:
+    key = by if by in frame.columns else "model"
+    return [(str(name), part.sort_values("layer") if "layer" in part else part)
+            for name, part in frame.groupby(key, sort=False)]
+
+
+def spearman(x, y) -> float:
+    from scipy import stats
+
+    if len(x) < 3 or np.ptp(np.asarray(x, float)) == 0 or np.ptp(np.asarray(y, float)) == 0:
+        return float("nan")
+    return float(stats.spearmanr(x, y).statistic)
+
+
+def majority(flags: list[bool]) -> bool:
+    return sum(flags) > len(flags) / 2
+
+
+def too_few(what: str, n: int, needed: int, detail: str = "") -> Outcome:
+    """The outcome of a rule whose sample is below its minimum: undecided, saying how many it had and needed."""
+    return Outcome(None, f"too few {what}: {n} (at least {needed} needed)" + (f"; {detail}" if detail else ""))
+
+
+# ---- checkpoint series (columns run, step[, warmup]): rules that follow runs along training --------------------
+
+def each_run(qk: pd.DataFrame):
+    return [(run, part) for run, part in qk.groupby("run", sort=False)]
+
+
+def run_ends(part: pd.DataFrame):
+    return part[part["step"] == part["step"].min()], part[part["step"] == part["step"].max()]
+
+
+def after_warmup(part: pd.DataFrame) -> pd.DataFrame:
+    """One run's rows from its first checkpoint at or after its warm-up (column ``warmup``, steps) on; empty when
+    the warm-up is unknown or no checkpoint follows it."""
+    warmup = pd.to_numeric(part["warmup"], errors="coerce").iloc[0] if "warmup" in part else float("nan")
+    if not np.isfinite(warmup) or not (part["step"] >= warmup).any():
+        return part.iloc[:0]
+    return part[part["step"] >= part.loc[part["step"] >= warmup, "step"].min()]
+
+
+def over_runs(frame: pd.DataFrame, test: Callable[[pd.DataFrame], tuple[bool | None, str]], min_runs: int = 2,
+               from_warmup: bool = False, min_checkpoints: int = 2) -> Outcome:
+    """A per-run ``test`` (None: the run cannot answer) that holds in most runs, decided on at least ``min_runs``
+    runs with ``min_checkpoints`` checkpoints each (from the end of the warm-up with ``from_warmup``): "most runs"
+    of one run is that run's seed."""
+    found = []
+    for run, part in each_run(frame):
+        part = after_warmup(part) if from_warmup else part
+        steps = part["step"].nunique()
+        if steps < min_checkpoints:
+            where = "after its warm-up" if from_warmup else ""
+            found.append((run, None, f"{steps} checkpoint(s) {where} (at least {min_checkpoints} needed)"))
+            continue
+        found.append((run, *test(part)))
+    if not found:
+        return Outcome(None, "no run")
+    decided = [ok for _, ok, _ in found if ok is not None]
+    words = "; ".join(f"{run}: {text}" for run, _, text in found)
+    if len(decided) < min_runs:
+        return too_few("runs that can answer", len(decided), min_runs, words)
+    return Outcome(majority(decided), f"{sum(decided)} of {len(decided)} runs: {words}")
