@@ -32,7 +32,9 @@ book: $(STAMP)
 	$(PY) -m anisotropy build --profile $(PROFILE)
 
 # pytest-xdist: one test process per core (TEST_WORKERS to change it); the tests that share a module's fixture run in
-# one process together (--dist loadgroup, see tests/conftest.py), and the smoke book is built once for all of them.
+# one process together (--dist loadgroup, see tests/conftest.py), and the smoke book is built once for all of them;
+# the two longest chains (the paper-sim group, and the smoke book with the determinism test) start first, one per
+# worker (conftest's FIRST_UNITS), so that neither is left to end the run.
 # pytest stays below 9 (pyproject's test extra): under pytest 9.2 with pytest-xdist 3.8 no group forms (a 4-test probe
 # built its module fixture on both workers under 9.2.0, once under 8.4.2); and conftest's hook that marks the groups
 # runs first (tryfirst): after xdist's, its marks came too late, and the paper-sim book was built twice under 8.4.2 too.

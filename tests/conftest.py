@@ -155,6 +155,32 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
+# The work units that start first under ``--dist loadgroup``, one per worker: the two longest chains of the suite. The
+# paper-sim group (its book, then the Colab route over it: about 12 minutes of one worker on the slow 2-core machine)
+# and the smoke book with the determinism test that rebuilds it (about 9 minutes) would end the run if xdist, which
+# hands out the groups with the most tests first, started them late (issue 29). Both builds use about one core each,
+# so they overlap well; every other unit follows in xdist's own order.
+FIRST_UNITS = ("tests/test_paper_profile.py",
+               "tests/test_hardening.py::test_same_profile_and_seed_give_identical_results")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's ``loadgroup`` scheduler, with ``FIRST_UNITS`` handed out before any other unit."""
+    if config.getoption("dist", None) != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class LongestFirst(LoadGroupScheduling):
+        def _assign_work_unit(self, node):
+            for scope in reversed(FIRST_UNITS):
+                if scope in self.workqueue:
+                    self.workqueue.move_to_end(scope, last=False)
+            super()._assign_work_unit(node)
+
+    return LongestFirst(config, log)
+
+
 @pytest.fixture(scope="session")
 def smoke_book(tmp_path_factory) -> Path:
     """Build the whole book under the `smoke` profile, once per test session, in a copy of the repository.

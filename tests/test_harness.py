@@ -44,3 +44,30 @@ def test_a_module_fixture_is_built_once_under_two_workers(tmp_path):
     assert "6 passed" in proc.stdout
     builds = (tmp_path / "builds").read_text().split()
     assert len(builds) == 1, f"the module fixture was built on {builds}"
+
+
+def test_the_first_units_exist_and_start_first(tmp_path):
+    # conftest's FIRST_UNITS must name tests that exist (a renamed test would silently drop out of them) ...
+    import re
+
+    import conftest
+
+    for unit in conftest.FIRST_UNITS:
+        file, _, name = unit.partition("::")
+        source = (Path(__file__).parents[1] / file).read_text()
+        assert not name or re.search(rf"^def {re.escape(name)}\(", source, flags=re.M), unit
+    # ... and under make test's command line they are the first unit of a worker each: here the group of the module
+    # fixture and the second of the two lone tests, which xdist alone would hand out after the first.
+    (tmp_path / "test_inner.py").write_text(INNER_TESTS)
+    (tmp_path / "conftest.py").write_text(
+        INNER_CONFTEST.format(path=str(Path(__file__).with_name("conftest.py")))
+        + 'repo_conftest.FIRST_UNITS = ("test_inner.py", "test_inner.py::test_alone_2")\n'
+        + "pytest_xdist_make_scheduler = repo_conftest.pytest_xdist_make_scheduler\n")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-v", "-n", "2", "--dist", "loadgroup", "-p",
+                           "no:cacheprovider", "test_inner.py"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    first = {}
+    for worker, test in re.findall(r"^\[(gw\d)\] .*?PASSED (\S+)", proc.stdout, flags=re.M):
+        first.setdefault(worker, test.split("@")[0])
+    assert sorted(first.values()) == ["test_inner.py::test_1", "test_inner.py::test_alone_2"], proc.stdout

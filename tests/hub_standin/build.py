@@ -810,19 +810,28 @@ def cache_root() -> Path:
 def ensure_built(manifest: dict | None = None, keep: int = 2) -> Path:
     """The populated root for ``manifest`` (default: the paper profile's), built once and cached by ``build_key``.
 
-    Builds into a temporary folder and renames it, so concurrent sessions never see half a build; keeps the ``keep``
-    most recently used builds and removes older ones."""
+    Builds into a temporary folder and renames it, so concurrent sessions never see half a build, under a file lock,
+    so that the pytest-xdist workers whose modules start the stand-in at the same time (test_hub_standin,
+    test_hub_shapes, test_paper_failures, test_paper_profile) build it once: each build is about 60 CPU-s on a slow
+    2-core machine (issue 29). Keeps the ``keep`` most recently used builds and removes older ones."""
     try:
         import soundfile  # noqa: F401
     except ImportError:
         raise RuntimeError("the Hub stand-in's builder writes FLAC with soundfile, which this environment lacks: "
                            "rm .venv/.installed-* && make env (the Makefile installs it), or pip install "
                            "soundfile==0.14.0") from None
+    from filelock import FileLock
+
     manifest = manifest or paper_manifest()
     cache = cache_root()
     root = cache / build_key(manifest)
+    cache.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(cache / f".{root.name}.lock")):
+        return _build_locked(cache, root, manifest, keep)
+
+
+def _build_locked(cache: Path, root: Path, manifest: dict, keep: int) -> Path:
     if not (root / "manifest.json").is_file():
-        cache.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=cache))
         try:
             populate(tmp / "root", manifest)
