@@ -1,0 +1,43 @@
+"""What a chapter's first cell installs on Colab must not downgrade what the runtime already has (issue 28).
+
+On Colab, ``%pip install "anisotropy[colab] @ git+..."`` installs the base dependencies and the ``colab`` extra into a
+runtime that already holds torch (its CUDA build), numpy, pandas, scipy and matplotlib. A ``==`` pin or an upper bound
+on one of them would make pip replace the runtime's own build (or break the packages Colab built against it), though
+the book does not need that version; only floors are allowed there. transformers is pinned on purpose (the numbers
+and the models' remote code depend on it), and the book's own environment pins everything through constraints.txt.
+"""
+
+from __future__ import annotations
+
+from packaging.requirements import Requirement
+
+from install_set import pyproject
+
+# What a Colab runtime preinstalls that the book also needs.
+RUNTIME_PACKAGES = ("torch", "numpy", "pandas", "scipy", "matplotlib")
+
+
+def downgrades(requirements: list[str]) -> list[str]:
+    """The requirements that could replace a Colab runtime's own build of a ``RUNTIME_PACKAGES`` package: a pin
+    (``==``, ``===``), an upper bound (``<``, ``<=``) or a compatible release (``~=``, an upper bound too)."""
+    found = []
+    for text in requirements:
+        req = Requirement(text)
+        if req.name.lower() in RUNTIME_PACKAGES and any(
+                s.operator in ("==", "===", "<", "<=", "~=") for s in req.specifier):
+            found.append(text)
+    return found
+
+
+def test_the_rule_flags_pins_and_upper_bounds():
+    assert downgrades(["torch==2.1", "numpy<2", "pandas~=2.0", "scipy<=1.13", "matplotlib==3.*"]) == [
+        "torch==2.1", "numpy<2", "pandas~=2.0", "scipy<=1.13", "matplotlib==3.*"]
+    assert downgrades(["torch>=2.6", "numpy>=1.24,!=2.0.0", "transformers==4.57.*", "soundfile>=0.12"]) == []
+
+
+def test_colab_install_keeps_the_runtimes_own_torch_numpy_pandas_scipy_matplotlib():
+    project = pyproject()
+    installed = list(project["dependencies"]) + list(project["optional-dependencies"]["colab"])
+    assert {Requirement(r).name.lower() for r in installed} >= {"torch", "numpy", "pandas", "scipy", "matplotlib"}
+    assert downgrades(installed) == [], ("these would replace what a Colab runtime preinstalls; give them a floor "
+                                         "only (constraints.txt pins the book's own environment)")
