@@ -284,6 +284,13 @@ def _with_profile(name: str, dest: Path) -> Path:
     return dest
 
 
+def _fail_unless_ran(name: str, proc) -> None:
+    if proc.returncode != 0:
+        pytest.fail(f"{name}: the committed notebook fails on the Colab route, in a fresh environment with only the "
+                    f"colab extra (does it need a package that the colab extra or the base dependencies do not "
+                    f"install?)\n{proc.stderr[-3000:]}", pytrace=False)
+
+
 @pytest.fixture(scope="module")
 def colab_runtime(tmp_path_factory):
     """A fresh virtual environment with what a Colab runtime has for this book: the book's Python version, torch as
@@ -347,10 +354,7 @@ def test_the_colab_route_gives_the_same_pages(book, standin, colab_runtime, tmp_
     for name in runner.chapters():
         src, out = _with_profile(name, tmp_path / f"{name}.ipynb"), tmp_path / f"{name}.out.ipynb"
         proc = _papermill(colab_runtime["venv"], src, out, root, env, f"papermill {name} (the Colab route)")
-        if proc.returncode != 0:
-            pytest.fail(f"{name}: the committed notebook fails on the Colab route, in a fresh environment with only the "
-                        f"colab extra (does it need a package that the colab extra or the base dependencies do not "
-                        f"install?)\n{proc.stderr[-3000:]}", pytrace=False)
+        _fail_unless_ran(name, proc)
         colab = runner.glued_values(out, wall_clock=False)
         book_values = runner.glued_values(root / "book" / "executed" / f"{name}.ipynb", wall_clock=False)
         assert colab == book_values, name
@@ -367,10 +371,11 @@ def test_a_colab_run_on_a_fresh_runtime_fetches_from_the_hub(standin, colab_runt
     start = len(standin.requests())
     proc = _papermill(colab_runtime["venv"], _with_profile(name, tmp_path / "in.ipynb"), tmp_path / "out.ipynb", root,
                       env, f"papermill {name} on a fresh runtime")
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    _fail_unless_ran(name, proc)
     got = set(_weights_requests(standin.requests()[start:], "GET"))
     want = {(repo, rev or "main") for repo, rev in
             budget.plan(name, profiles.chapter_parameters(PROFILE, name)).requests}
     assert got == want
     glued = runner.glued_values(tmp_path / "out.ipynb")
     assert glued["not_measured"] == "none"
+
