@@ -41,3 +41,20 @@ def test_colab_install_keeps_the_runtimes_own_torch_numpy_pandas_scipy_matplotli
     assert {Requirement(r).name.lower() for r in installed} >= {"torch", "numpy", "pandas", "scipy", "matplotlib"}
     assert downgrades(installed) == [], ("these would replace what a Colab runtime preinstalls; give them a floor "
                                          "only (constraints.txt pins the book's own environment)")
+
+
+def test_a_checkout_without_jupytext_reads_the_parameters_from_the_committed_ipynb(monkeypatch):
+    """With only the colab extra installed (no jupytext: the book's stack), a chapter run in a checkout still checks its
+    parameters against its parameters cell, read from the committed .ipynb copy: the same as from the MyST source."""
+    import sys
+
+    from anisotropy import profiles, runner
+
+    profiles._inspect_source.cache_clear()
+    from_source = {name: profiles.notebook_parameters(name) for name in runner.chapters()}
+    monkeypatch.setitem(sys.modules, "jupytext", None)  # `import jupytext` raises ImportError
+    profiles._inspect_source.cache_clear()
+    try:
+        assert {name: profiles.notebook_parameters(name) for name in runner.chapters()} == from_source
+    finally:
+        profiles._inspect_source.cache_clear()
