@@ -58,3 +58,23 @@ def test_a_checkout_without_jupytext_reads_the_parameters_from_the_committed_ipy
         assert {name: profiles.notebook_parameters(name) for name in runner.chapters()} == from_source
     finally:
         profiles._inspect_source.cache_clear()
+
+
+def test_glue_without_myst_nb_records_what_myst_nb_would(monkeypatch):
+    """Where only the colab extra is installed (no myst-nb), report.glue still records each value, in the very output
+    myst-nb's glue writes, so that a Colab run's notebook holds the book's numbers (runner.glued_values)."""
+    import sys
+
+    import IPython.display
+    from myst_nb.ext import glue as myst_glue
+
+    from anisotropy import report
+
+    calls = []
+    monkeypatch.setattr(myst_glue, "ipy_display", lambda *args, **kwargs: calls.append((args, kwargs)))
+    report.glue("share", 0.123456, "{:.3f}")
+    monkeypatch.setitem(sys.modules, "myst_nb", None)  # `from myst_nb import glue` raises ImportError
+    monkeypatch.setattr(IPython.display, "display", lambda *args, **kwargs: calls.append((args, kwargs)))
+    report.glue("share", 0.123456, "{:.3f}")
+    assert len(calls) == 2 and calls[0] == calls[1]
+    assert calls[1][0][0] == {"application/papermill.record/text/plain": "'0.123'"}
