@@ -338,8 +338,8 @@ def colab_runtime(tmp_path_factory):
     assert tuple(kernel["version"]) == tuple(sys.version_info[:3]), kernel["version"]
     assert Path(kernel["anisotropy"]).is_relative_to(venv) and "site-packages" in kernel["anisotropy"], (
         f"the kernel imported anisotropy from {kernel['anisotropy']}, not the package installed in {venv}")
-    assert not kernel["present"], (f"the Colab runtime can import {kernel['present']}, which only the book or the tests "
-                                   f"install: it is no longer a fresh environment with only the colab extra")
+    assert not kernel["present"], (f"the Colab runtime can import {kernel['present']}, which only the book or the "
+                                   f"tests install: it is no longer a fresh environment with only the colab extra")
     return {"venv": venv, "cpu_s": cpu_s}
 
 
