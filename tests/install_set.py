@@ -3,7 +3,8 @@
 The Makefile is the one place that says how the book's environment is made (``make book``); environment.yml (for conda)
 and benchmarks/python_range.py (which Python versions the pinned set resolves on) must follow it. Both read it here,
 so a package added to a Makefile install line or to a pyproject extra that the Makefile installs is checked without
-anyone updating a second list. Not a test module: tests/test_pipeline.py and the benchmark import it.
+anyone updating a second list. Not a test module: tests/test_pipeline.py and the benchmark import it, and
+tests/test_paper_profile.py makes its Colab runtime with ``colab_runtime``.
 """
 
 from __future__ import annotations
@@ -220,3 +221,59 @@ def requires_python(root: Path = ROOT) -> tuple[tuple[int, ...], tuple[int, ...]
     m = re.fullmatch(r">=\s*([\d.]+)\s*,\s*<\s*([\d.]+)", text.replace(" ", ""))
     assert m, f"requires-python should read '>=X.Y.Z,<A.B', not {text!r}"
     return tuple(map(int, m.group(1).split("."))), tuple(map(int, m.group(2).split(".")))
+
+
+# ---- a Colab runtime's installation, for the Colab-route tests (tests/test_paper_profile.py) --------------------------
+# What a Colab runtime already has that the tests' harness needs: papermill runs the notebook and ipykernel is its
+# kernel (Colab preinstalls both; the `colab` extra must not need to). Everything else comes from the `colab` extra and
+# the base dependencies.
+COLAB_PREINSTALLED = ("papermill", "ipykernel")
+
+
+def find_links() -> list[str]:
+    """The machine's own pip find-links (``PIP_FIND_LINKS`` or pip's configuration files), where the Makefile's first
+    torch install looks (``pip install --no-deps --no-index``)."""
+    import subprocess
+    import sys
+
+    try:
+        out = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
+                             timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        out = ""
+    links = []
+    for line in out.splitlines():
+        key, _, value = line.partition("=")
+        if key.rsplit(".", 1)[-1] == "find-links":
+            links += [v for v in value.strip().strip("'\"").split() if v not in links]
+    return links
+
+
+def colab_runtime(venv: Path, source: Path, uv: str, python: str, root: Path = ROOT) -> dict:
+    """The commands that make ``venv`` a Colab runtime as far as this book is concerned: the interpreter ``python``,
+    torch the way the Makefile installs it (its pin, the machine's find-links first, else the CPU wheel index: never
+    the CUDA build), then the copy ``source`` installed the way a chapter's first cell installs it on Colab (not
+    editable, ``anisotropy[colab] @ <url>``) with constraints.txt, so that the numbers match the book's, and papermill
+    and ipykernel (``COLAB_PREINSTALLED``). Nothing else: the book-building stack and the tests' peers stay out."""
+    import platform
+
+    variables = makefile_variables((root / "Makefile").read_text())
+    torch = expand(variables["TORCH"], variables)
+    index = expand(variables.get("TORCH_INDEX", ""), variables)
+    py = str(venv / "bin" / "python")
+    # no --compile-bytecode: compiling all of torch costs ten times the rest of the installation; the runtime's first
+    # processes compile what they import (the Colab-route tests let them write the bytecode into the runtime)
+    install = [uv, "pip", "install", "-q", "--python", py]
+    torch_routes, links = [], find_links()
+    if links:
+        torch_routes.append([*install, "--no-deps", "--no-index", *(f"--find-links={link}" for link in links), torch])
+    if platform.system() == "Darwin" or not index:
+        torch_routes.append([*install, "--no-deps", torch])
+    else:
+        torch_routes.append([*install, "--no-deps", "--index-url", index, torch])
+    return {
+        "venv": [uv, "venv", "-q", "--python", python, str(venv)],
+        "torch": torch_routes,  # tried in this order, as the Makefile's `||`
+        "package": [*install, "-c", str(root / "constraints.txt"), f"anisotropy[colab] @ {source.resolve().as_uri()}",
+                    *COLAB_PREINSTALLED],
+    }

@@ -205,9 +205,7 @@ def glue(name: str, value, fmt: str | None = None):
     Formatted values are glued as strings: myst-nb evaluates glued plain text as a Python literal, so "100,000"
     would otherwise come back as the tuple (100, 0).
     """
-    _glue = _myst_glue()
-    if _glue is not None:
-        _glue(name, fmt.format(value) if fmt else value, display=False)
+    (_myst_glue() or _record)(name, fmt.format(value) if fmt else value, display=False)
     # Returns None: a returned value would be displayed as a stray output when glue is a cell's last line.
 
 
@@ -236,9 +234,23 @@ def glue_figure(name: str, fig, dpi: int = 110):
     plt.close(fig)
 
 
+def _record(name: str, value, display: bool = False):
+    """myst-nb's ``glue(name, value, display=False)`` where myst-nb is not installed (the ``colab`` extra): the same
+    hidden output (the value's display formats under ``application/papermill.record/``, named in the ``scrapbook``
+    metadata), which a front end does not show, so that a Colab run's notebook holds the numbers the book's holds
+    (``runner.glued_values`` reads either)."""
+    from IPython.core.formatters import format_display_data
+    from IPython.display import display as show
+
+    bundle, metadata = format_display_data(value)
+    metadata["scrapbook"] = {"name": name, "mime_prefix": "application/papermill.record/"}
+    show({f"application/papermill.record/{k}": v for k, v in bundle.items()}, raw=True, metadata=metadata)
+
+
 def _myst_glue():
     """myst-nb's ``glue`` (part of the book stack), or None where only the chapters' own dependencies are installed
-    (the ``colab`` extra): there nothing renders glued values, and figures are shown in place."""
+    (the ``colab`` extra): there nothing renders glued values (``glue`` records them as myst-nb would), and figures are
+    shown in place."""
     try:
         from myst_nb import glue
     except ImportError:

@@ -153,14 +153,33 @@ def _assignments(text: str) -> dict[str, dict]:
     return found
 
 
-@lru_cache(maxsize=64)
-def _inspect_source(name: str, digest: str) -> dict:
+def _parameters_cell(name: str) -> str | None:
+    """The source of the chapter's parameters cell: from its MyST source (jupytext, which only the book's stack
+    installs), else from its committed ``.ipynb`` copy (written from the source by ``make sync``, a test keeps them the
+    same), so that a checkout with only the ``colab`` extra installed checks a run's parameters too."""
+    try:
+        import jupytext  # noqa: F401
+    except ImportError:
+        copy_ = notebook_source(name).with_suffix(".ipynb")
+        if copy_.is_file():
+            import json
+
+            cell = next((c for c in json.loads(copy_.read_text())["cells"] if c["cell_type"] == "code"
+                         and "parameters" in c.get("metadata", {}).get("tags", [])), None)
+            source = None if cell is None else cell["source"]
+            return "".join(source) if isinstance(source, list) else source
     cell = next((c for c in read_notebook(name).cells
                  if c.cell_type == "code" and "parameters" in c.metadata.get("tags", [])), None)
-    if cell is None:
+    return None if cell is None else cell.source
+
+
+@lru_cache(maxsize=64)
+def _inspect_source(name: str, digest: str) -> dict:
+    source = _parameters_cell(name)
+    if source is None:
         return {}
     try:
-        return _assignments(cell.source)
+        return _assignments(source)
     except SyntaxError as exc:
         raise ProfileError(f"notebooks/{name}.md: the parameters cell is not plain Python ({exc.msg}, line "
                            f"{exc.lineno} of the cell).") from None
