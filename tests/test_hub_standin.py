@@ -543,7 +543,7 @@ def test_librispeech_validation_downloads_only_validation_shards(datasets_run, s
     assert (got["text"], got["id"], got["speaker_id"]) == (rows["text"], rows["id"], rows["speaker_id"])
     assert got["sha"] == [hashlib.sha256(a["bytes"]).hexdigest() for a in rows["audio"]]
     assert got["rates"] == [16000] * len(rows["id"])
-    from anisotropy.data import synthetic_speech
+    from anisotropy.data_speech import synthetic_speech
 
     n = len(rows["id"])
     original = synthetic_speech(n, seed=build._seed("librispeech", "clean", "validation", "0"), seconds=(1.0, 2.0))

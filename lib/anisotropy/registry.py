@@ -318,7 +318,7 @@ def _train_tokenizer(kind: str, vocab_size: int):
     versions, so the book reads the packaged files and every machine tokenizes the same way."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-    from .data import prose_paragraphs
+    from .data_prose import prose_paragraphs
 
     if kind == "wordpiece":  # BERT-style: lower-cased WordPiece, [CLS] text [SEP]
         tok = train_wordpiece(prose_paragraphs(), vocab_size)

@@ -524,7 +524,7 @@ WIKITEXT_SPLITS = {"test": slice(0, 90), "validation": slice(90, 180), "train": 
 
 def wikitext_split(split: str) -> list[str]:
     """The ``text`` column of one WikiText split, in order (distinct prose paragraphs per split)."""
-    from anisotropy.data import prose_paragraphs
+    from anisotropy.data_prose import prose_paragraphs
 
     return wikitext_lines(prose_paragraphs()[WIKITEXT_SPLITS[split]], _seed("wikitext", split))
 
@@ -560,7 +560,7 @@ def imagenette_split(size: str, split: str) -> tuple[list[bytes], list[int]]:
     import numpy as np
     from PIL import Image
 
-    from anisotropy.data import synthetic_shapes
+    from anisotropy.data_images import synthetic_shapes
 
     h, w = IMAGENETTE_SIZES[size]
     n = 20 if split == "validation" else 30
@@ -613,7 +613,8 @@ def librispeech_rows(config: str, split: str, shard: int) -> dict[str, list]:
     """Columns of one LibriSpeech shard: synthetic utterances (FLAC, 16 kHz) with upper-case prose transcripts."""
     import soundfile as sf
 
-    from anisotropy.data import prose_paragraphs, synthetic_speech
+    from anisotropy.data_prose import prose_paragraphs
+    from anisotropy.data_speech import synthetic_speech
 
     n = LIBRISPEECH_SPLITS[config][split][1]
     seed = _seed("librispeech", config, split, str(shard))
@@ -675,7 +676,7 @@ def enwik8_text(n_pages: int = 120) -> str:
 
     import numpy as np
 
-    from anisotropy.data import prose_paragraphs
+    from anisotropy.data_prose import prose_paragraphs
 
     rng = np.random.default_rng(8)
     pars = prose_paragraphs()
