@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import pandas as pd
 
-
-# ---- did a run learn? -------------------------------------------------------------------------------------------------
 # Two bars, for two questions, both here:
 # - ``learnt``: the book's one definition of a model that learnt, the bar below which a run says what early
 #   optimisation does rather than what learning does. Its validation loss is at least LEARNT_NATS below the loss of
