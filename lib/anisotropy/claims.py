@@ -36,6 +36,7 @@ from . import fingerprint, results
 from . import rules_ablation, rules_p1_s3, rules_p1_s4, rules_p1_s5, rules_p2  # noqa: F401
 from .rules import RULES, Outcome
 
+
 LEDGER = Path(__file__).resolve().with_name("claims.yml")
 NAMESPACE = "claims"  # results/<NAMESPACE>/: the verdict rows of every chapter and profile
 MEASURED = "claims_measured"  # results/<MEASURED>/: per-model mean cosines for Figure 18

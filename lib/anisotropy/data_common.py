@@ -12,6 +12,7 @@ class DataUnavailableError(hub.Unavailable):
     """A data source that cannot be read here for a reason of its own (a file missing or damaged); the Hub's reasons
     are ``hub.Unavailable``."""
 
+
 def sample(pool_size: int, n: int, seed: int, what: str) -> np.ndarray:
     """``n`` indices into a pool of ``pool_size`` examples, drawn with ``numpy.random.default_rng(seed)`` (without
     replacement unless ``n`` exceeds the pool); ``what`` names the pool in errors."""

@@ -121,6 +121,7 @@ def photos(n: int, seed: int = 0, size: int = 224, min_fraction: float = 0.3) ->
 # Imagenette's 320-pixel validation images in the Hub's Parquet conversion (data_dir="320px" would fetch train too).
 IMAGENETTE_FILES = {"validation": "320px/validation/*.parquet"}
 
+
 def _hub_images(repo: str, what: str, n: int, seed: int, **kwargs) -> list[np.ndarray]:
     ds = hub.dataset(repo, what, split="validation", **kwargs)
     idx = sample(len(ds), n, seed, f"{what} validation")
@@ -133,6 +134,7 @@ def images(n: int, seed: int = 0, size: int = 128) -> list[np.ndarray]:
     if n <= 0:
         raise ValueError(f"synthetic shapes need n >= 1 samples, got n={n}")
     return list(synthetic_shapes(n, size=size, seed=seed)[0])
+
 
 def imagenette(n: int, seed: int = 0) -> list[np.ndarray]:
     """``n`` images of Imagenette's 320px validation split. The repository's main branch holds a loading script

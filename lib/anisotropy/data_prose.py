@@ -51,8 +51,10 @@ def text_samples(n: int, seed: int = 0) -> list[str]:
     idx = rng.choice(len(paragraphs), size=n, replace=n > len(paragraphs))
     return [paragraphs[i] for i in idx]
 
-def prose(n: int, seed: int, min_chars: int = 80) -> list[str]:
-    # Same draw as text_samples(n, seed) for the default min_chars.
+
+def prose(n: int, seed: int = 0, min_chars: int = 80) -> list[str]:
+    """``n`` paragraphs of at least ``min_chars`` characters (source ``"prose"``); the same draw as
+    ``text_samples(n, seed)`` for the default ``min_chars``."""
     paragraphs = prose_paragraphs(min_chars)
     idx = sample(len(paragraphs), n, seed, f"the prose corpus (paragraphs of >= {min_chars} characters)")
     return [paragraphs[i] for i in idx]

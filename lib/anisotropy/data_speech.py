@@ -165,6 +165,7 @@ def espeak_speech(n: int, seed: int = 0, voices: tuple[str, ...] | list[str] = E
 # (train.100 and train.360 too, about 30 GB) for a few hundred validation utterances.
 LIBRISPEECH_FILES = {"validation": "clean/validation/*.parquet"}
 
+
 def librispeech(n: int, seed: int = 0) -> list[dict]:
     """``n`` utterances of LibriSpeech clean validation as ``{"array", "sampling_rate", "text"}`` (16 kHz).
 

@@ -17,6 +17,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+
 @dataclass
 class Outcome:
     """What a rule found: ``holds`` (None: the frame cannot decide it) and the value that decided it, in words."""
@@ -29,17 +30,20 @@ RULES: dict[str, Callable] = {}
 
 
 def rule(function: Callable) -> Callable:
+    """Register ``function`` in ``RULES`` under its name (the name a claim's ``rule`` gives)."""
     RULES[function.__name__] = function
     return function
 
 
 def per_model(frame: pd.DataFrame, by: str = "label") -> list[tuple[str, pd.DataFrame]]:
+    """(name, rows) per model (column ``by``, else ``model``), each model's rows in layer order."""
     key = by if by in frame.columns else "model"
     return [(str(name), part.sort_values("layer") if "layer" in part else part)
             for name, part in frame.groupby(key, sort=False)]
 
 
 def spearman(x, y) -> float:
+    """Spearman's rho of ``x`` and ``y``; NaN with fewer than 3 points or a constant side."""
     from scipy import stats
 
     if len(x) < 3 or np.ptp(np.asarray(x, float)) == 0 or np.ptp(np.asarray(y, float)) == 0:
@@ -48,6 +52,7 @@ def spearman(x, y) -> float:
 
 
 def majority(flags: list[bool]) -> bool:
+    """More than half of ``flags`` are true."""
     return sum(flags) > len(flags) / 2
 
 
@@ -59,10 +64,12 @@ def too_few(what: str, n: int, needed: int, detail: str = "") -> Outcome:
 # ---- checkpoint series (columns run, step[, warmup]): rules that follow runs along training --------------------
 
 def each_run(qk: pd.DataFrame):
+    """(run, rows) per run of a checkpoint-series frame, in the frame's order."""
     return [(run, part) for run, part in qk.groupby("run", sort=False)]
 
 
 def run_ends(part: pd.DataFrame):
+    """One run's rows at its first and at its last checkpoint."""
     return part[part["step"] == part["step"].min()], part[part["step"] == part["step"].max()]
 
 
@@ -76,7 +83,7 @@ def after_warmup(part: pd.DataFrame) -> pd.DataFrame:
 
 
 def over_runs(frame: pd.DataFrame, test: Callable[[pd.DataFrame], tuple[bool | None, str]], min_runs: int = 2,
-               from_warmup: bool = False, min_checkpoints: int = 2) -> Outcome:
+              from_warmup: bool = False, min_checkpoints: int = 2) -> Outcome:
     """A per-run ``test`` (None: the run cannot answer) that holds in most runs, decided on at least ``min_runs``
     runs with ``min_checkpoints`` checkpoints each (from the end of the warm-up with ``from_warmup``): "most runs"
     of one run is that run's seed."""
