@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import socket
+from functools import lru_cache
 from pathlib import Path
 
 KEEP_ENV = "ANISOTROPY_KEEP_CHECKPOINTS"  # "1": keep intermediate checkpoints in the cache after measuring them
@@ -348,17 +349,12 @@ REVISION_FACTS = {"recorded": "anything (not in the manifest)", "exists": "exist
                   "weights": "weight files", "tokenizer": "tokenizer"}
 
 
+@lru_cache(maxsize=1)
 def manifest() -> dict:
     """The manifest (``hub_manifest.yml``, shipped with the package), read once per process."""
-    global _MANIFEST
-    if _MANIFEST is None:
-        import yaml
+    import yaml
 
-        _MANIFEST = yaml.safe_load(MANIFEST.read_text())
-    return _MANIFEST
-
-
-_MANIFEST: dict | None = None
+    return yaml.safe_load(MANIFEST.read_text())
 
 
 def unverified(requests, recorded: dict | None = None) -> dict[str, dict]:

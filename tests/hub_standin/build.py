@@ -31,7 +31,6 @@ Runs in the project's ``.venv`` (torch, transformers, datasets, pyarrow, Pillow,
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import io
 import json
@@ -85,13 +84,12 @@ def _sha256_file(path: Path) -> str:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=1)
 def hub_manifest() -> dict:
     """``hub_manifest.yml``: what the real Hub holds, per repository and revision (read from public pages, not from the
-    registry; ``tests/test_hub_manifest.py`` checks its form)."""
-    import yaml
+    registry; ``tests/test_hub_manifest.py`` checks its form), through the package's one reader of it."""
+    from anisotropy import hub
 
-    return yaml.safe_load(HUB_MANIFEST.read_text())
+    return hub.manifest()
 
 
 def repo_facts(recorded: dict | None) -> dict:
