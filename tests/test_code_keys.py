@@ -89,6 +89,26 @@ def test_a_changed_model_table_changes_what_loads_models_and_nothing_else(tmp_pa
     fingerprint.imports.cache_clear()
 
 
+def test_a_changed_hub_manifest_executes_the_pages_again_and_changes_no_measurement(tmp_path, monkeypatch):
+    copy = tmp_path / "anisotropy"
+    shutil.copytree(fingerprint.FOLDER, copy, ignore=shutil.ignore_patterns("__pycache__"))
+
+    def digests() -> dict[str, str]:
+        fingerprint._digest.cache_clear()
+        fingerprint.imports.cache_clear()
+        return {"package": fingerprint.package(), "layerwise": fingerprint.of("layerwise")}
+
+    monkeypatch.setattr(fingerprint, "FOLDER", copy)
+    before = digests()
+    manifest = copy / "hub_manifest.yml"
+    manifest.write_text(manifest.read_text() + "\n# an edit\n")
+    after = digests()
+    assert after["package"] != before["package"]  # what every executed page is stamped with
+    assert after["layerwise"] == before["layerwise"]
+    fingerprint._digest.cache_clear()
+    fingerprint.imports.cache_clear()
+
+
 def test_the_package_imports_form_no_cycle_and_errors_import_nothing():
     modules = sorted(p.stem for p in fingerprint.FOLDER.glob("*.py") if p.stem not in ("__init__", "__main__"))
     graph = {m: fingerprint.imports(m) for m in [*modules, "profiles"]}  # imports anywhere in a file, lazy ones too

@@ -31,8 +31,10 @@ PACKAGES = ("torch", "transformers", "tokenizers", "numpy", "scipy")
 NOT_NUMERIC = frozenset({"report", "plots", "runner", "cli", "budget", "profiles", "paths", "hub", "results",
                          "fingerprint", "executor", "errors", "__main__"})
 TRAINER = "training"
-# Data files that are part of a module's code: a changed entry of the model table changes registry's fingerprint.
-DATA_FILES = {"registry": ("models.yml",)}
+# Data files that are part of a module's code: a changed entry of the model table changes registry's fingerprint; a
+# changed Hub manifest changes hub's, hence ``package()`` and every executed page's stamp (a paper page names the
+# manifest's unverified facts), though no measurement (hub is not numeric).
+DATA_FILES = {"registry": ("models.yml",), "hub": ("hub_manifest.yml",)}
 
 
 def _path(module: str) -> Path:
