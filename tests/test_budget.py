@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from anisotropy import budget, layerwise, profiles, spectral
+from anisotropy import batches, budget, layerwise, profiles
 
 GIB = 2**30
 
@@ -32,7 +32,7 @@ def peak_bytes(fn) -> int:
 def feed_pools(states, width, batch, n_batches, stream, chunk, metric_names):
     """What ``spectral.measure`` does with ``taps.extract``'s states, on random rows: one shuffled ``BatchedLayer``
     per state, each forward batch's rows given to every state in turn, then the batches measured."""
-    layers = [spectral.BatchedLayer(width, batch, n_batches, metric_names, shuffle_seed=0) for _ in range(states)]
+    layers = [batches.BatchedLayer(width, batch, n_batches, metric_names, shuffle_seed=0) for _ in range(states)]
     g = torch.Generator().manual_seed(0)
     fed = 0
     while fed < stream:
@@ -60,7 +60,7 @@ def test_pool_formula_matches_the_pools_allocated(stream):
 @pytest.mark.parametrize("batch, width", [(512, 256), (1024, 256), (128, 768)])
 def test_metric_bytes_bound_the_metrics(batch, width):
     x = torch.randn(batch, width, generator=torch.Generator().manual_seed(0))
-    measured = max(peak_bytes(lambda: spectral.BATCH_METRICS[name](x)) for name in spectral.BATCH_METRICS)
+    measured = max(peak_bytes(lambda: batches.BATCH_METRICS[name](x)) for name in batches.BATCH_METRICS)
     assert measured <= budget.metric_bytes(batch, width), (measured, budget.metric_bytes(batch, width))
 
 
@@ -85,7 +85,7 @@ def test_the_bootstrap_resamples_are_the_chapters():
 
 
 def test_the_pool_trimming_point_is_the_spectral_modules():
-    assert budget.POOL_TRIM_AT == spectral.POOL_TRIM_AT
+    assert budget.POOL_TRIM_AT == batches.POOL_TRIM_AT
 
 
 def test_cnn_widths_are_the_flattened_maps():

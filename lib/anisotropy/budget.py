@@ -8,7 +8,7 @@ would not fit a free Colab runtime (``COLAB``) with the largest setting that doe
 (stated on the page): the download assumes ``HUB_MB_PER_S``, the compute a fixed share of a T4's peak rate.
 
 Host memory (``host_ram_bytes``) counts what the measuring code holds on the CPU side, derived from what it allocates:
-Paper 2's per-layer pools (``spectral.BatchedLayer``: ``pool_bytes``) and Section 3's per-example sums with their
+Paper 2's per-layer pools (``batches.BatchedLayer``: ``pool_bytes``) and Section 3's per-example sums with their
 bootstrap interval (``layerwise.FirstMoments``: ``per_example_bytes``). Disk counts hf-xet's chunk cache
 (``xet_chunk_cache_gib``). A model whose size the registry does not know is listed as unknown, never counted as 0.
 """
@@ -24,7 +24,7 @@ COLAB = {"gpu": 15.0, "ram": 12.7, "disk": 78.0, "hours": 12.0}  # hours: the lo
 # resources panel (its /proc/meminfo MemTotal, about 13.3e6 kB = 12.7 GiB).
 HOST_RAM_LIMIT_GIB = COLAB["ram"]
 RUNTIME_GIB = 1.5  # host memory of the kernel itself: Python, torch, the CUDA context, tokenizer and data
-# spectral.POOL_TRIM_AT (a test checks they agree): spectral reaches this module through report, so it cannot be imported
+# batches.POOL_TRIM_AT (a test checks they agree), copied: budget imports no measuring module at import time
 POOL_TRIM_AT = 1.25
 IMAGE_SIZE = 224  # pixels per side of the images the Section 3 vision models read (their processors' crop)
 # hf-xet's chunk cache (<HF_XET_CACHE>/<endpoint>/chunk-cache) holds the pieces of downloaded files again, up to
@@ -57,7 +57,7 @@ class Checkpoint:
     loaded and run (downloaded once: a checkpoint loaded twice stays in the cache until its last pass).
 
     What it holds on the host while measured: ``pool`` > 0, Paper 2's shuffled pool of that many vectors per hidden
-    state (``spectral.BatchedLayer``), measured ``metric_batch`` vectors at a time (``extra_states``: states beyond
+    state (``batches.BatchedLayer``), measured ``metric_batch`` vectors at a time (``extra_states``: states beyond
     the layers, e.g. the split final norm);
     ``per_example``, Section 3's sum of unit vectors per example and layer (``layerwise.FirstMoments``).
 
@@ -328,7 +328,7 @@ def _gpu_gib(c: Checkpoint) -> float:
 # ---- host memory --------------------------------------------------------------------------------------------------
 
 def pool_bytes(states: int, width: int, pool: int, stream_rows: int, chunk_rows: int, metric: int = 0) -> int:
-    """Peak host bytes of Paper 2's pools: ``states`` hidden states of ``width``, each a ``spectral.BatchedLayer``
+    """Peak host bytes of Paper 2's pools: ``states`` hidden states of ``width``, each a ``batches.BatchedLayer``
     with a shuffle seed pooling ``pool`` (= batch_size x n_batches) vectors, fed ``stream_rows`` valid vectors per
     state in chunks of ``chunk_rows`` (one forward batch: texts x positions), one state after another per chunk as
     ``taps.extract`` does; ``metric``: the bytes of the per-batch metrics (``metric_bytes``).

@@ -28,7 +28,7 @@ from pathlib import Path
 
 FOLDER = Path(__file__).resolve().parent
 PACKAGES = ("torch", "transformers", "tokenizers", "numpy", "scipy")
-NOT_NUMERIC = frozenset({"report", "plots", "runner", "cli", "budget", "profiles", "paths", "hub", "results",
+NOT_NUMERIC = frozenset({"report", "plots", "runner", "kernels", "cli", "budget", "profiles", "paths", "hub", "results",
                          "fingerprint", "executor", "errors", "__main__"})
 TRAINER = "training"
 # Data files that are part of a module's code: a changed entry of the model table changes registry's fingerprint; a

@@ -19,7 +19,7 @@ import contextlib
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator
 
 import numpy as np
 import scipy.linalg
@@ -858,27 +858,3 @@ def grouped_bootstrap_mean_cosine(gram, sizes, n_boot: int = 1000, level: float 
         reps = (quad - own) / (total**2 - own)
     low, high = np.nanquantile(reps, [(1 - level) / 2, (1 + level) / 2])
     return ConfidenceInterval(estimate, float(low), float(high), float(level), int(n_boot))
-
-
-def word_errors(reference: Sequence[str], hypothesis: Sequence[str]) -> int:
-    """Minimum number of word substitutions, deletions and insertions that turn ``reference`` into ``hypothesis``
-    (Levenshtein distance over words; dynamic programming, O(len(reference) * len(hypothesis)))."""
-    previous = list(range(len(hypothesis) + 1))
-    for i, word in enumerate(reference, start=1):
-        current = [i] + [0] * len(hypothesis)
-        for j, other in enumerate(hypothesis, start=1):
-            current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (word != other))
-        previous = current
-    return previous[-1]
-
-
-def word_error_rate(references: Sequence[Sequence[str]], hypotheses: Sequence[Sequence[str]]) -> float:
-    """Corpus word error rate: the word errors of every (reference, hypothesis) pair of word lists, summed, over the
-    total number of reference words (can exceed 1 when the hypotheses insert many words)."""
-    if len(references) != len(hypotheses):
-        raise ValueError(f"word_error_rate needs as many hypotheses as references, got {len(hypotheses)} and "
-                         f"{len(references)}")
-    total = sum(len(r) for r in references)
-    if total == 0:
-        raise ValueError("word_error_rate needs at least one reference word")
-    return sum(word_errors(r, h) for r, h in zip(references, hypotheses)) / total

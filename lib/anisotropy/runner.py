@@ -14,22 +14,18 @@ import ast
 import hashlib
 import itertools
 import json
-import logging
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-from . import executor, fingerprint, paths, profiles, results
+from . import executor, fingerprint, kernels, paths, profiles, results
 from .errors import UserError
 
 from .profiles import EXECUTED, chapters  # noqa: E402 - the book's chapters, read from _toc.yml
@@ -258,133 +254,6 @@ def _failure_message(name: str, failure: dict, output, log=None) -> str:
     return f"{name}: {what}\n    partially executed notebook: {output}"
 
 
-# -- kernels: started with their own environment, working folder and log, so that several run at once from threads
-# of one process (nothing process-wide is changed: no os.environ, no working directory, no file descriptor 2) --------
-
-_KERNELS: dict[int, object] = {}  # pid -> kernel manager, of the kernels this process has running
-_KERNELS_LOCK = threading.Lock()
-
-
-class _ThreadLog(logging.Handler):
-    """Log records of papermill, nbclient and jupyter_client go to the log of the chapter the current thread
-    executes (``_kernel``), never to the terminal, where only progress lines and one failure report belong."""
-
-    def __init__(self):
-        super().__init__()
-        self.local = threading.local()
-
-    def emit(self, record):
-        stream = getattr(self.local, "stream", None)
-        if stream is not None:
-            try:
-                stream.write(self.format(record) + "\n")
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-
-
-_THREAD_LOG = _ThreadLog()
-for _name in ("papermill", "nbclient", "traitlets", "jupyter_client"):
-    logging.getLogger(_name).addHandler(_THREAD_LOG)
-    logging.getLogger(_name).propagate = False
-
-
-def _tree_cpu_seconds(pid: int) -> float:
-    """CPU seconds of process ``pid``, of the children it has waited for, and of its live descendants."""
-    import psutil
-
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return 0.0
-    total = 0.0
-    for proc in procs:
-        try:
-            t = proc.cpu_times()
-        except psutil.Error:
-            continue
-        total += t.user + t.system + (t.children_user + t.children_system if proc is root else 0.0)
-    return total
-
-
-def _tree_peak_rss(pid: int) -> int | None:
-    """The largest peak resident set (``VmHWM``, bytes) of process ``pid`` and its live descendants (a chapter's
-    kernel and the Dask workers it still holds; processes that already exited are not seen). None where /proc does
-    not say (not Linux)."""
-    import psutil
-
-    try:
-        procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
-    except psutil.Error:
-        return None
-    peaks = []
-    for proc in procs:
-        try:
-            status = Path(f"/proc/{proc.pid}/status").read_text()
-        except OSError:
-            continue
-        found = re.search(r"^VmHWM:\s+(\d+) kB", status, flags=re.M)
-        if found:
-            peaks.append(int(found.group(1)) * 1024)
-    return max(peaks) if peaks else None
-
-
-@contextmanager
-def _kernel(env: dict, cwd: str, log: Path, cpu: list | None = None, peak: list | None = None):
-    """A kernel manager class for papermill whose kernels start with ``env`` in ``cwd``, their standard output and
-    error (and this thread's papermill log records) going to ``log``; running kernels are known to ``stop_kernels``.
-    ``cpu`` receives each kernel's CPU seconds (its process tree's) when it is shut down, ``peak`` its process tree's
-    largest peak resident set (``_tree_peak_rss``)."""
-    from jupyter_client import AsyncKernelManager
-
-    log.parent.mkdir(parents=True, exist_ok=True)
-    started = []
-    with open(log, "w") as stream:
-        class ChapterKernel(AsyncKernelManager):
-            async def _async_pre_start_kernel(self, **kw):
-                kw.update(env=dict(env), cwd=cwd, stdout=stream, stderr=stream)
-                return await super()._async_pre_start_kernel(**kw)
-
-            async def _async_post_start_kernel(self, **kw):
-                await super()._async_post_start_kernel(**kw)
-                pid = getattr(self.provisioner, "pid", None)
-                if pid:
-                    started.append(pid)
-                    with _KERNELS_LOCK:
-                        _KERNELS[pid] = self
-
-            async def shutdown_kernel(self, now=False, restart=False):
-                pid = getattr(self.provisioner, "pid", None)
-                if pid and cpu is not None:
-                    cpu.append(_tree_cpu_seconds(pid))
-                if pid and peak is not None:
-                    peak.append(_tree_peak_rss(pid))
-                return await super().shutdown_kernel(now=now, restart=restart)
-
-        previous = getattr(_THREAD_LOG.local, "stream", None)
-        _THREAD_LOG.local.stream = stream
-        try:
-            yield ChapterKernel
-        finally:
-            _THREAD_LOG.local.stream = previous
-            with _KERNELS_LOCK:
-                for pid in started:
-                    _KERNELS.pop(pid, None)
-
-
-def stop_kernels() -> int:
-    """Kill every kernel this process has running (each runs in its own session, with whatever it started: its
-    Dask workers, a training run), e.g. when a build is interrupted. Returns how many."""
-    with _KERNELS_LOCK:
-        pids = list(_KERNELS)
-    for pid in pids:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError, OSError):
-            pass
-    return len(pids)
-
 
 def prepare(name: str, profile: str, overrides: dict | None = None, output=None, rerun: bool = False,
             recompute: bool = False, env: dict | None = None) -> "Job | Outcome":
@@ -445,7 +314,7 @@ def run_job(job: Job) -> Outcome:
         kernel_cpu: list[float] = []
         kernel_peak: list[int | None] = []
         try:
-            with _kernel(env, str(cwd), log, kernel_cpu, kernel_peak) as manager:
+            with kernels.kernel(env, str(cwd), log, kernel_cpu, kernel_peak) as manager:
                 papermill.execute_notebook(str(src), str(partial), parameters=job.injected, kernel_name=KERNEL,
                                            progress_bar=False, log_output=False, kernel_manager_class=manager,
                                            iopub_timeout=IOPUB_TIMEOUT_S)
@@ -576,7 +445,7 @@ def execute_all(profile: str, only: list[str] | None = None, rerun: bool = False
         executor.schedule(fn, names, after, jobs=jobs, processes=processes, failed=lambda o: bool(o.error),
                           on_done=done)
     except KeyboardInterrupt:
-        stop_kernels()  # the chapters still running: their partial notebooks stay partial
+        kernels.stop_kernels()  # the chapters still running: their partial notebooks stay partial
         raise
     return [outcomes[n] for n in names]
 
