@@ -20,12 +20,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import shutil
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 from pathlib import Path
 
@@ -324,8 +323,8 @@ def tokenizer(recipe: Recipe):
         f"{recipe.kind}-v{vocab}-len{recipe.seq_len}-{recipe.corpus}-{_data_fingerprint(recipe.kind, 0, recipe.corpus)}"
         f"-t{fingerprint.of('training')}")
     if not (folder / "tokenizer.json").is_file():
-        _atomic_folder(folder, lambda tmp: _build_tokenizer(recipe.kind, vocab, recipe.seq_len, recipe.corpus)
-                       .save_pretrained(tmp))
+        paths.atomic_folder(folder, lambda tmp: _build_tokenizer(recipe.kind, vocab, recipe.seq_len, recipe.corpus)
+                            .save_pretrained(tmp))
     return PreTrainedTokenizerFast.from_pretrained(folder)
 
 
@@ -615,24 +614,6 @@ def _optimizer(recipe: Recipe, model) -> torch.optim.Optimizer:
     return torch.optim.AdamW(groups, lr=recipe.lr, betas=(0.9, 0.98), eps=1e-6)
 
 
-def _atomic_folder(folder: Path, write) -> bool:
-    """Write a folder under a temporary name and rename it into place; False if another writer got there first."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
-        write(tmp)
-        os.replace(tmp, folder)
-        return True
-    except OSError:
-        if folder.is_dir():  # a concurrent run of the same recipe finished it: keep theirs
-            return False
-        raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
 def _save(folder: Path, model, task, state: dict, optimizer=None) -> None:
     def write(tmp: Path):
         model.save_pretrained(tmp)
@@ -643,7 +624,7 @@ def _save(folder: Path, model, task, state: dict, optimizer=None) -> None:
 
     if folder.exists() and folder.name.startswith("resume-"):
         shutil.rmtree(folder)
-    _atomic_folder(folder, write)
+    paths.atomic_folder(folder, write)
 
 
 def _resumable(run: Path) -> Path | None:
@@ -804,7 +785,7 @@ def train_many(recipe_list, out_dir: str | Path | None = None, workers: int | No
     for r in todo:
         if r.kind in TEXT_KINDS:
             tokenizer(r)  # trained once here rather than raced for by the workers
-    started, clock = time.perf_counter(), time.process_time()
+    started = time.perf_counter()
 
     def done(job, found: list[Checkpoint]) -> None:
         if progress and found:
