@@ -134,10 +134,10 @@ class Recipe:
     @property
     def hash(self) -> str:
         """12 hex digits identifying the weights-determining content (every field but ``suite`` and ``seed``), the
-        trainer's code (``fingerprint.of("training")``: this module, the modules it computes with, package versions)
+        trainer's code (``fingerprint.trainer()``: the trainer's modules, what they compute with, package versions)
         and the training data."""
         content = {k: v for k, v in asdict(self).items() if k not in ("suite", "seed")}
-        payload = {"recipe": content, "trainer": fingerprint.of("training"),
+        payload = {"recipe": content, "trainer": fingerprint.trainer(),
                    "data": _data_fingerprint(self.kind, self.image_size, self.corpus)}
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 
@@ -203,7 +203,7 @@ def run_dir(recipe: Recipe, out_dir: str | Path | None = None) -> Path:
 def stale_runs(out_dir: str | Path | None = None) -> list[Path]:
     """Trained runs and tokenizers in the cache that no recipe of the current code reaches: their trainer
     fingerprint (recorded in ``training_state.json``, or in a tokenizer folder's name) is not the current one."""
-    current = fingerprint.of("training")
+    current = fingerprint.trainer()
     root = Path(out_dir) if out_dir is not None else paths.cache_dir() / "checkpoints"
     stale = []
     for run in sorted(root.glob("*/*")):  # <suite>/<recipe hash>
@@ -321,7 +321,7 @@ def tokenizer(recipe: Recipe):
     vocab = recipe.vocab_size if recipe.kind != "char-mlm" else 256
     folder = paths.cache_dir() / "tokenizers" / (
         f"{recipe.kind}-v{vocab}-len{recipe.seq_len}-{recipe.corpus}-{_data_fingerprint(recipe.kind, 0, recipe.corpus)}"
-        f"-t{fingerprint.of('training')}")
+        f"-t{fingerprint.trainer()}")
     if not (folder / "tokenizer.json").is_file():
         paths.atomic_folder(folder, lambda tmp: _build_tokenizer(recipe.kind, vocab, recipe.seq_len, recipe.corpus)
                             .save_pretrained(tmp))
@@ -666,7 +666,7 @@ def _fresh_state(recipe: Recipe, task, threads: int) -> dict:
             "baselines": task.baselines, "data": task.sizes, "train_loss": [], "validation": [],
             "seconds": 0.0, "cpu_seconds": 0.0, "threads": threads,
             "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
-                         "trainer": fingerprint.of("training")},
+                         "trainer": fingerprint.trainer()},
             "rng": "update k draws its batch, masks and dropout from SeedSequence([seed, k])"}
 
 
