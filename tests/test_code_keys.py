@@ -80,7 +80,7 @@ def test_an_edit_to_any_trainer_module_changes_the_trainers_fingerprint_and_no_m
     """A recipe's hash, its tokenizer folder and its training record hold ``fingerprint.trainer()``: an edit to any of
     the trainer's modules trains the suites anew, while the measurements (which meet a self-trained checkpoint by
     its own key) keep theirs."""
-    from anisotropy import training
+    from anisotropy import training_recipes
 
     copy = tmp_path / "anisotropy"
     shutil.copytree(fingerprint.FOLDER, copy, ignore=shutil.ignore_patterns("__pycache__"))
@@ -90,7 +90,7 @@ def test_an_edit_to_any_trainer_module_changes_the_trainers_fingerprint_and_no_m
         fingerprint._digest.cache_clear()
         fingerprint.imports.cache_clear()
         out = {m: fingerprint.of(m) for m in (*fingerprint.TRAINER, *measurements)}
-        return {**out, "trainer": fingerprint.trainer(), "recipe": training.Recipe(suite="s", kind="mlm").hash}
+        return {**out, "trainer": fingerprint.trainer(), "recipe": training_recipes.Recipe(suite="s", kind="mlm").hash}
 
     monkeypatch.setattr(fingerprint, "FOLDER", copy)
     try:

@@ -34,7 +34,7 @@ NOT_NUMERIC = frozenset({"report", "plots", "runner", "cli", "budget", "profiles
                          "fingerprint", "executor", "errors", "__main__"})
 # The trainer: the modules whose code decides a self-trained checkpoint's weights (the loop, the recipes with their
 # tokenizers and models, the tasks with their loss, the checkpoints on disk with the training record).
-TRAINER = frozenset({"training"})
+TRAINER = frozenset({"training", "training_recipes", "training_tasks", "training_checkpoints"})
 # Data files that are part of a module's code: a changed entry of the model table changes registry's fingerprint.
 DATA_FILES = {"registry": ("models.yml",)}
 
