@@ -34,7 +34,7 @@ from .training_recipes import (BERT_KINDS, TEXT_KINDS, Recipe, _data_fingerprint
 from .training_tasks import _task
 
 
-# ---- the suites of a profile ---------------------------------------------------------------------------------------
+# ---- the suites of a profile -----------------------------------------------------------------------------------------
 
 def suite_checkpoints(name: str, profile: str = "local", progress: bool = True) -> dict[int, list["Checkpoint"]]:
     """``{seed: [Checkpoint, ...]}`` of a profile's suite, training whatever is not in the cache yet."""

@@ -16,6 +16,9 @@ import torch
 from . import fingerprint, paths
 from .training_recipes import Recipe
 
+
+# ---- checkpoints on disk ---------------------------------------------------------------------------------------------
+
 @dataclass(frozen=True)
 class Checkpoint:
     """One saved model: ``path`` is a ``save_pretrained`` folder; ``loss`` the validation loss at ``step`` (nats)."""
@@ -74,6 +77,8 @@ def training_state(checkpoint: Checkpoint | str | Path) -> dict:
     folder = checkpoint.path if isinstance(checkpoint, Checkpoint) else Path(checkpoint)
     return json.loads((folder / "training_state.json").read_text())
 
+
+# ---- writing and resuming --------------------------------------------------------------------------------------------
 
 def _save(folder: Path, model, task, state: dict, optimizer=None) -> None:
     def write(tmp: Path):

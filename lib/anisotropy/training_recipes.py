@@ -166,6 +166,8 @@ def suite(name: str, profile: str = "local") -> list[Recipe]:
     return recipes(name, specs[name])
 
 
+# ---- data: the corpus split, tokenizers, images ----------------------------------------------------------------------
+
 @lru_cache(maxsize=None)
 def _data_fingerprint(kind: str, image_size: int, corpus: str = "prose") -> str:
     if kind in TEXT_KINDS and corpus == "docstrings":
