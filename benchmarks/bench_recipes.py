@@ -1,6 +1,6 @@
 """The recipe sweep behind the self-trained suites' recipes (issue 17): held-out loss against training cost.
 
-Trains every run of ``recipe_grid.json`` (name -> ``training.Recipe`` fields, plus the ``round`` of the sweep it
+Trains every run of ``recipe_grid.json`` (name -> ``training_recipes.Recipe`` fields, plus the ``round`` of the sweep it
 belonged to) and writes one JSON line per run to ``results/recipes.jsonl``: the recipe, the baselines, the validation
 curve, the final validation and training losses and ``training.cost`` (multiply-adds, the CPU cost up to a constant).
 The suites chapter plots it. Two experiment-only overrides, which no suite uses: ``_arch: preln`` trains
@@ -36,10 +36,12 @@ def _use_corpus(file: str | None) -> None:
         data_docstrings.docstring_corpus = lambda: corpus
 
 
-def _preln(training) -> None:
+def _preln() -> None:
     """Swap BERT for RoBERTa-PreLayerNorm (same sizes, LayerNorm before each sublayer), loss on masked positions."""
     import torch.nn.functional as F
     import transformers
+
+    from anisotropy import training_recipes, training_tasks
 
     def model_config(r, vocab_size=None, special=None):
         return transformers.RobertaPreLayerNormConfig(
@@ -52,28 +54,28 @@ def _preln(training) -> None:
         chosen = batch["labels"] != -100
         return F.cross_entropy(model.lm_head(hidden[chosen]), batch["labels"][chosen])
 
-    training.model_config = model_config
-    training._model_class = lambda kind: transformers.RobertaPreLayerNormForMaskedLM
-    training._TextTask.loss = loss
+    training_recipes.model_config = model_config
+    training_recipes._model_class = lambda kind: transformers.RobertaPreLayerNormForMaskedLM
+    training_tasks._TextTask.loss = loss
 
 
 def run(job: tuple) -> dict:
     name, spec, device, corpus, out_dir = job
-    from anisotropy import training
+    from anisotropy import training, training_checkpoints, training_recipes
 
     _use_corpus(corpus)
     spec = dict(spec)
     spec.pop("round", None)
     arch, extra = spec.pop("_arch", None), spec.pop("_config", {})
     if arch == "preln":
-        _preln(training)
+        _preln()
     if extra:
-        plain = training.model_config
-        training.model_config = lambda *a, **k: _with(plain(*a, **k), extra)
-    recipe = training.Recipe(suite=name, device=device, **spec)
+        plain = training_recipes.model_config
+        training_recipes.model_config = lambda *a, **k: _with(plain(*a, **k), extra)
+    recipe = training_recipes.Recipe(suite=name, device=device, **spec)
     start = time.perf_counter()
     found = training.train(recipe, out_dir=Path(out_dir) / name, progress=False)
-    state = training.training_state(found[-1].path)
+    state = training_checkpoints.training_state(found[-1].path)
     validation = state["validation"]
     return {"name": name, "baselines": state["baselines"], "final": validation[-1], "curve": validation,
             "final_train_loss": round(sum(state["train_loss"][-50:]) / len(state["train_loss"][-50:]), 4),
@@ -101,15 +103,15 @@ def main() -> None:
     if args.steps:
         grid = {n: {**spec, "steps": min(spec["steps"], args.steps), "warmup": min(spec["warmup"], args.steps),
                     "eval_every": 0} for n, spec in grid.items()}
-    from anisotropy import training
+    from anisotropy import training_recipes
 
     _use_corpus(args.corpus)
     for name in names:  # the tokenizers once, before the workers start
         spec = {k: v for k, v in grid[name].items() if k != "round" and not k.startswith("_")}
-        if spec["kind"] in training.TEXT_KINDS:
-            training.tokenizer(training.Recipe(suite=name, **spec))
+        if spec["kind"] in training_recipes.TEXT_KINDS:
+            training_recipes.tokenizer(training_recipes.Recipe(suite=name, **spec))
     jobs = [(n, grid[n], args.device, args.corpus, args.checkpoints) for n in names]
-    # one process per run: the experiment-only overrides patch the trainer module of their process
+    # one process per run: the experiment-only overrides patch the trainer modules of their process
     with mp.get_context("spawn").Pool(args.procs, maxtasksperchild=1) as pool, open(args.out, "w") as out:
         for row in pool.imap_unordered(run, jobs):
             spec = grid[row["name"]]

@@ -399,9 +399,9 @@ def test_every_run_holds_needs_several_seeds():
 
 def test_warmup_steps_of_the_runs_a_page_follows():
     assert rules_p1_s5.warmup_steps("multiberts", "paper") == rules_p1_s5.MULTIBERTS_WARMUP == 10_000
-    from anisotropy import training
+    from anisotropy import training_recipes
 
-    assert rules_p1_s5.warmup_steps("mlm", "local") == training.suite("mlm", "local")[0].warmup
+    assert rules_p1_s5.warmup_steps("mlm", "local") == training_recipes.suite("mlm", "local")[0].warmup
     assert rules_p1_s5.warmup_steps("no-such-suite", "local") is None
 
 

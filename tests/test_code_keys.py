@@ -63,10 +63,48 @@ def test_fingerprints_follow_the_import_graph():
     for never in ("plots", "report", "runner", "kernels", "results", "hub"):
         assert never not in fingerprint.closure("layerwise", "spectral", "qk_dynamics", "block", "training")
     # A measurement does not depend on the trainer's code (a self-trained checkpoint carries its own key) ...
-    assert "training" not in fingerprint.closure("layerwise", "spectral", "qk_dynamics")
-    # ... but training does, and on what it computes with.
-    assert {"training", "data", "registry"} <= set(fingerprint.closure("training"))
+    measurements = ("layerwise", "spectral", "qk_dynamics", "ablation", "rules_p1_s5", "machine")
+    assert fingerprint.TRAINER & set(fingerprint.closure(*measurements)) == set()
+    # ... but training does: on every trainer module (the loop imports them all) and on what they compute with.
+    assert fingerprint.TRAINER | {"data", "registry"} <= set(fingerprint.closure("training"))
+    assert fingerprint.closure(*fingerprint.TRAINER) == fingerprint.closure("training")
+    assert fingerprint.trainer() == fingerprint.of("training")
+    # every module named training* is the trainer's: a new one must join TRAINER, or an edit to it would not retrain
+    assert {p.stem for p in fingerprint.FOLDER.glob("training*.py")} == fingerprint.TRAINER
     assert fingerprint.of("metrics") != fingerprint.of("baseline")
+
+
+@pytest.mark.parametrize("module", sorted(fingerprint.TRAINER))
+def test_an_edit_to_any_trainer_module_changes_the_trainers_fingerprint_and_no_measurements(module, tmp_path,
+                                                                                           monkeypatch):
+    """A recipe's hash, its tokenizer folder and its training record hold ``fingerprint.trainer()``: an edit to any of
+    the trainer's modules trains the suites anew, while the measurements (which meet a self-trained checkpoint by
+    its own key) keep theirs."""
+    from anisotropy import training_recipes
+
+    copy = tmp_path / "anisotropy"
+    shutil.copytree(fingerprint.FOLDER, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    measurements = ("layerwise", "spectral", "qk_dynamics", "ablation", "rules_p1_s5", "metrics")
+
+    def digests() -> dict[str, str]:
+        fingerprint._digest.cache_clear()
+        fingerprint.imports.cache_clear()
+        out = {m: fingerprint.of(m) for m in (*fingerprint.TRAINER, *measurements)}
+        return {**out, "trainer": fingerprint.trainer(), "recipe": training_recipes.Recipe(suite="s", kind="mlm").hash}
+
+    monkeypatch.setattr(fingerprint, "FOLDER", copy)
+    try:
+        before = digests()
+        path = copy / f"{module}.py"
+        path.write_text(path.read_text() + "\n# an edit to the trainer\n")
+        after = digests()
+    finally:
+        fingerprint._digest.cache_clear()
+        fingerprint.imports.cache_clear()
+    changed = {k for k in before if before[k] != after[k]}
+    # the trainer's fingerprint, the recipes' hashes and the trainer modules that reach the edited one: none else
+    assert changed == {"trainer", "recipe", *(m for m in fingerprint.TRAINER if module in fingerprint.closure(m))}
+    assert {"training", module} <= changed
 
 
 def test_a_changed_model_table_changes_what_loads_models_and_nothing_else(tmp_path, monkeypatch):

@@ -369,31 +369,31 @@ def test_docstring_corpus_is_deduplicated_split_by_document_and_hashed(monkeypat
 
 
 def test_docstring_corpus_is_cached_and_keys_the_recipes(tmp_path, monkeypatch):
-    from anisotropy import training
+    from anisotropy import training_recipes
 
     monkeypatch.setenv("ANISOTROPY_CACHE", str(tmp_path))
     monkeypatch.setattr(data_docstrings, "DOCSTRING_PACKAGES", ("pygments",))
     real = data_docstrings.docstring_corpus
     real.cache_clear()
-    training._data_fingerprint.cache_clear()
-    training.split_paragraphs.cache_clear()
+    training_recipes._data_fingerprint.cache_clear()
+    training_recipes.split_paragraphs.cache_clear()
     try:
         first = data_docstrings.docstring_corpus()
         assert len(list((tmp_path / "corpora").glob("docstrings-*.json.gz"))) == 1
         data_docstrings.docstring_corpus.cache_clear()
         monkeypatch.setattr(data_docstrings, "build_docstring_corpus", lambda *a: pytest.fail("should come from the cache"))
         assert data_docstrings.docstring_corpus() == first
-        assert training.split_paragraphs("docstrings") == (list(first.train), list(first.validation))
+        assert training_recipes.split_paragraphs("docstrings") == (list(first.train), list(first.validation))
         sample = data.load("docstrings", 5, seed=1)
         assert sample == data.load("docstrings", 5, seed=1) and set(sample) <= set(first.validation)
-        recipe = training.Recipe(suite="s", kind="mlm", corpus="docstrings")
+        recipe = training_recipes.Recipe(suite="s", kind="mlm", corpus="docstrings")
         before = recipe.hash
         data_docstrings.docstring_corpus.cache_clear()
-        training._data_fingerprint.cache_clear()
+        training_recipes._data_fingerprint.cache_clear()
         monkeypatch.setattr(data_docstrings, "docstring_corpus", lambda: data_docstrings.DocstringCorpus(
             first.train, first.validation, first.packages, first.documents, "0" * 16))
         assert recipe.hash != before  # another content hash, other weights
     finally:  # the corpus of one package must not stay in the caches of this process
         real.cache_clear()
-        training._data_fingerprint.cache_clear()
-        training.split_paragraphs.cache_clear()
+        training_recipes._data_fingerprint.cache_clear()
+        training_recipes.split_paragraphs.cache_clear()

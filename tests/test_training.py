@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from anisotropy import training
-from anisotropy.training import Recipe
+from anisotropy import data_prose, training, training_checkpoints, training_recipes, training_tasks
+from anisotropy.training_recipes import Recipe
 
 TINY = dict(width=32, depth=2, heads=2, seq_len=32, vocab_size=320, batch_size=8, warmup=4, lr=3e-3,
             n_checkpoints=5, eval_every=0, eval_size=16, image_size=16, patch_size=4)
@@ -78,18 +78,18 @@ def test_recipe_hash_ignores_seed_and_name_but_not_hyperparameters():
 
 
 def test_suite_specs_expand_to_one_recipe_per_seed():
-    got = training.recipes("mlm", {"kind": "mlm", "seeds": [0, 1, 2], "width": 64, "lr": 0.001})
+    got = training_recipes.recipes("mlm", {"kind": "mlm", "seeds": [0, 1, 2], "width": 64, "lr": 0.001})
     assert [r.seed for r in got] == [0, 1, 2] and {r.width for r in got} == {64}
     with pytest.raises(ValueError, match="unknown"):
-        training.recipes("mlm", {"kind": "mlm", "widht": 64})
+        training_recipes.recipes("mlm", {"kind": "mlm", "widht": 64})
 
 
 def test_wordpiece_tokenizer_is_deterministic_and_loads_from_a_checkpoint(tmp_path):
     from transformers import AutoTokenizer
 
     r = tiny("mlm")
-    a = training._build_tokenizer("mlm", 320, 32)
-    b = training._build_tokenizer("mlm", 320, 32)
+    a = training_recipes._build_tokenizer("mlm", 320, 32)
+    b = training_recipes._build_tokenizer("mlm", 320, 32)
     assert a.get_vocab() == b.get_vocab() and len(a) == 320
     ckpt = run(replace(r, steps=1), out_dir=tmp_path)[0]
     loaded = AutoTokenizer.from_pretrained(ckpt.path)
@@ -103,7 +103,7 @@ def test_byte_and_bpe_tokenizers_round_trip(tmp_path):
     from transformers import AutoTokenizer
 
     text = "Naïve __init__ calls, Spaces  and CASE."
-    byte_tok = training.tokenizer(tiny("char-mlm"))
+    byte_tok = training_recipes.tokenizer(tiny("char-mlm"))
     ids = byte_tok(text, add_special_tokens=False)["input_ids"]
     assert len(ids) == len(text.encode("utf-8"))  # one token per byte
     assert byte_tok.decode(ids) == text
@@ -119,7 +119,7 @@ def test_language_model_loss_decreases_from_chance(kind, tmp_path):
     r = tiny(kind, steps=40, eval_every=10)
     ckpts = run(r, out_dir=tmp_path)
     assert [c.step for c in ckpts] == list(r.checkpoint_steps)
-    state = training.training_state(ckpts[-1])
+    state = training_checkpoints.training_state(ckpts[-1])
     val = [v["loss"] for v in state["validation"]]
     # a freshly initialised model predicts nearly uniformly: its loss is the chance level log(vocabulary)
     assert val[0] == pytest.approx(state["baselines"]["chance"], abs=0.15)
@@ -132,21 +132,21 @@ def test_language_model_loss_decreases_from_chance(kind, tmp_path):
 def test_vision_models_start_at_chance(kind, tmp_path):
     # the shapes need a few hundred updates of 64 images to be learnt (the chapter shows it); here: the run is sane
     r = tiny(kind, steps=6, eval_size=64)
-    state = training.training_state(run(r, out_dir=tmp_path)[-1])
+    state = training_checkpoints.training_state(run(r, out_dir=tmp_path)[-1])
     assert state["baselines"]["chance"] == pytest.approx(math.log(6))
     for v in state["validation"]:
         assert v["loss"] == pytest.approx(math.log(6), abs=0.3) and 0 <= v["accuracy"] <= 1
 
 
 def test_validation_paragraphs_are_disjoint_from_training():
-    train, held = training.split_paragraphs()
+    train, held = training_recipes.split_paragraphs()
     assert held and not set(train) & set(held)  # the corpus repeats paragraphs across topics: none may leak
-    assert len(train) + len(held) == len(set(training.data_prose.prose_paragraphs()))
+    assert len(train) + len(held) == len(set(data_prose.prose_paragraphs()))
 
 
 def test_unigram_baseline_matches_a_direct_count(tmp_path):
     r = tiny("clm")
-    task = training._TextTask(r)
+    task = training_tasks._TextTask(r)
     counts = np.bincount(task.stream, minlength=task.vocab_size) + 0.5
     targets = task.validation["labels"][:, 1:].numpy().ravel()
     direct = -np.mean([math.log(counts[t] / counts.sum()) for t in targets])
@@ -161,12 +161,12 @@ def test_saved_checkpoint_reloads_bit_identically(kind, overrides, tmp_path):
 
     r = tiny(kind, steps=3, **overrides)
     ckpts = run(r, out_dir=tmp_path)
-    initial = training.build_model(r)
-    reloaded = training._load_model(r, ckpts[0].path)
+    initial = training_recipes.build_model(r)
+    reloaded = training_recipes._load_model(r, ckpts[0].path)
     assert_same_weights(initial.state_dict(), reloaded.state_dict())
     # the reloaded final model reproduces the validation loss recorded during training
-    task = training._task(r)
-    final = training._load_model(r, ckpts[-1].path).eval()
+    task = training_tasks._task(r)
+    final = training_recipes._load_model(r, ckpts[-1].path).eval()
     with torch.no_grad():
         assert task.evaluate(final, "cpu")["loss"] == pytest.approx(ckpts[-1].loss, rel=1e-6)
     assert AutoModel.from_pretrained(ckpts[-1].path) is not None  # what registry.load does
@@ -178,7 +178,7 @@ def test_relative_positions_enter_the_scores_as_shaw_et_al():
     from anisotropy import attention
 
     r = tiny("mlm", positions="relative_key")
-    model = training.build_model(r).eval()
+    model = training_recipes.build_model(r).eval()
     assert model.config.position_embedding_type == "relative_key" and model.config._attn_implementation == "eager"
     assert model.bert.embeddings.position_embedding_type == "relative_key"  # no absolute positions added
     ids = torch.randint(5, 300, (2, 20), generator=torch.Generator().manual_seed(0))
@@ -206,14 +206,14 @@ def test_resume_after_interruption_matches_an_uninterrupted_run(stop_after, tmp_
     r = tiny("mlm", steps=12)  # checkpoints at 0, 1, 2, 5, 12
     straight = run(r, out_dir=tmp_path / "straight")
     partial = run(r, out_dir=tmp_path / "resumed", stop_after=stop_after)
-    assert partial[-1].step <= stop_after and not training.is_trained(r, tmp_path / "resumed")
+    assert partial[-1].step <= stop_after and not training_checkpoints.is_trained(r, tmp_path / "resumed")
     resumed = run(r, out_dir=tmp_path / "resumed")
     assert [c.step for c in resumed] == [c.step for c in straight]
     assert_same_weights(weights(straight[-1].path), weights(resumed[-1].path))
-    a, b = (training.training_state(c[-1]) for c in (straight, resumed))
+    a, b = (training_checkpoints.training_state(c[-1]) for c in (straight, resumed))
     assert a["train_loss"] == b["train_loss"] and a["validation"] == b["validation"]
     # finished runs keep one optimiser state (the last checkpoint's) and no snapshots
-    folder = training.run_dir(r, tmp_path / "resumed")
+    folder = training_checkpoints.run_dir(r, tmp_path / "resumed")
     assert [p.parent.name for p in folder.glob("*/optimizer.pt")] == ["step-12"]
     assert not list(folder.glob("resume-*"))
 
@@ -231,7 +231,7 @@ def test_parallel_runs_end_bit_identical_to_serial_runs(tmp_path):
         assert [c.step for c in parallel[r]] == [c.step for c in serial[r]] == list(r.checkpoint_steps)
         for a, b in zip(serial[r], parallel[r]):
             assert_same_weights(weights(a.path), weights(b.path))
-        sa, sb = (training.training_state(c[-1]) for c in (serial[r], parallel[r]))
+        sa, sb = (training_checkpoints.training_state(c[-1]) for c in (serial[r], parallel[r]))
         assert sa["train_loss"] == sb["train_loss"] and sa["validation"] == sb["validation"]
         assert sb["threads"] == r.threads == 1
     # trained runs are reused, not trained again
@@ -263,17 +263,17 @@ def test_trained_suite_is_reused_not_retrained(tmp_path):
     stamp = (first[-1].path / "model.safetensors").stat().st_mtime_ns
     again = run(r, out_dir=tmp_path)
     assert again == first and (again[-1].path / "model.safetensors").stat().st_mtime_ns == stamp
-    assert training.checkpoints(replace(r, lr=1e-2), out_dir=tmp_path) == []  # a new recipe starts empty
+    assert training_checkpoints.checkpoints(replace(r, lr=1e-2), out_dir=tmp_path) == []  # a new recipe starts empty
 
 
 def test_chapter_defaults_are_the_local_profile():
     """The chapter's parameters cell shows the local recipes; the profile is what every chapter trains from."""
     from anisotropy import profiles
 
-    assert profiles.notebook_parameters("checkpoint_suites")["suites"] == training.suite_specs("local")
+    assert profiles.notebook_parameters("checkpoint_suites")["suites"] == training_recipes.suite_specs("local")
     for profile in profiles.names():
-        for name in training.suite_specs(profile):
-            assert training.suite(name, profile)  # every spec builds valid recipes
+        for name in training_recipes.suite_specs(profile):
+            assert training_recipes.suite(name, profile)  # every spec builds valid recipes
 
 
 @pytest.mark.parametrize("bias", [False, True])
@@ -288,7 +288,7 @@ def test_fused_output_layer_loss_equals_cross_entropy_of_the_logits(bias):
     params = [h, w] + ([b] if bias else [])
     reference = torch.nn.functional.cross_entropy(h @ w.T + (b if bias else 0), y)
     expected = torch.autograd.grad(reference, params)
-    fused = training.linear_cross_entropy(h, w, b, y, chunk=128)
+    fused = training_tasks.linear_cross_entropy(h, w, b, y, chunk=128)
     got = torch.autograd.grad(fused, params)
     assert float(fused) == pytest.approx(float(reference), abs=1e-12)
     for e, g in zip(expected, got):
@@ -300,8 +300,8 @@ def test_task_losses_equal_the_models_own_losses(tmp_path):
     BertForMaskedLM compute themselves on the same batch."""
     for kind in ("clm", "mlm"):
         recipe = tiny(kind)
-        task = training._task(recipe)
-        model = training.build_model(recipe, task).eval()  # no dropout: both passes see the same network
+        task = training_tasks._task(recipe)
+        model = training_recipes.build_model(recipe, task).eval()  # no dropout: both passes see the same network
         batch = task.batch(1)
         with torch.no_grad():
             ours = float(task.loss(model, batch))
@@ -315,11 +315,11 @@ def test_pixel_values_equal_the_image_processors():
     from anisotropy import data_images
 
     recipe = tiny("vit")
-    processor = training.image_processor(recipe)
+    processor = training_recipes.image_processor(recipe)
     images, _ = data_images.synthetic_shapes(6, recipe.image_size, seed=3)
     expected = processor(images=list(images), return_tensors="pt")["pixel_values"]
-    got = training.pixel_values(images, processor)
+    got = training_recipes.pixel_values(images, processor)
     assert got.shape == expected.shape and got.dtype == torch.float32
     assert torch.allclose(got, expected, atol=1e-6)
     larger, _ = data_images.synthetic_shapes(2, 2 * recipe.image_size, seed=3)
-    assert training.pixel_values(larger, processor).shape[-1] == recipe.image_size
+    assert training_recipes.pixel_values(larger, processor).shape[-1] == recipe.image_size

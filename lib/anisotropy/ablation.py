@@ -12,23 +12,23 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from . import metrics, qk_dynamics, registry, results, training
+from . import metrics, qk_dynamics, registry, results, training, training_checkpoints, training_recipes
 
 CHAPTER = "beyond_sharp_without_anisotropy"
 ZERO_MEAN = 1e-5  # a mean query or key vector shorter than this is zero up to float32 rounding
 
 
-def recipes(variants, seeds, **recipe) -> list[training.Recipe]:
+def recipes(variants, seeds, **recipe) -> list[training_recipes.Recipe]:
     """One ``Recipe`` per (variant, seed), identical but for ``attention_variant``; suite ``ablation-<variant>``;
     ``kind`` defaults to ``char-mlm`` (masked bytes: context pays off within a few hundred updates)."""
     recipe = {"kind": "char-mlm", **recipe}
-    return [training.Recipe(suite=f"ablation-{v}", attention_variant=v, seed=int(s), **recipe)
+    return [training_recipes.Recipe(suite=f"ablation-{v}", attention_variant=v, seed=int(s), **recipe)
             for v in variants for s in seeds]
 
 
 def held_out_texts(n: int, corpus: str = "prose") -> list[str]:
     """The first ``n`` validation paragraphs of the training corpus (never trained on)."""
-    return training.split_paragraphs(corpus)[1][:n]
+    return training_recipes.split_paragraphs(corpus)[1][:n]
 
 
 def checkpoint_statistics(folder, texts: list[str], max_length: int = 64, batch_size: int = 8) -> pd.DataFrame:
@@ -85,7 +85,7 @@ def _run(runs, n_texts, max_length, threads, store, workers) -> dict[str, pd.Dat
     texts = held_out_texts(n_texts, runs[0].corpus)
     jobs = []
     for r in runs:
-        for ck in training.checkpoints(r):
+        for ck in training_checkpoints.checkpoints(r):
             key = {"what": "ablation checkpoint statistics", "recipe": r.hash, "suite": r.suite, "seed": r.seed,
                    "step": ck.step, "n_texts": n_texts, "max_length": max_length, "version": 2}
             jobs.append((r, ck, key))

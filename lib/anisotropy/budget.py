@@ -205,7 +205,7 @@ def _qk_training(p: dict, plan: Plan) -> None:
 
 def _train_suites(plan: Plan, wanted: dict) -> None:
     """Add the training of the profile's suites ``{name: seeds or None (all)}`` to ``plan`` (the suites of the
-    profile's checkpoint_suites chapter, as ``training.suite_specs`` reads them)."""
+    profile's checkpoint_suites chapter, as ``training_recipes.suite_specs`` reads them)."""
     from . import profiles
 
     if not wanted:

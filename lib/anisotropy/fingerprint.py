@@ -7,11 +7,13 @@ followed:
 
 - modules that never change a number (``NOT_NUMERIC``): they present, schedule, locate or transport results
   (``executor`` decides where a computation runs, not what it computes);
-- ``training``, from any module but itself: a self-trained checkpoint enters a measurement as an input with its own
-  key (its training record holds the trainer's fingerprint), so measuring it does not depend on the trainer's code.
+- the trainer's modules (``TRAINER``: ``training`` and its ``training_*`` modules), from any module outside the
+  trainer: a self-trained checkpoint enters a measurement as an input with its own key (its recipe hash and training
+  record hold the trainer's fingerprint, ``trainer()``), so measuring it does not depend on the trainer's code.
 
 So an edit to ``metrics.py`` changes the fingerprint of every measurement, an edit to ``plots.py`` changes none, and
-an edit to ``training.py`` changes the trained checkpoints (hence the measurements of those checkpoints only).
+an edit to any trainer module (``training_recipes.py``, say) changes the trained checkpoints (hence the measurements
+of those checkpoints only).
 ``package()`` covers every module: what an executed notebook shows depends on all of them. A computation defined
 outside the package (a notebook's lambda) adds its own code (``own_code``), and may call the library only.
 """
@@ -30,7 +32,9 @@ FOLDER = Path(__file__).resolve().parent
 PACKAGES = ("torch", "transformers", "tokenizers", "numpy", "scipy")
 NOT_NUMERIC = frozenset({"report", "plots", "runner", "kernels", "cli", "budget", "profiles", "paths", "hub", "results",
                          "fingerprint", "executor", "errors", "__main__"})
-TRAINER = "training"
+# The trainer: the modules whose code decides a self-trained checkpoint's weights (the loop, the recipes with their
+# tokenizers and models, the tasks with their loss, the checkpoints on disk with the training record).
+TRAINER = frozenset({"training", "training_recipes", "training_tasks", "training_checkpoints"})
 # Data files that are part of a module's code: a changed entry of the model table changes registry's fingerprint; a
 # changed Hub manifest changes hub's, hence ``package()`` and every executed page's stamp (a paper page names the
 # manifest's unverified facts), though no measurement (hub is not numeric).
@@ -76,7 +80,7 @@ def closure(*modules: str) -> tuple[str, ...]:
             continue
         seen.add(module)
         for dep in imports(module):
-            if dep in NOT_NUMERIC or (dep == TRAINER and TRAINER not in roots):
+            if dep in NOT_NUMERIC or (dep in TRAINER and not roots & TRAINER):
                 continue
             todo.append(dep)
     return tuple(sorted(seen))
@@ -107,6 +111,12 @@ def _digest(modules: tuple[str, ...]) -> str:
 def of(*modules: str) -> str:
     """12 hex digits naming the code that ``modules`` compute with (their ``closure``) and the package versions."""
     return _digest(closure(*modules))
+
+
+def trainer() -> str:
+    """The fingerprint of the trainer's code (every module of ``TRAINER``, what they compute with, package versions):
+    a recipe's hash, its tokenizer's folder and its training record hold it, so an edit to any of them trains anew."""
+    return of(*TRAINER)
 
 
 def package() -> str:

@@ -97,18 +97,18 @@ def self_trained_refs(suites: Sequence[str], profile: str = "local", train_missi
     """Final checkpoints (seed 0) of the profile's self-trained suites, and a one-line note per suite that is not
     available. With ``train_missing`` a suite that is not trained yet is trained first (into the shared checkpoint
     cache, so the whole book trains each suite once); otherwise it is only noted as missing."""
-    from . import training
+    from . import training, training_checkpoints, training_recipes
 
     refs, missing = [], []
     for name in suites:
         try:
-            recipe = training.suite(name, profile)[0]
+            recipe = training_recipes.suite(name, profile)[0]
         except KeyError as exc:
             missing.append(f"{name}: {exc.args[0]}")
             continue
-        if train_missing and not training.is_trained(recipe):
+        if train_missing and not training_checkpoints.is_trained(recipe):
             training.train(recipe, progress=False)
-        found = training.checkpoints(recipe)
+        found = training_checkpoints.checkpoints(recipe)
         if not found or found[-1].step != recipe.steps:
             missing.append(f"{name}: not trained yet (the checkpoint-suites chapter trains it)")
             continue

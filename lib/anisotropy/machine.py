@@ -74,29 +74,29 @@ def first_touch_gbs(mib: int = 64, repeats: int = 3) -> float:
 
 def _synthetic_step(recipe) -> float:
     """Seconds of one update of ``recipe`` (its model, batch shape and loss; random tokens or images), one thread."""
-    from . import training
+    from . import training, training_recipes, training_tasks
 
     vocab = recipe.vocab_size if recipe.kind in ("mlm", "clm") else 256 + 5  # char-mlm: bytes and 5 specials
     special = {"pad_token_id": 0}
     if recipe.kind == "clm":
         special.update(bos_token_id=1, eos_token_id=1)
-    config = training.model_config(recipe, vocab if recipe.kind in training.TEXT_KINDS else None,
-                                   special if recipe.kind in training.TEXT_KINDS else None)
+    config = training_recipes.model_config(recipe, vocab if recipe.kind in training_recipes.TEXT_KINDS else None,
+                                           special if recipe.kind in training_recipes.TEXT_KINDS else None)
     torch.manual_seed(0)
-    model = training._model_class(recipe.kind)(config)
+    model = training_recipes._model_class(recipe.kind)(config)
     model.train()
     optimizer = training._optimizer(recipe, model)
     gen = torch.Generator().manual_seed(0)
     b, n = recipe.batch_size, recipe.seq_len
-    if recipe.kind in training.TEXT_KINDS:
+    if recipe.kind in training_recipes.TEXT_KINDS:
         ids = torch.randint(5, vocab, (b, n), generator=gen)
         labels = ids
-        if recipe.kind in training.BERT_KINDS:
+        if recipe.kind in training_recipes.BERT_KINDS:
             labels = torch.where(torch.rand(b, n, generator=gen) < recipe.mask_prob, ids, -100)
         batch = {"input_ids": ids, "labels": labels}
 
         def loss():
-            return training.text_loss(model, batch, recipe.kind in training.BERT_KINDS)
+            return training_tasks.text_loss(model, batch, recipe.kind in training_recipes.BERT_KINDS)
     else:
         pixels = torch.randn(b, 3, recipe.image_size, recipe.image_size, generator=gen)
         labels = torch.randint(0, config.num_labels, (b,), generator=gen)
@@ -121,12 +121,12 @@ def _synthetic_step(recipe) -> float:
 
 def calibrate(profile: str = "local") -> dict:
     """The calibration of this machine (see the module's docstring); about 10-20 s on a slow 2-core machine."""
-    from . import training
+    from . import training_recipes
 
     start = time.perf_counter()
     steps = {}
-    for name, spec in training.suite_specs(profile).items():
-        recipe = training.recipes(name, spec)[0]
+    for name, spec in training_recipes.suite_specs(profile).items():
+        recipe = training_recipes.recipes(name, spec)[0]
         steps[name] = round(_synthetic_step(recipe), 4)
     cal = {
         "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),

@@ -3,11 +3,13 @@
 Environment variables override the defaults: ``ANISOTROPY_RESULTS`` (results store: a folder, or any fsspec URL such
 as ``s3://bucket/prefix``) and ``ANISOTROPY_CACHE`` (self-trained checkpoints, tokenizers). Outside a checkout (e.g. a pip install on Colab) both fall back to
 ``~/.cache/anisotropy``.
+``atomic_folder`` writes a folder of the cache (a tokenizer, a checkpoint) so that it appears whole or not at all.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from functools import lru_cache
 from pathlib import Path
 
@@ -42,3 +44,21 @@ def results_dir() -> Path:
 
 def cache_dir() -> Path:
     return Path(os.environ.get("ANISOTROPY_CACHE") or _default(".cache"))
+
+
+def atomic_folder(folder: Path, write) -> bool:
+    """Write a folder under a temporary name and rename it into place; False if another writer got there first."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        write(tmp)
+        os.replace(tmp, folder)
+        return True
+    except OSError:
+        if folder.is_dir():  # a concurrent run of the same recipe finished it: keep theirs
+            return False
+        raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

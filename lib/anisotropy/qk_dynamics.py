@@ -89,9 +89,9 @@ def multiberts_stages(seed: int = 0, revisions=None) -> list[Stage]:
 
 def suite_stages(suite: str, profile: str, seeds=None, progress: bool = False) -> dict[int, list[Stage]]:
     """``{seed: [Stage, ...]}`` of a self-trained suite of ``training`` (trained first if not in the cache)."""
-    from . import training
+    from . import training, training_recipes
 
-    recipes = [r for r in training.suite(suite, profile) if seeds is None or r.seed in seeds]
+    recipes = [r for r in training_recipes.suite(suite, profile) if seeds is None or r.seed in seeds]
     out = {}
     for recipe in recipes:
         checkpoints = training.train(recipe, progress=progress)

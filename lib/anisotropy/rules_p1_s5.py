@@ -22,10 +22,10 @@ def warmup_steps(source: str, profile: str) -> int | None:
     the recipe's for a self-trained suite of ``profile``; None where unknown (a folder of checkpoints)."""
     if source == "multiberts":
         return MULTIBERTS_WARMUP
-    from . import training
+    from . import training_recipes
 
     try:
-        return int(training.suite(source, profile)[0].warmup)
+        return int(training_recipes.suite(source, profile)[0].warmup)
     except KeyError:
         return None
 

@@ -567,11 +567,11 @@ def clean(dry_run: bool = False) -> tuple[list, int]:
     of sweeps too, in a URL store). Returns (paths or URLs, bytes freed)."""
     import shutil
 
-    from . import formats, training
+    from . import formats, training_checkpoints
 
     store = results.Store()
     stored = store.stale()
-    local = training.stale_runs() + formats.stale_conversions()
+    local = training_checkpoints.stale_runs() + formats.stale_conversions()
     code = fingerprint.package()
 
     def stale_stamp(text: str | None) -> bool:

@@ -376,17 +376,17 @@ def suite_checkpoints(suite: str, profile_name: str = "local", seeds: Sequence[i
     ``suite``, ``seed``, ``step``, ``loss`` (validation loss at that step, nats) and ``label`` ("<suite> seed <k>"),
     and one note per seed whose training is missing or unfinished. Training belongs to the checkpoint-suites chapter;
     ``train_missing=True`` trains here instead."""
-    from . import training
+    from . import training, training_checkpoints, training_recipes
 
     entries, notes = [], []
     try:
-        recipes = training.suite(suite, profile_name)
+        recipes = training_recipes.suite(suite, profile_name)
     except KeyError as exc:
         return [], [f"{suite}: no such suite in profile {profile_name!r} ({exc.args[0]})"]
     for recipe in recipes:
         if seeds is not None and recipe.seed not in seeds:
             continue
-        found = training.train(recipe, progress=False) if train_missing else training.checkpoints(recipe)
+        found = training.train(recipe, progress=False) if train_missing else training_checkpoints.checkpoints(recipe)
         if not found or found[-1].step != recipe.steps:
             notes.append(f"{suite} seed {recipe.seed}: not trained yet (run the checkpoint-suites chapter first)")
             continue
