@@ -147,9 +147,69 @@ def test_a_changed_hub_manifest_executes_the_pages_again_and_changes_no_measurem
     fingerprint.imports.cache_clear()
 
 
+def test_a_sub_package_module_is_read_by_its_dotted_name(tmp_path, monkeypatch):
+    # A chapter module of the library: its relative imports (``from .. import x``) are found from its own package.
+    assert {"qk_dynamics", "training", "learnt", "data_images"} <= fingerprint.imports("chapters.p1_s5_qk_training")
+    assert fingerprint._name("anisotropy.chapters.p1_s5_qk_training") == "chapters.p1_s5_qk_training"
+    closure = fingerprint.closure("chapters.p1_s3_modalities")
+    assert "chapters.p1_s3_modalities" in closure
+    assert "layerwise" in closure and "report" not in closure  # report presents: not followed
+    # A sub-package of every kind of import, in a copy of the package.
+    copy = tmp_path / "anisotropy"
+    shutil.copytree(fingerprint.FOLDER, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "sub").mkdir()
+    (copy / "sub" / "__init__.py").write_text("from . import helper\n")
+    (copy / "sub" / "helper.py").write_text("X = 1\n")
+    (copy / "sub" / "page.py").write_text(
+        "from .. import metrics\nfrom ..baseline import cosine_quantile\nfrom . import helper\n"
+        "from .helper import X\nimport anisotropy.spectral\nfrom anisotropy.rules import Outcome\n"
+        "from anisotropy import learnt\n\ndef f():\n    from ...outside import y\n")
+
+    def digests() -> dict[str, str]:
+        fingerprint._digest.cache_clear()
+        fingerprint.imports.cache_clear()
+        return {m: fingerprint.of(m) for m in ("sub.page", "sub", "metrics")}
+
+    monkeypatch.setattr(fingerprint, "FOLDER", copy)
+    try:
+        before = digests()
+        # (``from . import helper`` runs the package's ``__init__`` too: ``sub``)
+        assert fingerprint.imports("sub.page") == {"metrics", "baseline", "sub", "sub.helper", "spectral", "rules",
+                                                   "learnt"}
+        assert fingerprint.imports("sub") == {"sub.helper"}  # a package's ``from . import`` is its own modules
+        assert set(fingerprint.closure("sub.page")) >= {"sub.page", "sub.helper", "metrics", "baseline", "spectral"}
+        # An edit to a module it imports, at any depth, changes its fingerprint; one it does not import, not.
+        metrics = copy / "metrics.py"
+        metrics.write_text(metrics.read_text() + "\n# an edit\n")
+        after = digests()
+        assert after["sub.page"] != before["sub.page"] and after["metrics"] != before["metrics"]
+        assert after["sub"] == before["sub"]
+        helper = copy / "sub" / "helper.py"
+        helper.write_text("X = 2\n")
+        again = digests()
+        assert again["sub.page"] != after["sub.page"] and again["sub"] != after["sub"]
+        assert again["metrics"] == after["metrics"]
+    finally:
+        fingerprint._digest.cache_clear()
+        fingerprint.imports.cache_clear()
+
+
+def test_chapter_modules_present_numbers_and_no_library_module_imports_one():
+    chapters = sorted(".".join(p.relative_to(fingerprint.FOLDER).with_suffix("").parts)
+                      for p in (fingerprint.FOLDER / "chapters").glob("[!_]*.py"))
+    assert chapters and all(not fingerprint.numeric(c) for c in chapters)
+    library = [p.stem for p in fingerprint.FOLDER.glob("*.py")] + ["profiles"]
+    assert [m for m in library if any(i.startswith("chapters") for i in fingerprint.imports(m))] == []
+    # but a chapter module's own fingerprint follows what it computes with (a root is always kept)
+    assert "qk_dynamics" in fingerprint.closure("chapters.p1_s5_qk_training")
+
+
 def test_the_package_imports_form_no_cycle_and_errors_import_nothing():
-    modules = sorted(p.stem for p in fingerprint.FOLDER.glob("*.py") if p.stem not in ("__init__", "__main__"))
-    graph = {m: fingerprint.imports(m) for m in [*modules, "profiles"]}  # imports anywhere in a file, lazy ones too
+    modules = sorted(".".join(p.relative_to(fingerprint.FOLDER).with_suffix("").parts).removesuffix(".__init__")
+                     for p in fingerprint.FOLDER.rglob("*.py") if "__pycache__" not in p.parts)
+    modules = [m for m in modules if m not in ("__init__", "__main__")]  # sub-packages (profiles, chapters) too
+    graph = {m: fingerprint.imports(m) for m in modules}  # imports anywhere in a file, lazy ones too
+    assert "chapters.p1_s5_qk_training" in graph and "profiles" in graph
     assert graph["errors"] == frozenset()
     assert {"profiles"} & (graph["results"] | graph["executor"]) == set()  # they need only the error types
 

@@ -6,7 +6,9 @@ is ``registry``'s), plus the versions of the packages that shape numbers (``PACK
 followed:
 
 - modules that never change a number (``NOT_NUMERIC``): they present, schedule, locate or transport results
-  (``executor`` decides where a computation runs, not what it computes);
+  (``executor`` decides where a computation runs, not what it computes); so does every module of a sub-package in
+  ``NOT_NUMERIC_PACKAGES``: ``chapters.<chapter>`` words a page's numbers (no library module imports one, and a
+  computation defined in one and stored through ``Store.cached`` is still keyed by it, since a root is always kept);
 - the trainer's modules (``TRAINER``: ``training`` and its ``training_*`` modules), from any module outside the
   trainer: a self-trained checkpoint enters a measurement as an input with its own key (its recipe hash and training
   record hold the trainer's fingerprint, ``trainer()``), so measuring it does not depend on the trainer's code.
@@ -32,6 +34,8 @@ FOLDER = Path(__file__).resolve().parent
 PACKAGES = ("torch", "transformers", "tokenizers", "numpy", "scipy")
 NOT_NUMERIC = frozenset({"report", "plots", "runner", "kernels", "cli", "budget", "profiles", "paths", "hub", "results",
                          "fingerprint", "executor", "errors", "__main__"})
+# Sub-packages whose modules present numbers: the chapter modules (``chapters.p1_s5_qk_training``, ...).
+NOT_NUMERIC_PACKAGES = frozenset({"chapters"})
 # The trainer: the modules whose code decides a self-trained checkpoint's weights (the loop, the recipes with their
 # tokenizers and models, the tasks with their loss, the checkpoints on disk with the training record).
 TRAINER = frozenset({"training", "training_recipes", "training_tasks", "training_checkpoints"})
@@ -54,20 +58,59 @@ def _name(module: str) -> str:
     return name
 
 
+def _package_of(module: str) -> str:
+    """The package a module's relative imports start from: itself for a package (``profiles``), else its parent
+    (``""``, the top of the package, for ``metrics``; ``chapters`` for ``chapters.p1_s5_qk_training``)."""
+    return module if _path(module).name == "__init__.py" else module.rpartition(".")[0]
+
+
+def _resolve(dotted: str) -> str | None:
+    """The longest leading part of a dotted name that is a module of the package (``rules`` for ``rules.Outcome``,
+    ``chapters.p2_layer_profiles`` for itself); None when no part is."""
+    parts = [p for p in dotted.split(".") if p]
+    for end in range(len(parts), 0, -1):
+        if _path(".".join(parts[:end])).is_file():
+            return ".".join(parts[:end])
+    return None
+
+
 @lru_cache(maxsize=None)
 def imports(module: str) -> frozenset[str]:
-    """The package modules ``module`` imports anywhere in its file (``from . import x``, ``from .x import y``)."""
+    """The package modules ``module`` imports anywhere in its file, by dotted name relative to the package: relative
+    imports resolved from the module's own package (``from . import x``, ``from .x import y``, ``from .. import
+    report`` in a sub-package) and absolute ones (``from anisotropy.x import y``, ``from anisotropy import x``,
+    ``import anisotropy.x``)."""
     tree = ast.parse(_path(module).read_text())
-    found = set()
+    package = [p for p in _package_of(module).split(".") if p]
+    wanted = []  # dotted names (relative to the package) that name a module, or a module and what it holds
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.level > 0:
-            if node.module:
-                found.add(node.module.split(".")[0])
+        if isinstance(node, ast.ImportFrom):
+            if node.level > 0:
+                if node.level - 1 > len(package):
+                    continue  # above the package
+                base = package[:len(package) - (node.level - 1)]
+            elif node.module == "anisotropy" or (node.module or "").startswith("anisotropy."):
+                base = []
             else:
-                found.update(alias.name for alias in node.names if _path(alias.name).is_file())
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("anisotropy."):
-            found.add(node.module.split(".")[1])
-    return frozenset(m for m in found if m != module and _path(m).is_file())
+                continue
+            source = [*base, *(node.module or "").split(".")[node.level == 0:]]
+            source = [p for p in source if p]
+            if source:
+                wanted.append(".".join(source))
+            # ``from . import x`` / ``from .chapters import x``: x may be a module of its own
+            wanted += [".".join([*source, alias.name]) for alias in node.names
+                       if _path(".".join([*source, alias.name])).is_file()]
+        elif isinstance(node, ast.Import):
+            wanted += [alias.name.removeprefix("anisotropy.") for alias in node.names
+                       if alias.name.startswith("anisotropy.")]
+    found = {_resolve(name) for name in wanted}
+    return frozenset(m for m in found if m and m != module)
+
+
+def numeric(module: str) -> bool:
+    """Whether ``module`` (a dotted name relative to the package) may change a number: not in ``NOT_NUMERIC`` and not
+    in a sub-package of ``NOT_NUMERIC_PACKAGES``."""
+    return module not in NOT_NUMERIC and module.split(".")[0] not in NOT_NUMERIC_PACKAGES
 
 
 def closure(*modules: str) -> tuple[str, ...]:
@@ -80,7 +123,7 @@ def closure(*modules: str) -> tuple[str, ...]:
             continue
         seen.add(module)
         for dep in imports(module):
-            if dep in NOT_NUMERIC or (dep in TRAINER and not roots & TRAINER):
+            if not numeric(dep) or (dep in TRAINER and not roots & TRAINER):
                 continue
             todo.append(dep)
     return tuple(sorted(seen))

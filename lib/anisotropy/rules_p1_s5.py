@@ -130,18 +130,35 @@ def opposite_onset(qk: pd.DataFrame, share: float = 0.08, factor: float = 2.0, m
                    f"of training on (median; {words}); the paper's onset is about {share:.0%}")
 
 
-@rule
-def every_run_holds(qk: pd.DataFrame, min_runs: int = 2) -> Outcome:
-    """The three-part test of ``qk_dynamics.alignment_summary`` (median |cos| grows, more heads outside the band,
-    entropy falls), from the end of warm-up to the last checkpoint, holds in every one of at least ``min_runs``
-    runs."""
+def runs_from_warmup(qk: pd.DataFrame, keep_short: bool = False) -> pd.DataFrame:
+    """Each run's rows from its first checkpoint at or after its warm-up (``rules.after_warmup``); a run with under
+    two such checkpoints is left out, or with ``keep_short`` kept whole (a page's row for every run)."""
+    parts = []
+    for _, part in each_run(qk):
+        trimmed = after_warmup(part)
+        if trimmed["step"].nunique() >= 2:
+            parts.append(trimmed)
+        elif keep_short:
+            parts.append(part)
+    return pd.concat(parts, ignore_index=True) if parts else qk.iloc[:0]
+
+
+def three_part_test(qk: pd.DataFrame, keep_short: bool = False) -> pd.DataFrame:
+    """``qk_dynamics.alignment_summary`` of ``runs_from_warmup``: one row per run, its ``holds`` the three-part test
+    (median |cos| grows, more heads outside the band, entropy falls) that ``every_run_holds`` requires of every run."""
     from .qk_dynamics import alignment_summary
 
-    trimmed = [after_warmup(part) for _, part in each_run(qk)]
-    trimmed = [t for t in trimmed if t["step"].nunique() >= 2]
-    if len(trimmed) < min_runs:
-        return too_few("runs with two checkpoints after their warm-up", len(trimmed), min_runs)
-    summary = alignment_summary(pd.concat(trimmed))
+    return alignment_summary(runs_from_warmup(qk, keep_short))
+
+
+@rule
+def every_run_holds(qk: pd.DataFrame, min_runs: int = 2) -> Outcome:
+    """The three-part test of ``three_part_test`` (median |cos| grows, more heads outside the band, entropy falls),
+    from the end of warm-up to the last checkpoint, holds in every one of at least ``min_runs`` runs."""
+    n_runs = runs_from_warmup(qk)["run"].nunique()
+    if n_runs < min_runs:
+        return too_few("runs with two checkpoints after their warm-up", n_runs, min_runs)
+    summary = three_part_test(qk)
     return Outcome(bool(summary["holds"].all()), f"the three-part test holds for {int(summary['holds'].sum())} of "
                                                  f"{len(summary)} seeds (from step "
                                                  f"{', '.join(f'{s:,}' for s in summary['first_step'].unique())})")

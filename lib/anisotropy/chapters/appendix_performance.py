@@ -1,0 +1,44 @@
+"""The performance appendix: the committed benchmark tables (``benchmarks/results``) as the page shows them."""
+
+from __future__ import annotations
+
+import pandas as pd
+from IPython.display import display
+
+
+def fmt_seconds(s: float) -> str:
+    """A duration in seconds as the page writes it ("" for NaN; ms, s, h, days or years)."""
+    if s != s:
+        return ""
+    if s >= 86400 * 365:
+        return f"{s / (86400 * 365):.2g} years"
+    if s >= 86400:
+        return f"{s / 86400:.3g} days"
+    if s >= 3600:
+        return f"{s / 3600:.3g} h"
+    return f"{s:.3g} s" if s >= 0.01 else f"{s * 1e3:.3g} ms"
+
+
+def show(table: pd.DataFrame, section: str, columns=("n", "method", "time", "ratio", "value", "abs_diff", "note")):
+    """Display the rows of one section of the metrics benchmark table, times and numbers formatted; returns None."""
+    frame = table[table.section == section].copy()
+    frame["time"] = [fmt_seconds(s) + (" (extrapolated)" if e else "")
+                     for s, e in zip(frame.seconds, frame.extrapolated)]
+    frame["ratio"] = frame.ratio.map(lambda r: "" if r != r else f"{r:.3g}")
+    frame["value"] = frame.value.map(lambda v: "" if v != v else f"{v:.6g}")
+    frame["abs_diff"] = frame.abs_diff.map(lambda v: "" if v != v else f"{v:.1e}")
+    display(frame[list(columns)].rename(columns={"abs_diff": "|difference|"}).style.hide(axis="index"))
+
+
+def pick(table: pd.DataFrame, section: str, method: str, n=None) -> pd.Series:
+    """The benchmark row of ``method`` in ``section`` at size ``n`` (default: the largest size it ran at)."""
+    rows = table[(table.section == section) & (table.method == method)]
+    return rows[rows.n == (n if n is not None else rows.n.max())].iloc[0]
+
+
+def row(parallel: pd.DataFrame, section: str, starts: str) -> pd.Series:
+    """The median over repeats of points, wall and CPU seconds and cores busy of the parallel benchmark's
+    configuration starting with ``starts`` in ``section`` (NaNs when it was not run)."""
+    rows = parallel[(parallel.section == section) & parallel.configuration.astype(str).str.startswith(starts)]
+    columns = ["points", "wall_seconds", "cpu_seconds", "cpu_per_wall"]
+    return rows[columns].astype(float).median() if len(rows) else pd.Series(float("nan"), index=columns)

@@ -1,0 +1,38 @@
+"""The checkpoint-suites page: the recipes' table and the names of the recipe sweep's variants."""
+
+from __future__ import annotations
+
+from .. import training
+
+# the transformers class each suite kind trains (the page's recipe table and provenance box)
+CLASSES = {"mlm": "BertForMaskedLM", "char-mlm": "BertForMaskedLM over bytes", "clm": "GPT2LMHeadModel",
+           "vit": "ViTForImageClassification", "cnn": "ResNetForImageClassification"}
+
+
+def describe(name: str, runs) -> dict:
+    """One row of the recipe table: the suite ``name`` and its first run's recipe (``runs``: the suite's runs)."""
+    r = runs[0]
+    text = r.kind in training.TEXT_KINDS
+    return {
+        "suite": name, "model class": CLASSES[r.kind], "seeds": ", ".join(str(x.seed) for x in runs),
+        "width": r.width if r.kind != "cnn" else f"{r.width}→{r.width * 2 ** (r.depth - 1)} channels",
+        "layers": r.depth if r.kind != "cnn" else f"{r.depth} stages", "heads": r.heads if r.kind != "cnn" else "-",
+        "input": (f"{r.seq_len} {'bytes' if r.kind == 'char-mlm' else 'tokens'}" if text
+                  else f"{r.image_size}px" + (f", {r.patch_size}px patches" if r.kind == "vit" else "")),
+        "vocabulary": (256 + 5 if r.kind == "char-mlm" else r.vocab_size) if text else "-",
+        "masked share": f"{r.mask_prob:.0%}" if r.kind in training.BERT_KINDS else "-",
+        "positions": (r.positions.replace("_", " ") if r.kind in training.BERT_KINDS
+                      else "absolute" if r.kind in ("clm", "vit") else "-"),
+        "batch": r.batch_size, "updates": r.steps, "peak lr": r.lr, "warm-up": r.warmup, "dropout": r.dropout,
+        "checkpoint steps": ", ".join(map(str, r.checkpoint_steps)),
+    }
+
+
+def variant(row) -> str:
+    """The name of the recipe-sweep variant a sweep row (kind, pre_ln, mask, positions) belongs to."""
+    if row.kind != "mlm":
+        return "decoder / vision runs"
+    if row.pre_ln:
+        return "pre-LayerNorm, absolute positions"
+    masked = "15% masked" if row["mask"] == 0.15 else "30-50% masked"
+    return f"{'absolute' if row.positions == 'absolute' else 'relative'} positions, {masked}"

@@ -1,0 +1,33 @@
+"""The modalities page (Paper 1, Section 3): per-family peaks and the conversion checks' numbers in words."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from .. import layerwise, report
+
+
+def glue_peaks(prefix: str, sub: pd.DataFrame) -> None:
+    """Glue the highest and lowest per-model peaks of ``sub`` (a layer-wise frame) under names starting with
+    ``prefix``, with their ratios to the isotropic level and the models above it at every layer; returns None."""
+    absent = "not measured under this profile"
+    if sub.empty:
+        for name in ("top", "top_model", "low", "low_model", "min_ratio", "max_ratio", "n", "n_all_above"):
+            report.glue(f"{prefix}_{name}", absent if "model" in name or name in ("top", "low") else "0")
+        return
+    peaks = layerwise.peaks(sub)
+    top, low = peaks.loc[peaks["mean_cosine"].idxmax()], peaks.loc[peaks["mean_cosine"].idxmin()]
+    report.glue(f"{prefix}_top", top["mean_cosine"], "{:.2f}")
+    report.glue(f"{prefix}_top_model", top["label"])
+    report.glue(f"{prefix}_low", low["mean_cosine"], "{:.2f}")
+    report.glue(f"{prefix}_low_model", low["label"])
+    report.glue(f"{prefix}_min_ratio", peaks["above_null"].min(), "{:.1f}")
+    report.glue(f"{prefix}_max_ratio", peaks["above_null"].max(), "{:.1f}")
+    report.glue(f"{prefix}_n", peaks.shape[0])
+    report.glue(f"{prefix}_n_all_above", int((layerwise.share_above_null(sub) == 1).sum()))
+
+
+def first(frame: pd.DataFrame, column: str, fmt: str, absent: str = "not checked under this profile") -> str:
+    """The first non-missing value of ``column`` in ``frame`` formatted with ``fmt``, else ``absent``."""
+    values = frame[column].dropna() if column in frame else []
+    return fmt.format(values.iloc[0]) if len(values) else absent
