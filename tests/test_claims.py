@@ -487,6 +487,20 @@ FLAT = [0.10, 0.11, 0.10, 0.12, 0.11]
 EARLY = [0.05, 0.6, 0.3, 0.2, 0.15, 0.12, 0.1, 0.08, 0.07, 0.06]  # peak at relative depth 0.11 (Gemma-3's case)
 
 
+def test_the_layer_page_words_one_decoder_by_the_ledgers_bell_test():
+    """The Paper 2 layer page's sentence on Whisper's decoder applies the test of the ledger's bell-shape claim (its
+    min_ratio 1.5 and band 0.2-0.8), not a cut-off of its own: a peak 1.14 times its ends in the middle is no bell."""
+    from anisotropy.chapters import p2_layer_profiles as page
+
+    frame = profiles_frame({"bell": ("decoder", BELL), "flat": ("decoder", FLAT), "early": ("decoder", EARLY)})
+    assert page.bulge(frame, "bell").startswith("yes: its largest value is 9.23 times the mean of its two ends, at "
+                                               "relative depth 0.50")
+    assert page.bulge(frame, "flat").startswith("no: its largest value is 1.14 times")  # inside the band, too low
+    assert page.bulge(frame, "early").startswith("no: its largest value is 10.91 times")  # high, but at depth 0.11
+    assert "asks for 1.5 times, within relative depth 0.2-0.8" in page.bulge(frame, "bell")
+    assert page.bulge(frame, "absent") == "not measured under this profile"
+
+
 def test_bell_shaped_flat_and_decoders_above_encoders():
     frame = profiles_frame({"gpt2": ("decoder", BELL), "opt": ("decoder", [0.1, 0.3, 0.5, 0.3, 0.2]),
                             "bert": ("encoder", FLAT), "roberta": ("encoder", [0.1, 0.11, 0.1, 0.13, 0.1])})

@@ -30,6 +30,21 @@ def _shape(profile: pd.Series, band=(0.0, 1.0)) -> tuple[float, bool, float]:
     return float(values[i] / ((values[0] + values[-1]) / 2)), inside, depth
 
 
+def is_bell(profile: pd.Series, min_ratio: float = 1.5, band=MIDDLE) -> bool:
+    """One profile's vote in ``bell_shaped``: its peak lies inside the stack within ``band`` of relative depth and is
+    at least ``min_ratio`` times the mean of its two end layers."""
+    ratio, inside, _ = _shape(profile, band)
+    return inside and ratio >= min_ratio
+
+
+def profile_bell(part: pd.DataFrame, min_ratio: float = 1.5, band=MIDDLE) -> tuple[bool, float, float]:
+    """``bell_shaped``'s test of one model's rows (relative_depth, sigma1_share): (bell-shaped, peak / mean of the
+    two ends, relative depth of the peak)."""
+    profile = _profile(part)
+    ratio, _, depth = _shape(profile, band)
+    return is_bell(profile, min_ratio, band), ratio, depth
+
+
 def _stack(frame: pd.DataFrame, stack: str) -> pd.DataFrame | None:
     """The rows of ``stack`` (encoder / decoder), or None when the frame does not say which stack a row is."""
     return frame[frame["stack"] == stack] if "stack" in frame.columns else None
@@ -49,7 +64,7 @@ def bell_shaped(profiles: pd.DataFrame, stack: str = "decoder", min_ratio: float
     if len(curves) < min_models:
         return too_few(f"{stack}s with {min_layers} layers or more", len(curves), min_models)
     shapes = [(name, *_shape(c, band)) for name, c in curves]
-    flags = [inside and ratio >= min_ratio for _, ratio, inside, _ in shapes]
+    flags = [is_bell(c, min_ratio, band) for _, c in curves]
     return Outcome(majority(flags), f"{sum(flags)} of {len(flags)} {stack}s bell-shaped (peak-to-ends, depth of the "
                    f"peak; middle = {band[0]:g}-{band[1]:g}: "
                    + ", ".join(f"{n} {r:.2f} at {d:.2f}" for n, r, _, d in shapes) + ")")
