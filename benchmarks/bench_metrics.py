@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_metrics.py            # full run (several minutes), writes benchmarks/results/
     .venv/bin/python benchmarks/bench_metrics.py --quick    # small sizes, seconds, for checking the script
 
-Sections (goals from issue 3):
+Sections (goals from issue 3; the book judges them with anisotropy.chapters.appendix_performance.GOALS):
   mean_cosine  exact streaming mean cosine vs numpy merely summing the array (goal: within 2x), vs a naive float64
                conversion, vs the paper's pair sampling (at stderr 1e-3, and extrapolated to the exact method's
                error), vs brute force all pairs (extrapolated from a slab of rows beyond n = 10^4).

@@ -487,6 +487,13 @@ FLAT = [0.10, 0.11, 0.10, 0.12, 0.11]
 EARLY = [0.05, 0.6, 0.3, 0.2, 0.15, 0.12, 0.1, 0.08, 0.07, 0.06]  # peak at relative depth 0.11 (Gemma-3's case)
 
 
+def test_the_performance_page_judges_a_speed_goal_on_both_sides_of_it():
+    from anisotropy.chapters import appendix_performance as page
+
+    assert page.goal_words("mean_cosine", 1.9) == "meets" and page.goal_words("mean_cosine", 2.1) == "misses"
+    assert page.goal_words("twonn", 1.5) == "meets" and page.goal_words("twonn", 1.6) == "misses"
+
+
 def test_the_layer_page_words_one_decoder_by_the_ledgers_bell_test():
     """The Paper 2 layer page's sentence on Whisper's decoder applies the test of the ledger's bell-shape claim (its
     min_ratio 1.5 and band 0.2-0.8), not a cut-off of its own: a peak 1.14 times its ends in the middle is no bell."""

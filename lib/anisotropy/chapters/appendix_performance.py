@@ -5,6 +5,16 @@ from __future__ import annotations
 import pandas as pd
 from IPython.display import display
 
+# The speed goals of the measurement core (issue 3; benchmarks/bench_metrics.py measures them): the exact mean cosine
+# within 2x of numpy merely summing the array, TwoNN within 1.5x of one float32 n x n x d product.
+GOALS = {"mean_cosine": 2.0, "twonn": 1.5}
+
+
+def goal_words(section: str, ratio: float) -> str:
+    """"meets" when the measured ``ratio`` (time / the section's reference time) is at most the section's goal in
+    ``GOALS``, else "misses"."""
+    return "meets" if ratio <= GOALS[section] else "misses"
+
 
 def fmt_seconds(s: float) -> str:
     """A duration in seconds as the page writes it ("" for NaN; ms, s, h, days or years)."""
