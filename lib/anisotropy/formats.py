@@ -42,7 +42,8 @@ from .format_gguf import convert_gguf
 from .format_images import convert_craft_vgg, convert_dinov2_onnx, convert_efficientnet_lite
 from .format_smiles import convert_rxn_albert
 from .format_st_zip import convert_split_zip
-from .weights import PACKAGES, FormatError, WeightPackage, _write_folder_atomically, source_hash
+from . import paths
+from .weights import PACKAGES, FormatError, WeightPackage, source_hash
 
 
 def converted_dir(name: str, source_file: str | os.PathLike | None = None, sha256: str | None = None) -> Path:
@@ -99,7 +100,7 @@ def converted_folder(name: str) -> Path:
         src = pkg.path()
         target = converted_dir(name, src / "model.bin" if pkg.fmt == "ct2" else src)
     convert = _converter(name, pkg)
-    return _write_folder_atomically(target, lambda tmp: convert(src, tmp))
+    return paths.write_folder_once(target, lambda tmp: convert(src, tmp))
 
 
 def load_converted(spec, model_class, device="cpu", dtype=None, attn_implementation: str | None = None):

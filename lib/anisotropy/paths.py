@@ -3,13 +3,15 @@
 Environment variables override the defaults: ``ANISOTROPY_RESULTS`` (results store: a folder, or any fsspec URL such
 as ``s3://bucket/prefix``) and ``ANISOTROPY_CACHE`` (self-trained checkpoints, tokenizers). Outside a checkout (e.g. a pip install on Colab) both fall back to
 ``~/.cache/anisotropy``.
-``atomic_folder`` writes a folder of the cache (a tokenizer, a checkpoint) so that it appears whole or not at all.
+``atomic_folder`` and ``write_folder_once`` write a folder of the cache (a tokenizer, a checkpoint; a conversion) so
+that it appears whole or not at all.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from functools import lru_cache
 from pathlib import Path
 
@@ -62,3 +64,32 @@ def atomic_folder(folder: Path, write) -> bool:
         raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_folder_once(target: Path, write, marker: str = "conversion.json") -> Path:
+    """``write(tmp_folder)`` then rename it to ``target``, unless ``target / marker`` shows it complete already (a
+    crash leaves no half-written cache entry). Two processes that want the same folder (a conversion two chapters of a
+    parallel build need) take turns on a lock file: the second finds the first one's folder complete, and nobody
+    removes a folder another process is reading. (``atomic_folder``: a folder whose first complete copy wins.)"""
+    if (target / marker).is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "w") as lock:
+        try:
+            import fcntl
+
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed, or its holder dies
+        except ImportError:  # not POSIX: no concurrent builds to guard against
+            pass
+        if (target / marker).is_file():
+            return target
+        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
+        try:
+            write(tmp)
+            if target.exists():  # an incomplete earlier attempt
+                shutil.rmtree(target)
+            os.replace(tmp, target)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+    return target

@@ -9,7 +9,6 @@ import importlib.util
 import json
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 import torch
 
 from .hub import Unavailable
+from .paths import write_folder_once
 
 
 class FormatError(ValueError):
@@ -142,7 +142,7 @@ def assemble_parts(pkg: WeightPackage, dest: str | os.PathLike) -> Path:
 
 def assembled(pkg: WeightPackage) -> Path:
     """The folder ``cache_dir()/assembled/<module>-<first 12 hex of the SHA-256>/`` holding ``pkg``'s reassembled
-    file (and its ``extra`` files), reassembled and checked on first use, atomically (``_write_folder_atomically``)."""
+    file (and its ``extra`` files), reassembled and checked on first use, atomically (``paths.write_folder_once``)."""
     from .paths import cache_dir
 
     paths = pkg.part_paths()  # a missing package fails here, even when an earlier reassembly is in the cache
@@ -156,7 +156,7 @@ def assembled(pkg: WeightPackage) -> Path:
             {"parts": [str(p) for p in paths], "packages": pkg.packages(), "sha256": pkg.sha256,
              "size": pkg.size}, indent=1))
 
-    return _write_folder_atomically(target, write, marker="assembly.json")
+    return write_folder_once(target, write, marker="assembly.json")
 
 
 PACKAGES = {
@@ -254,31 +254,3 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise FormatError(f"{path} is not a plain state dict of tensors")
     return {k.removeprefix("module."): v for k, v in state.items()}
-
-
-def _write_folder_atomically(target: Path, write, marker: str = "conversion.json") -> Path:
-    """``write(tmp_folder)`` then rename it to ``target`` (a crash leaves no half-written cache entry). Two processes
-    that want the same conversion (two chapters of a parallel build) take turns on a lock file: the second finds the
-    first one's folder complete, and nobody removes a folder another process is reading."""
-    if (target / marker).is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f".{target.name}.lock", "w") as lock:
-        try:
-            import fcntl
-
-            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed, or its holder dies
-        except ImportError:  # not POSIX: no concurrent builds to guard against
-            pass
-        if (target / marker).is_file():
-            return target
-        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
-        try:
-            write(tmp)
-            if target.exists():  # an incomplete earlier attempt
-                shutil.rmtree(target)
-            os.replace(tmp, target)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
-    return target
