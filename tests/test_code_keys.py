@@ -60,7 +60,7 @@ def repo(tmp_path_factory):
 
 def test_fingerprints_follow_the_import_graph():
     assert "metrics" in fingerprint.closure("layerwise") and "taps" in fingerprint.closure("layerwise")
-    for never in ("plots", "report", "runner", "kernels", "results", "hub"):
+    for never in ("plots", "report", "runner", "kernels", "sweeps", "results", "hub"):
         assert never not in fingerprint.closure("layerwise", "spectral", "qk_dynamics", "block", "training")
     # A measurement does not depend on the trainer's code (a self-trained checkpoint carries its own key) ...
     measurements = ("layerwise", "spectral", "qk_dynamics", "ablation", "rules_p1_s5", "machine")

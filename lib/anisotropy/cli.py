@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from . import profiles, runner
+from . import profiles, runner, sweeps
 from .errors import UserError
 
 
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise runner.ChapterFailed(outcome.error)
             print(f"{args.name}: {'reused' if outcome.reused else f'{outcome.seconds:.1f} s'} -> {outcome.path}")
         elif args.command == "sweep":
-            table = runner.sweep(args.name, args.profile, _parse_assignments(args.param, as_grid=True),
+            table = sweeps.sweep(args.name, args.profile, _parse_assignments(args.param, as_grid=True),
                                  address=args.scheduler, workers=args.workers)
             print(f"sweep table: {table}")
         elif args.command == "sync":

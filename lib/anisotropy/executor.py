@@ -4,7 +4,7 @@
 processes on this machine (one per core, one thread each: the book's work is single-threaded by design, and two
 threads on one core spin against each other), or a running cluster when an address is given (``address=`` or the
 ``DASK_SCHEDULER_ADDRESS`` convention), e.g. several GPU machines. The training runs of the self-trained suites,
-sweeps (``runner.sweep``) and the checkpoint loops of the training-dynamics chapters (``fan_out``) go through it.
+sweeps (``sweeps.sweep``) and the checkpoint loops of the training-dynamics chapters (``fan_out``) go through it.
 
 How many worker processes ``map`` starts on this machine:
 

@@ -32,8 +32,8 @@ from pathlib import Path
 
 FOLDER = Path(__file__).resolve().parent
 PACKAGES = ("torch", "transformers", "tokenizers", "numpy", "scipy")
-NOT_NUMERIC = frozenset({"report", "plots", "runner", "kernels", "cli", "budget", "profiles", "paths", "hub", "results",
-                         "fingerprint", "executor", "errors", "__main__"})
+NOT_NUMERIC = frozenset({"report", "plots", "runner", "kernels", "sweeps", "cli", "budget", "profiles", "paths", "hub",
+                         "results", "fingerprint", "executor", "errors", "__main__"})
 # Sub-packages whose modules present numbers: the chapter modules (``chapters.p1_s5_qk_training``, ...).
 NOT_NUMERIC_PACKAGES = frozenset({"chapters"})
 # The trainer: the modules whose code decides a self-trained checkpoint's weights (the loop, the recipes with their

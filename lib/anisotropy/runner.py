@@ -1,4 +1,4 @@
-"""Papermill execution, sweeps and the book build.
+"""Papermill execution and the book build (a sweep of one chapter: ``sweeps``).
 
 A chapter is ``notebooks/<name>.md`` (MyST markdown, paired with an output-free ``notebooks/<name>.ipynb`` for
 Colab). The runner executes chapters in ``_toc.yml`` order under a profile (``anisotropy.profiles``) into
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import itertools
 import json
 import os
 import re
@@ -23,14 +22,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from . import executor, fingerprint, kernels, paths, profiles, results
 from .errors import UserError
 
 from .profiles import EXECUTED, chapters  # noqa: E402 - the book's chapters, read from _toc.yml
 
 SWEEPS = Path("book") / "sweeps"
+SWEEPS_IN_STORE = "_sweeps"  # <store URL>/_sweeps/<chapter>/: a sweep's notebooks when the store is a URL (``sweeps``)
 KERNEL = "python3"
 # How long a cell's outputs may trail its reply. papermill stops the chapter after nbclient's default 4 s (it raises on
 # an IOPub timeout): on a loaded 2-core machine (load average 14, a test run beside the build) two chapters of the
@@ -172,7 +170,7 @@ def _read_text(where) -> str | None:
         return None
 
 
-def _write_bytes(where, data: bytes) -> None:
+def write_bytes(where, data: bytes) -> None:
     """Write a whole file at a path (atomically: under a temporary name, then renamed) or an fsspec URL (one
     request: the object exists complete or not at all)."""
     if results.is_url(where):
@@ -212,7 +210,7 @@ def _hide_parameter_cells(nb) -> None:
             tags.append("remove-cell")
 
 
-def _first_line(text) -> str:
+def first_line(text) -> str:
     lines = re.sub(r"\x1b\[[0-9;]*m", "", str(text)).strip().splitlines()
     return lines[0].strip() if lines else ""
 
@@ -238,9 +236,9 @@ def _failure(exc) -> dict:
     import papermill
 
     if isinstance(exc, papermill.PapermillExecutionError):
-        return {"cell": exc.source, "ename": exc.ename, "evalue": _first_line(exc.evalue)}
+        return {"cell": exc.source, "ename": exc.ename, "evalue": first_line(exc.evalue)}
     # the kernel died (e.g. killed for memory), could not start, or timed out
-    return {"kernel": f"{type(exc).__name__}: {_first_line(exc)}"}
+    return {"kernel": f"{type(exc).__name__}: {first_line(exc)}"}
 
 
 def _failure_message(name: str, failure: dict, output, log=None) -> str:
@@ -320,7 +318,7 @@ def run_job(job: Job) -> Outcome:
                                            iopub_timeout=IOPUB_TIMEOUT_S)
         except Exception as exc:  # noqa: BLE001 - every failure becomes one report, never a traceback
             if remote and partial.is_file():
-                _write_bytes(partial_at, partial.read_bytes())
+                write_bytes(partial_at, partial.read_bytes())
             return Outcome(job.name, partial_at, time.perf_counter() - start, params=job.params,
                            failure=_failure(exc), log=str(log))
         seconds = time.perf_counter() - start
@@ -335,7 +333,7 @@ def run_job(job: Job) -> Outcome:
         nbformat.write(nb, partial)
         glued = glued_values(partial)
         if remote:
-            _write_bytes(job.output, partial.read_bytes())
+            write_bytes(job.output, partial.read_bytes())
         else:
             os.replace(partial, job.output)  # only a complete notebook ever carries the final name
     return Outcome(job.name, job.output if remote else Path(job.output), seconds, params=job.params, glued=glued,
@@ -363,7 +361,7 @@ def execute(name: str, profile: str, overrides: dict | None = None, output: Path
     return job if isinstance(job, Outcome) else finish(run_job(job))
 
 
-def _progress(outcome: Outcome, profile: str, index: int, total: int, label: str | None = None) -> None:
+def progress(outcome: Outcome, profile: str, index: int, total: int, label: str | None = None) -> None:
     if outcome.blocked:
         status = "not run"
     else:
@@ -434,11 +432,11 @@ def execute_all(profile: str, only: list[str] | None = None, rerun: bool = False
                                     f"{'was not run' if outcomes[result.because].blocked else 'failed'}")
         elif isinstance(result, BaseException):
             outcome = Outcome(name, root() / EXECUTED / f"{name}.ipynb", 0.0,
-                              error=f"{name}: {type(result).__name__}: {_first_line(result)}")
+                              error=f"{name}: {type(result).__name__}: {first_line(result)}")
         else:
             outcome = result
         outcomes[name] = outcome
-        _progress(outcome, profile, len(outcomes), len(names))
+        progress(outcome, profile, len(outcomes), len(names))
 
     fn = functools.partial(_build_chapter, profile=profile, rerun=rerun, recompute=recompute)
     try:
@@ -598,12 +596,7 @@ def clean(dry_run: bool = False) -> tuple[list, int]:
     return stored + local, size
 
 
-# ---- sweeps ---------------------------------------------------------------------------------------------------------
-
-def _slug(value) -> str:
-    text = json.dumps(value) if isinstance(value, (list, dict)) else str(value)
-    return re.sub(r"[^A-Za-z0-9.+-]+", "-", text).strip("-") or "x"
-
+# ---- glued values ---------------------------------------------------------------------------------------------------
 
 # Glued names that report a wall-clock measurement (training or run time) end this way; they are the only glued
 # values allowed to differ between two runs of the same profile and seed.
@@ -632,90 +625,3 @@ def glued_values(nb_path, wall_clock: bool = True) -> dict:
                 except (ValueError, SyntaxError):
                     values[name] = text
     return values
-
-
-SWEEPS_IN_STORE = "_sweeps"  # <store URL>/_sweeps/<chapter>/: a sweep's notebooks when the store is a URL
-
-
-def sweep_folder(name: str, store: results.Store | None = None):
-    """Where a sweep's executed notebooks go: ``book/sweeps/<name>`` beside a folder store, or
-    ``<store URL>/_sweeps/<name>`` when the results store is a URL (shared by the machines that run the points)."""
-    store = store or results.Store()
-    return store.location(SWEEPS_IN_STORE, name) if store.remote else root() / SWEEPS / name
-
-
-def sweep(name: str, profile: str, grid: dict[str, list], address: str | None = None,
-          workers: int | None = None, retries: int = 2, announce=print) -> Path:
-    """Run chapter ``name`` once per point of the grid (cartesian product); one executed notebook per point, named by
-    its parameters (``sweep_folder``), and one table ``book/sweeps/<name>/sweep.csv`` of every point's parameters
-    and glued values (and a copy beside the notebooks when they are in a URL store).
-
-    The points are tasks of a Dask client (``executor.map``): a LocalCluster of ``workers`` processes (default: the
-    cores; 1 runs them here, one after another), or the cluster at ``address`` / ``$DASK_SCHEDULER_ADDRESS``. Each
-    task runs its point's notebook with papermill on its worker and writes the notebook and the results to the
-    store. A point whose notebook is finished is not run again; a worker that dies mid-point costs the point one of
-    ``retries`` + 1 attempts elsewhere; a point that fails for good has its one-line reason in the table. Everything
-    is checked first (parameters, store, scheduler): a bad input writes nothing."""
-    import pandas as pd
-
-    keys = list(grid)
-    points = [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))]
-    given = profiles.chapter_parameters(profile, name)
-    defaults, rules = profiles.notebook_parameters(name), profiles.parameter_rules(name)
-    for point in points:  # every point is checked before the first one runs
-        profiles.check(name, {**given, **point}, defaults, rules)
-    store = results.Store()
-    store.check()
-    folder = sweep_folder(name, store)
-    # A point is one unit of work on one worker: its kernel starts no cluster of its own, and writes to this store.
-    env = {"ANISOTROPY_RESULTS": str(store.root), executor.WORKERS_ENV: "1", executor.SCHEDULER_ENV: None,
-           **KERNEL_THREADS}
-    rows: list = [None] * len(points)
-    jobs: list[Job] = []
-    where: dict[int, tuple[int, str]] = {}
-    errors: dict[int, str] = {}
-    finished = 0
-
-    def record(i: int, stem: str, outcome: Outcome) -> None:
-        nonlocal finished
-        finished += 1
-        _progress(outcome, profile, finished, len(points), label=stem)
-        path = str(outcome.path).replace("\\", "/")
-        row = {**points[i], "notebook": path.rsplit("/", 1)[-1], "seconds": round(outcome.seconds, 2),
-               "error": _first_line(outcome.error) if outcome.error else ""}
-        rows[i] = {**row, **(outcome.glued or {})} if not outcome.error else row
-        if outcome.error:
-            errors[i] = outcome.error
-
-    for i, point in enumerate(points):
-        stem = "__".join([name, *(f"{k}={_slug(v)}" for k, v in point.items())])
-        output = folder / f"{stem}.ipynb" if isinstance(folder, Path) else f"{folder}/{stem}.ipynb"
-        prepared = prepare(name, profile, overrides=point, output=output, env=env)
-        if isinstance(prepared, Outcome):
-            prepared.glued = glued_values(prepared.path)
-            record(i, stem, prepared)
-        else:
-            where[id(prepared)] = (i, stem)
-            jobs.append(prepared)
-
-    def done(job: Job, result) -> None:
-        i, stem = where[id(job)]
-        if isinstance(result, BaseException):  # its workers died (retries + 1 times), or the task could not run
-            outcome = Outcome(name, job.output, 0.0, params=job.params,
-                              error=f"{stem}: {type(result).__name__}: {_first_line(result)}")
-        else:
-            outcome = finish(result)
-        record(i, stem, outcome)
-
-    executor.map(run_job, jobs, address=address, workers=workers, retries=retries, on_done=done, errors="return",
-                 announce=announce)
-    table = root() / SWEEPS / name / "sweep.csv"
-    table.parent.mkdir(parents=True, exist_ok=True)
-    frame = pd.DataFrame(rows)
-    frame.to_csv(table, index=False)
-    if not isinstance(folder, Path):
-        _write_bytes(f"{folder}/sweep.csv", frame.to_csv(index=False).encode())
-    if errors:
-        raise ChapterFailed(f"{len(errors)} of {len(rows)} sweep points failed:\n" +
-                            "\n".join(f"  - {errors[i]}" for i in sorted(errors)) + f"\n  table: {table}")
-    return table
