@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from anisotropy import hub, registry, taps
+from anisotropy import hub, offline_tokenizers, registry, taps
 from anisotropy.registry import MODELS
 
 BUILDABLE = [name for name, s in MODELS.items() if s.config is not None]
@@ -183,8 +183,8 @@ def test_tiny_and_untrained_are_seeded_and_match_the_offline_tokenizer():
 
 WORDPIECE_VOCAB = """
 import hashlib, json
-from anisotropy import data, data_prose, registry
-tok = registry.train_wordpiece(data_prose.prose_paragraphs()[:400], 1000)
+from anisotropy import data_prose, offline_tokenizers
+tok = offline_tokenizers.train_wordpiece(data_prose.prose_paragraphs()[:400], 1000)
 print(hashlib.sha256(json.dumps(tok.get_vocab(), sort_keys=True).encode()).hexdigest())
 """
 
@@ -203,7 +203,7 @@ def test_wordpiece_training_gives_the_same_vocabulary_in_every_process():
 def test_packaged_offline_tokenizers_round_trip_the_prose(kind, first):
     from anisotropy import data_prose
 
-    tok = registry.offline_tokenizer(kind)
+    tok = offline_tokenizers.offline_tokenizer(kind)
     assert 3000 <= len(tok) <= 4000  # the Unigram trainer stops below the requested size
     text = data_prose.prose_paragraphs()[10]
     ids = tok(text)["input_ids"]

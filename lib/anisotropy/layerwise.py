@@ -272,7 +272,7 @@ def null_q95(dim) -> np.ndarray:
 def _model_key(ref: ModelRef) -> dict:
     """The ref plus what the registry builds it from (hub id, class, config, preprocessor, offline tokenizer
     version), or a self-trained folder's training state: a changed entry recomputes its rows."""
-    from . import registry
+    from . import offline_tokenizers, registry
 
     key = asdict(ref)
     key.pop("label")
@@ -288,7 +288,7 @@ def _model_key(ref: ModelRef) -> dict:
     if ref.variant != "pretrained":
         key["spec"].update(config=dict(s.config or {}), tiny=dict(s.tiny or {}) if ref.variant == "tiny" else None,
                            tiny_preprocessor_kwargs=dict(s.tiny_preprocessor_kwargs),
-                           offline_tokenizers=registry.packaged_tokenizers_fingerprint())
+                           offline_tokenizers=offline_tokenizers.packaged_tokenizers_fingerprint())
     return key
 
 

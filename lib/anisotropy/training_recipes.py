@@ -217,7 +217,7 @@ def _build_tokenizer(kind: str, vocab_size: int, seq_len: int, corpus: str = "pr
                                        # GPT-2 adds wte(token_type_ids) to its inputs: never hand it type ids
                                        model_input_names=["input_ids", "attention_mask"])
     if kind == "mlm":
-        from .registry import train_wordpiece
+        from .offline_tokenizers import train_wordpiece
 
         tok = train_wordpiece(train_text, vocab_size, BERT_SPECIALS)
     else:  # char-mlm: one token per UTF-8 byte, case and spacing kept
