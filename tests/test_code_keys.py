@@ -108,44 +108,42 @@ def test_an_edit_to_any_trainer_module_changes_the_trainers_fingerprint_and_no_m
     assert {"training", module} <= changed
 
 
-def test_a_changed_model_table_changes_what_loads_models_and_nothing_else(tmp_path, monkeypatch):
+@pytest.fixture
+def package_copy(tmp_path, monkeypatch):
+    """A copy of the package that ``fingerprint`` reads instead, and a function giving fresh digests of it."""
     copy = tmp_path / "anisotropy"
     shutil.copytree(fingerprint.FOLDER, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(fingerprint, "FOLDER", copy)
 
     def digests() -> dict[str, str]:
         fingerprint._digest.cache_clear()
         fingerprint.imports.cache_clear()
-        return {m: fingerprint.of(m) for m in ("registry", "layerwise", "metrics")}
+        modules = ("registry", "layerwise", "metrics")
+        return {"package": fingerprint.package(), **{m: fingerprint.of(m) for m in modules}}
 
-    monkeypatch.setattr(fingerprint, "FOLDER", copy)
+    yield copy, digests
+    fingerprint._digest.cache_clear()
+    fingerprint.imports.cache_clear()
+
+
+def test_a_changed_model_table_changes_what_loads_models_and_nothing_else(package_copy):
+    copy, digests = package_copy
     before = digests()
     table = copy / "models.yml"
     table.write_text(table.read_text().replace("n_params: 124000000", "n_params: 124000001", 1))
     after = digests()
     assert after["registry"] != before["registry"] and after["layerwise"] != before["layerwise"]
     assert after["metrics"] == before["metrics"]  # metrics loads no model
-    fingerprint._digest.cache_clear()
-    fingerprint.imports.cache_clear()
 
 
-def test_a_changed_hub_manifest_executes_the_pages_again_and_changes_no_measurement(tmp_path, monkeypatch):
-    copy = tmp_path / "anisotropy"
-    shutil.copytree(fingerprint.FOLDER, copy, ignore=shutil.ignore_patterns("__pycache__"))
-
-    def digests() -> dict[str, str]:
-        fingerprint._digest.cache_clear()
-        fingerprint.imports.cache_clear()
-        return {"package": fingerprint.package(), "layerwise": fingerprint.of("layerwise")}
-
-    monkeypatch.setattr(fingerprint, "FOLDER", copy)
+def test_a_changed_hub_manifest_executes_the_pages_again_and_changes_no_measurement(package_copy):
+    copy, digests = package_copy
     before = digests()
     manifest = copy / "hub_manifest.yml"
     manifest.write_text(manifest.read_text() + "\n# an edit\n")
     after = digests()
     assert after["package"] != before["package"]  # what every executed page is stamped with
-    assert after["layerwise"] == before["layerwise"]
-    fingerprint._digest.cache_clear()
-    fingerprint.imports.cache_clear()
+    assert after["layerwise"] == before["layerwise"] and after["registry"] == before["registry"]
 
 
 def test_a_sub_package_module_is_read_by_its_dotted_name(tmp_path, monkeypatch):
