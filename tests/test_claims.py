@@ -487,6 +487,16 @@ FLAT = [0.10, 0.11, 0.10, 0.12, 0.11]
 EARLY = [0.05, 0.6, 0.3, 0.2, 0.15, 0.12, 0.1, 0.08, 0.07, 0.06]  # peak at relative depth 0.11 (Gemma-3's case)
 
 
+def test_the_modalities_page_says_every_layer_only_when_every_layer_is_above_the_null():
+    from anisotropy.chapters import p1_s3_modalities as page
+
+    rows = pd.DataFrame({"label": ["a", "a", "b", "b"], "layer": [0, 1, 0, 1], "mean_cosine": [0.3, 0.4, 0.2, 0.5],
+                         "null_q95": [0.1, 0.1, 0.1, 0.1]})
+    assert page.every_layer_words(rows).startswith("so every layer")
+    assert page.every_layer_words(rows.assign(null_q95=[0.1, 0.1, 0.25, 0.1])).startswith("so not every layer")
+    assert page.every_layer_words(rows.iloc[:0]) == "nothing to conclude under this profile"
+
+
 def test_the_performance_page_judges_a_speed_goal_on_both_sides_of_it():
     from anisotropy.chapters import appendix_performance as page
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .. import layerwise, report
+from .. import layerwise, report, rules_p1_s3
 
 
 def glue_peaks(prefix: str, sub: pd.DataFrame) -> None:
@@ -31,3 +31,13 @@ def first(frame: pd.DataFrame, column: str, fmt: str, absent: str = "not checked
     """The first non-missing value of ``column`` in ``frame`` formatted with ``fmt``, else ``absent``."""
     values = frame[column].dropna() if column in frame else []
     return fmt.format(values.iloc[0]) if len(values) else absent
+
+
+def every_layer_words(real_rows: pd.DataFrame) -> str:
+    """Whether every layer of every real pretrained model in ``real_rows`` lies above the isotropic q95 of its
+    dimension, in words: the ledger's rule ``most_layers_above_null`` asked for a share of 1 (the book's reading)."""
+    every = rules_p1_s3.most_layers_above_null(real_rows, share=1.0).holds
+    if every is None:
+        return "nothing to conclude under this profile"
+    return ("so every layer of these trained models, speech and vision Transformers and the CNNs alike, is anisotropic "
+            "in that sense" if every else "so not every layer of these trained models is anisotropic in that sense")
