@@ -30,19 +30,16 @@ def _shape(profile: pd.Series, band=(0.0, 1.0)) -> tuple[float, bool, float]:
     return float(values[i] / ((values[0] + values[-1]) / 2)), inside, depth
 
 
-def is_bell(profile: pd.Series, min_ratio: float = 1.5, band=MIDDLE) -> bool:
-    """One profile's vote in ``bell_shaped``: its peak lies inside the stack within ``band`` of relative depth and is
-    at least ``min_ratio`` times the mean of its two end layers."""
-    ratio, inside, _ = _shape(profile, band)
-    return inside and ratio >= min_ratio
+def bell(profile: pd.Series, min_ratio: float = 1.5, band=MIDDLE) -> tuple[bool, float, float]:
+    """One profile's vote in ``bell_shaped``: (its peak lies inside the stack within ``band`` of relative depth and is
+    at least ``min_ratio`` times the mean of its two end layers, that ratio, the relative depth of the peak)."""
+    ratio, inside, depth = _shape(profile, band)
+    return inside and ratio >= min_ratio, ratio, depth
 
 
 def profile_bell(part: pd.DataFrame, min_ratio: float = 1.5, band=MIDDLE) -> tuple[bool, float, float]:
-    """``bell_shaped``'s test of one model's rows (relative_depth, sigma1_share): (bell-shaped, peak / mean of the
-    two ends, relative depth of the peak)."""
-    profile = _profile(part)
-    ratio, _, depth = _shape(profile, band)
-    return is_bell(profile, min_ratio, band), ratio, depth
+    """``bell`` of one model's rows (relative_depth, sigma1_share)."""
+    return bell(_profile(part), min_ratio, band)
 
 
 def _stack(frame: pd.DataFrame, stack: str) -> pd.DataFrame | None:
@@ -63,11 +60,11 @@ def bell_shaped(profiles: pd.DataFrame, stack: str = "decoder", min_ratio: float
     curves = [(n, c) for n, c in curves if len(c) >= min_layers]
     if len(curves) < min_models:
         return too_few(f"{stack}s with {min_layers} layers or more", len(curves), min_models)
-    shapes = [(name, *_shape(c, band)) for name, c in curves]
-    flags = [is_bell(c, min_ratio, band) for _, c in curves]
+    votes = [(name, *bell(c, min_ratio, band)) for name, c in curves]
+    flags = [v for _, v, _, _ in votes]
     return Outcome(majority(flags), f"{sum(flags)} of {len(flags)} {stack}s bell-shaped (peak-to-ends, depth of the "
                    f"peak; middle = {band[0]:g}-{band[1]:g}: "
-                   + ", ".join(f"{n} {r:.2f} at {d:.2f}" for n, r, _, d in shapes) + ")")
+                   + ", ".join(f"{n} {r:.2f} at {d:.2f}" for n, _, r, d in votes) + ")")
 
 
 @rule
