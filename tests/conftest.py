@@ -18,11 +18,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
-# What the book's kernels get (anisotropy.executor.FRAMEWORK_DEFAULTS, kept equal by a test): the test extra's dadapy
-# installs jax, which transformers would otherwise import in this process and in every process a test starts.
-FRAMEWORK_DEFAULTS = {"USE_FLAX": "0", "USE_TF": "0"}
-for _name, _value in FRAMEWORK_DEFAULTS.items():
-    os.environ.setdefault(_name, _value)
 # Generated folders that a copy must not inherit when git is unavailable (a tarball instead of a clone).
 GENERATED = {".git", ".venv", "_build", "results", ".cache", ".pytest_cache", "__pycache__", ".helpers", ".gl",
              ".ipynb_checkpoints"}

@@ -457,30 +457,26 @@ def test_dask_workers_get_the_malloc_settings_outside_a_build(monkeypatch):
 
     for name in executor.MALLOC_DEFAULTS:
         monkeypatch.delenv(name, raising=False)
-    for name in executor.FRAMEWORK_DEFAULTS:
-        monkeypatch.delenv(name, raising=False)
-    wanted = {**executor.MALLOC_DEFAULTS, **executor.FRAMEWORK_DEFAULTS}
     with executor.client(workers=1) as c:
-        seen = list(c.run(lambda: {k: os.environ.get(k) for k in wanted}).values())
-    assert seen == [wanted]
+        seen = list(c.run(lambda: {k: os.environ.get(k) for k in executor.MALLOC_DEFAULTS}).values())
+    assert seen == [executor.MALLOC_DEFAULTS]
 
 
 @pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed (the test extra's dadapy "
                     "brings it): nothing for transformers to import")
-def test_kernels_do_not_make_transformers_import_jax(tmp_path):
-    """With jax installed, transformers imports it at start (3 CPU-s on the slow machine); a chapter's kernel
-    environment keeps it out, and without that environment it comes in (the check can tell the two apart)."""
-    from anisotropy import executor, runner
+def test_the_package_keeps_transformers_from_importing_jax():
+    """With jax installed, transformers imports it at start (3 CPU-s on the slow machine); importing the package
+    first keeps it out, in that process and in the processes it starts (chapter kernels, Dask workers), and without
+    the package it comes in (the check can tell the two apart)."""
+    import anisotropy
 
-    job = runner.prepare("appendix_b_isotropic", "smoke", output=tmp_path / "x.ipynb", rerun=True)
-    assert job.env.items() >= runner.KERNEL_FRAMEWORKS.items()
-    probe = "import sys, transformers.image_transforms; print('jax' in sys.modules)"
-    plain = {k: v for k, v in os.environ.items() if k not in ("USE_FLAX", "USE_TF")}
-    loaded = {}
-    for label, env in (("kernel", {**plain, **runner.KERNEL_FRAMEWORKS}), ("plain", plain)):
-        out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
-        loaded[label] = out.stdout.strip()
-    assert loaded == {"kernel": "False", "plain": "True"}
-    from conftest import FRAMEWORK_DEFAULTS
-
-    assert FRAMEWORK_DEFAULTS == executor.FRAMEWORK_DEFAULTS  # the tests' own processes start the same way
+    plain = {k: v for k, v in os.environ.items() if k not in anisotropy.FRAMEWORK_DEFAULTS}
+    probes = {"package first": "import anisotropy.layerwise, sys, transformers.image_transforms; "
+                               "print('jax' in sys.modules)",
+              "child of the package": "import anisotropy, subprocess, sys; print(subprocess.run([sys.executable, "
+                                      "'-c', 'import sys, transformers.image_transforms; print(\"jax\" in "
+                                      "sys.modules)'], capture_output=True, text=True).stdout.strip())",
+              "transformers alone": "import sys, transformers.image_transforms; print('jax' in sys.modules)"}
+    loaded = {label: subprocess.run([sys.executable, "-c", code], env=plain, capture_output=True, text=True,
+                                    check=True).stdout.strip() for label, code in probes.items()}
+    assert loaded == {"package first": "False", "child of the package": "False", "transformers alone": "True"}

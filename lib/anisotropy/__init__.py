@@ -3,4 +3,17 @@
 One module per concept; see ARCHITECTURE.md at the repository root for the data flow.
 """
 
+import os
+
 __version__ = "0.1.0"
+
+# transformers imports jax and TensorFlow when it starts (its image transforms) whenever they are installed: the
+# tests' dadapy brings jax, and a Colab runtime has both. Measured on the 2-core build machine with jax installed,
+# `import transformers; transformers.PreTrainedModel` took 12.2 CPU-s, 9.0 without; every chapter kernel, Dask worker
+# and test process pays it. The book runs no Flax or TensorFlow model. Set here, before any module of the package
+# imports transformers, so that it holds wherever the package runs (and its child processes inherit it); a value
+# already set in the environment is kept.
+FRAMEWORK_DEFAULTS = {"USE_FLAX": "0", "USE_TF": "0"}
+for _name, _value in FRAMEWORK_DEFAULTS.items():
+    os.environ.setdefault(_name, _value)
+del _name, _value

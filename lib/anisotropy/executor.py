@@ -52,19 +52,6 @@ def malloc_env() -> dict[str, str]:
     return {name: os.environ.get(name, value) for name, value in MALLOC_DEFAULTS.items()}
 
 
-# transformers imports jax and TensorFlow when it starts (its image transforms) whenever they are installed: the
-# tests' dadapy brings jax, and a Colab runtime has both. Measured on the 2-core build machine with jax installed:
-# `import transformers; transformers.PreTrainedModel` took 12.2 CPU-s, 9.0 without jax; every chapter kernel and
-# every Dask worker pays it. The book runs no Flax or TensorFlow model. A value set in the environment is kept.
-FRAMEWORK_DEFAULTS = {"USE_FLAX": "0", "USE_TF": "0"}
-
-
-def framework_env() -> dict[str, str]:
-    """Which frameworks transformers may import in the processes that compute (``FRAMEWORK_DEFAULTS``, or this
-    process's own)."""
-    return {name: os.environ.get(name, value) for name, value in FRAMEWORK_DEFAULTS.items()}
-
-
 class ExecutorError(UserError):
     """A scheduler that cannot be reached or a fan-out setting that cannot be read; one line, printed by the CLI."""
 
@@ -188,8 +175,7 @@ def client(address: str | None = None, workers: int | None = None, *, retries: i
                 # a worker's own memory is small (a kernel or a model lives beside it); no nanny limit
                 "distributed.worker.memory.terminate": False}
     # the nanny's own 64 KiB trim threshold would make every training step fault its activations in again
-    settings.update({f"distributed.nanny.pre-spawn-environ.{k}": v
-                     for k, v in {**malloc_env(), **framework_env()}.items()})
+    settings.update({f"distributed.nanny.pre-spawn-environ.{k}": v for k, v in malloc_env().items()})
     with dask.config.set(settings):
         dashboard = "127.0.0.1:0" if announce else None
         with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",

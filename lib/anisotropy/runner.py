@@ -270,7 +270,7 @@ def prepare(name: str, profile: str, overrides: dict | None = None, output=None,
     if not (rerun or recompute) and _is_current(output, stamp):
         return Outcome(name, output, 0.0, reused=True, params=params)
     kernel_env = {"ANISOTROPY_RUNNER": "1",  # parameters are checked here; profiles.apply need not check again
-                  "ANISOTROPY_FIGURES": str(root() / "_build" / "figures" / name), **KERNEL_MALLOC, **KERNEL_FRAMEWORKS, **(env or {})}
+                  "ANISOTROPY_FIGURES": str(root() / "_build" / "figures" / name), **KERNEL_MALLOC, **(env or {})}
     if recompute:
         kernel_env[results.RECOMPUTE_ENV] = "1"
     stem = str(output).replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".ipynb")
@@ -404,8 +404,6 @@ KERNEL_THREADS = {name: os.environ.get(name, "1") for name in ("OMP_NUM_THREADS"
 # The allocator settings of every chapter kernel (``prepare``: a build's, a sweep's, a chapter run alone), which
 # passes them on to its Dask workers: ``executor.MALLOC_DEFAULTS`` says why.
 KERNEL_MALLOC = executor.malloc_env()
-# and no jax or TensorFlow imported by transformers (``executor.FRAMEWORK_DEFAULTS``)
-KERNEL_FRAMEWORKS = executor.framework_env()
 
 
 def execute_all(profile: str, only: list[str] | None = None, rerun: bool = False, recompute: bool = False,
