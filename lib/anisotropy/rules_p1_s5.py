@@ -155,13 +155,9 @@ def three_part_test(qk: pd.DataFrame, keep_short: bool = False) -> pd.DataFrame:
 def every_run_holds(qk: pd.DataFrame, min_runs: int = 2) -> Outcome:
     """The three-part test of ``three_part_test`` (median |cos| grows, more heads outside the band, entropy falls),
     from the end of warm-up to the last checkpoint, holds in every one of at least ``min_runs`` runs."""
-    from .qk_dynamics import alignment_summary
-
-    trimmed = runs_from_warmup(qk)  # what three_part_test measures, trimmed once for the count and the test
-    n_runs = trimmed["run"].nunique()
-    if n_runs < min_runs:
-        return too_few("runs with two checkpoints after their warm-up", n_runs, min_runs)
-    summary = alignment_summary(trimmed)
+    summary = three_part_test(qk)  # one row per run with two checkpoints after its warm-up
+    if len(summary) < min_runs:
+        return too_few("runs with two checkpoints after their warm-up", len(summary), min_runs)
     return Outcome(bool(summary["holds"].all()), f"the three-part test holds for {int(summary['holds'].sum())} of "
                                                  f"{len(summary)} seeds (from step "
                                                  f"{', '.join(f'{s:,}' for s in summary['first_step'].unique())})")
