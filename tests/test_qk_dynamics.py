@@ -236,7 +236,7 @@ def test_head_rule_picks_the_planted_heads_in_the_tiny_checkpoints(suite, store)
     assert last.loc[COMMON, "cos_qk"] > 0.9 and last.loc[OPPOSITE, "cos_qk"] < -0.9
 
 
-def test_second_run_reads_the_store_instead_of_loading_checkpoints(suite, store, monkeypatch):
+def test_second_run_reads_the_store_instead_of_loading_checkpoints(suite, store, monkeypatch, tmp_path):
     first = qk_dynamics.step_statistics(suite["stages"][:2], store=store, **KW)  # "interrupted" after two steps
     loads = []
     original = qk_dynamics.Stage.load
@@ -246,6 +246,24 @@ def test_second_run_reads_the_store_instead_of_loading_checkpoints(suite, store,
     assert loads == list(STEPS[2:])  # resumed: only the checkpoints not yet stored were loaded
     again = qk_dynamics.step_statistics(suite["stages"], store=store, **KW)
     assert loads == list(STEPS[2:])  # nothing loaded the second time
+    # fanned out, a run whose stages are all stored reads them here: no worker process is started to read them
+    from anisotropy import executor
+
+    monkeypatch.delenv(executor.SCHEDULER_ENV, raising=False)
+    monkeypatch.delenv(executor.SLOTS_ENV, raising=False)
+    monkeypatch.delenv(executor.WORKERS_ENV, raising=False)
+    monkeypatch.setattr(executor, "cores", lambda: 2)
+
+    def no_cluster(*args, **kwargs):
+        raise RuntimeError("a cluster was started")
+
+    monkeypatch.setattr(executor, "_local_client", no_cluster)
+    fanned = qk_dynamics.step_statistics(suite["stages"], store=store, fan_out="auto", **KW)
+    assert loads == list(STEPS[2:])
+    pd.testing.assert_frame_equal(fanned.drop(columns=["q_mean", "k_mean"]), full.drop(columns=["q_mean", "k_mean"]))
+    # ... while stages that are not stored yet go to the workers
+    with pytest.raises(RuntimeError, match="a cluster was started"):
+        qk_dynamics.step_statistics(suite["stages"], store=results.Store(tmp_path / "empty"), fan_out="auto", **KW)
     pd.testing.assert_frame_equal(again.drop(columns=["q_mean", "k_mean"]), full.drop(columns=["q_mean", "k_mean"]))
     pd.testing.assert_frame_equal(first.drop(columns=["q_mean", "k_mean"]),
                                   full[full["step"].isin(STEPS[:2])].drop(columns=["q_mean", "k_mean"]))

@@ -195,7 +195,7 @@ def test_measure_says_when_a_layer_gets_no_full_batch(texts):
         spectral.measure(loaded, texts[:2], batch_size=4096, n_batches=1)
 
 
-def test_identical_checkpoints_are_detected(tmp_path, texts):
+def test_identical_checkpoints_are_detected(tmp_path, texts, monkeypatch):
     loaded = registry.load("gpt2", variant="tiny")
     folders = {}
     for name in ("a", "b", "c"):
@@ -216,6 +216,25 @@ def test_identical_checkpoints_are_detected(tmp_path, texts):
     # Measured through the store: a second call reads the stored frames.
     again, _ = spectral.series(entries, n_texts=48, batch_size=64, n_batches=1, store=store)
     pd.testing.assert_frame_equal(frame, again)
+    kwargs = dict(n_texts=48, batch_size=64, n_batches=1, store=store)
+    assert all(spectral._entry_stored(e, kwargs) for e in entries)
+    assert not any(spectral._entry_stored(e, {**kwargs, "n_batches": 2}) for e in entries)
+    assert not spectral._entry_stored({**entries[0], "max_length": 64}, kwargs)
+    # fanned out, stored entries are read here, without starting a worker process to read them
+    from anisotropy import executor
+
+    for name in (executor.SCHEDULER_ENV, executor.SLOTS_ENV, executor.WORKERS_ENV):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(executor, "cores", lambda: 2)
+
+    def no_cluster(*args, **kwargs):
+        raise RuntimeError("a cluster was started")
+
+    monkeypatch.setattr(executor, "_local_client", no_cluster)
+    fanned, _ = spectral.series(entries, fan_out="auto", **kwargs)
+    pd.testing.assert_frame_equal(frame, fanned)
+    with pytest.raises(RuntimeError, match="a cluster was started"):  # entries not stored go to the workers
+        spectral.series(entries, fan_out="auto", **{**kwargs, "n_batches": 2})
     # Identical weights give identical measurements.
     s = spectral.summary(frame)
     np.testing.assert_allclose(s[s["step"] == 0]["sigma1_share"].to_numpy(),

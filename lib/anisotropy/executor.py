@@ -256,7 +256,7 @@ def _dask_map(c, fn, items, retries, on_done, errors, allowed=None) -> list:
 
 def map(fn: Callable, items: Iterable, *, address: str | None = None, workers: int | None = None,
         retries: int = 2, on_done: Callable | None = None, errors: str = "raise",
-        announce: Callable[[str], None] | None = None) -> list:
+        announce: Callable[[str], None] | None = None, ready: Callable | None = None) -> list:
     """``[fn(item) for item in items]``, computed in parallel on a Dask client, in the items' order.
 
     With an address (or ``$DASK_SCHEDULER_ADDRESS``), on that cluster. Without, on this process's LocalCluster,
@@ -264,10 +264,20 @@ def map(fn: Callable, items: Iterable, *, address: str | None = None, workers: i
     is one, the items run here, one after another, without a cluster. A task whose worker dies, or that raises, is
     retried elsewhere up to ``retries`` times. ``on_done(item, result)`` is called as each task finishes.
     ``errors="return"`` puts a task's exception in its place of the result instead of raising it. ``announce``
-    receives one line naming the cluster and its dashboard when one is started."""
+    receives one line naming the cluster and its dashboard when one is started. ``ready(item)`` True: the item's
+    result is already stored, so it is read here, before any worker starts (a worker costs seconds of imports; a
+    chapter executed again would otherwise start a cluster to read its own results)."""
     items = list(items)
     if not items:
         return []
+    if ready is not None:
+        here = [i for i, item in enumerate(items) if ready(item)]
+        if here:
+            done = dict(zip(here, _here(fn, [items[i] for i in here], on_done, errors)))
+            rest = [i for i in range(len(items)) if i not in done]
+            done.update(zip(rest, map(fn, [items[i] for i in rest], address=address, workers=workers,
+                                      retries=retries, on_done=on_done, errors=errors, announce=announce)))
+            return [done[i] for i in range(len(items))]
     address = scheduler_address(address)
     if address:
         with client(address, retries=retries, announce=announce) as c:

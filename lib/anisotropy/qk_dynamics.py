@@ -18,6 +18,7 @@ means away from it is visible.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -276,9 +277,10 @@ def _per_stage(stages: list[Stage], what: dict, extra_key: dict, measure, datase
     device = _device(device)
     inputs = {}  # image size -> examples (the same for every stage; built once per process)
 
-    def one(stage: Stage) -> pd.DataFrame:
-        key = {**what, **stage.key, **_examples_key(dataset, n_samples, sample_seed, max_length), **extra_key}
+    def key(stage: Stage) -> dict:
+        return {**what, **stage.key, **_examples_key(dataset, n_samples, sample_seed, max_length), **extra_key}
 
+    def computation(stage: Stage) -> Callable[[], pd.DataFrame]:
         def compute():
             loaded = stage.load(device, release=release)
             size = _image_size(loaded)
@@ -294,12 +296,17 @@ def _per_stage(stages: list[Stage], what: dict, extra_key: dict, measure, datase
             del loaded
             return frame
 
-        return store.cached(chapter, key, compute).assign(run=stage.run, seed=stage.seed, step=stage.step)
+        return compute
+
+    def one(stage: Stage) -> pd.DataFrame:
+        frame = store.cached(chapter, key(stage), computation(stage))
+        return frame.assign(run=stage.run, seed=stage.seed, step=stage.step)
 
     from tqdm import tqdm
 
     with tqdm(total=len(stages), desc=progress or "", disable=not progress, leave=False) as bar:
-        frames = executor.map(one, stages, retries=1, on_done=lambda *_: bar.update(1), **executor.fan_out(fan_out))
+        frames = executor.map(one, stages, retries=1, on_done=lambda *_: bar.update(1),
+                              ready=lambda stage: store.stored(chapter, key(stage), computation(stage)), **executor.fan_out(fan_out))
     return pd.concat(frames, ignore_index=True)
 
 

@@ -258,6 +258,11 @@ class Store:
         return ({**key, "_code": stamp, **({"_own_code": own} if own else {})},
                 {"modules": list(modules), "fingerprint": stamp})
 
+    def stored(self, chapter: str, key: dict, compute: Callable[[], pd.DataFrame],
+               code: tuple[str, ...] | None = None) -> bool:
+        """Whether ``cached`` with these arguments would read a stored frame instead of computing one."""
+        return self.has(chapter, self.code_key(key, compute, code)[0]) and not recomputing()
+
     def cached(self, chapter: str, key: dict, compute: Callable[[], pd.DataFrame],
                code: tuple[str, ...] | None = None) -> pd.DataFrame:
         """The stored frame for ``key`` computed by the current code, computing and storing it first if absent; the

@@ -214,19 +214,9 @@ def profile(model: str | Path, variant: str = "pretrained", revision: str | None
 
     metric_names = tuple(metric_names)
     folder = Path(model)
-    is_folder = folder.is_dir() and str(model) not in registry.MODELS
-    # A folder is keyed by where it sits in the cache and by its own training record, so a retrained suite at the
-    # same path does not reuse old numbers.
-    key = {"what": "paper 2 per-layer batches",
-           "model": results.checkpoint_key(folder) if is_folder else str(model), "variant": variant,
-           "revision": revision, "model_seed": model_seed, "source": source, "n_texts": n_texts,
-           "data_seed": data_seed, "batch_size": batch_size, "n_batches": n_batches, "metrics": list(metric_names),
-           "max_length": max_length, "split_final_norm": split_final_norm, "dtype": str(dtype),
-           "shuffle_seed": data_seed if shuffle else None}
-    if part is not None:
-        key["part"] = part
-    if data_options:
-        key["data_options"] = dict(data_options)
+    is_folder = _is_folder(model)
+    key = _profile_key(model, variant, revision, source, n_texts, data_seed, batch_size, n_batches, metric_names,
+                       max_length, split_final_norm, model_seed, dtype, part, data_options, shuffle)
 
     def compute() -> pd.DataFrame:
         dev = _device(device)
@@ -269,27 +259,73 @@ def profile(model: str | Path, variant: str = "pretrained", revision: str | None
     return frame
 
 
+def _is_folder(model) -> bool:
+    from . import registry
+
+    return Path(model).is_dir() and str(model) not in registry.MODELS
+
+
+def _profile_key(model, variant, revision, source, n_texts, data_seed, batch_size, n_batches, metric_names,
+                 max_length, split_final_norm, model_seed, dtype, part, data_options, shuffle) -> dict:
+    """What ``profile`` stores its frame under (before the code's fingerprint is added)."""
+    from . import results
+
+    # A folder is keyed by where it sits in the cache and by its own training record, so a retrained suite at the
+    # same path does not reuse old numbers.
+    key = {"what": "paper 2 per-layer batches",
+           "model": results.checkpoint_key(Path(model)) if _is_folder(model) else str(model), "variant": variant,
+           "revision": revision, "model_seed": model_seed, "source": source, "n_texts": n_texts,
+           "data_seed": data_seed, "batch_size": batch_size, "n_batches": n_batches,
+           "metrics": list(metric_names), "max_length": max_length, "split_final_norm": split_final_norm,
+           "dtype": str(dtype), "shuffle_seed": data_seed if shuffle else None}
+    if part is not None:
+        key["part"] = part
+    if data_options:
+        key["data_options"] = dict(data_options)
+    return key
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Several models, checkpoint series
 # ---------------------------------------------------------------------------------------------------------------------
+
+
+def _entry_arguments(entry, kwargs: dict) -> tuple[dict, dict]:
+    """``profile``'s keyword arguments for one entry of ``profiles``, and the entry's constant columns."""
+    entry = {"model": entry} if isinstance(entry, (str, Path)) else dict(entry)
+    args = {k: entry.pop(k) for k in ("model", "variant", "revision", "model_seed", "n_batches", "part", "source",
+                                      "n_texts", "batch_size", "max_length", "data_options") if k in entry}
+    return {**kwargs, **args}, entry
+
+
+def _entry_stored(entry, kwargs: dict) -> bool:
+    """Whether ``profile`` would read this entry's frame from the store instead of measuring it."""
+    import inspect
+
+    arguments, extra = _entry_arguments(entry, kwargs)
+    bound = inspect.signature(profile).bind(**arguments, extra=extra)
+    bound.apply_defaults()
+    a = bound.arguments
+    key = _profile_key(a["model"], a["variant"], a["revision"], a["source"], a["n_texts"], a["data_seed"],
+                       a["batch_size"], a["n_batches"], tuple(a["metric_names"]), a["max_length"],
+                       a["split_final_norm"], a["model_seed"], a["dtype"], a["part"], a["data_options"], a["shuffle"])
+    return a["store"].stored(STORE_CHAPTER, key, profile)
 
 
 def _profile_entry(entry, kwargs: dict, skip_unavailable: bool):
     """``(frame, None)``, or ``(None, Skipped)`` for a model that cannot be had here: one entry of ``profiles``."""
     from . import hub, layerwise, registry
 
-    entry = {"model": entry} if isinstance(entry, (str, Path)) else dict(entry)
-    args = {k: entry.pop(k) for k in ("model", "variant", "revision", "model_seed", "n_batches", "part", "source",
-                                      "n_texts", "batch_size", "max_length", "data_options") if k in entry}
+    arguments, entry = _entry_arguments(entry, kwargs)
     try:
-        return profile(**{**kwargs, **args}, extra=entry), None
+        return profile(**arguments, extra=entry), None
     except hub.Offline:
         raise  # nothing else will load either: stop at the first, naming it
     except (hub.Unavailable, registry.ModelTooLargeError) as exc:
         if not skip_unavailable:
             raise
-        ref = layerwise.ModelRef(str(args["model"]), args.get("variant", "pretrained"), args.get("revision"),
-                                 entry.get("label"))
+        ref = layerwise.ModelRef(str(arguments["model"]), arguments.get("variant", "pretrained"),
+                                 arguments.get("revision"), entry.get("label"))
         return None, layerwise.Skipped(ref, str(exc).splitlines()[0])
 
 
@@ -307,7 +343,8 @@ def profiles(models: Sequence[dict | str], skip_unavailable: bool = True, fan_ou
 
     kwargs = {**kwargs, "store": kwargs.get("store") or results.Store()}
     done = executor.map(functools.partial(_profile_entry, kwargs=kwargs, skip_unavailable=skip_unavailable),
-                        list(models), retries=1, **executor.fan_out(fan_out))
+                        list(models), retries=1, ready=functools.partial(_entry_stored, kwargs=kwargs),
+                        **executor.fan_out(fan_out))
     frames = [frame for frame, _ in done if frame is not None]
     skipped = [s for _, s in done if s is not None]
     layerwise.stop_if_nothing_measured(frames, skipped)
