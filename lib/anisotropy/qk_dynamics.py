@@ -305,8 +305,9 @@ def _per_stage(stages: list[Stage], what: dict, extra_key: dict, measure, datase
     from tqdm import tqdm
 
     with tqdm(total=len(stages), desc=progress or "", disable=not progress, leave=False) as bar:
-        frames = executor.map(one, stages, retries=1, on_done=lambda *_: bar.update(1),
-                              ready=lambda stage: store.stored(chapter, key(stage), computation(stage)), **executor.fan_out(fan_out))
+        stored = lambda stage: store.stored(chapter, key(stage), computation(stage))  # noqa: E731
+        frames = executor.map(one, stages, retries=1, on_done=lambda *_: bar.update(1), ready=stored,
+                              **executor.fan_out(fan_out))
     return pd.concat(frames, ignore_index=True)
 
 
