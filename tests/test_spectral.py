@@ -357,3 +357,33 @@ def test_one_stack_of_whisper_is_measured_on_its_own_vectors(part):
         vectors = stream[torch.from_numpy(batches.shuffle_order(len(stream), 0)[:batch])]
         value = frame.loc[frame["layer"] == i, "sigma1_share"].item()
         assert value == pytest.approx(metrics.sigma1_share(vectors), rel=1e-5)
+
+
+def test_both_stacks_of_whisper_come_from_one_pass_each_as_measured_alone(tmp_path, monkeypatch):
+    """``profile`` of one stack of Whisper measures both stacks in one pass and stores the other under its own key: the
+    call for the other stack reads it (no second pass), and each frame equals its stack measured alone (``measure``
+    with that ``part``). Without shuffling, a stack is read only until its batches are full, so nothing is shared."""
+    from anisotropy import taps
+
+    options = {"seconds": [0.5, 1.0], "transcripts": True}
+    kwargs = dict(variant="tiny", source="synthetic-speech", n_texts=3, batch_size=8, n_batches=1, max_length=64,
+                  extraction_batch=3, data_options=options, store=results.Store(tmp_path / "results"))
+    encoder = spectral.profile("whisper-base", part="encoder", **kwargs)
+    assert spectral._entry_stored({"model": "whisper-base", "part": "decoder"}, kwargs)
+
+    def no_pass(*args, **kw):
+        raise AssertionError("a second pass through the model")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(taps, "extract", no_pass)
+        decoder = spectral.profile("whisper-base", part="decoder", **kwargs)
+    loaded = registry.load("whisper-base", "tiny", seed=0)
+    clips = data.load("synthetic-speech", 3, seed=0, **options)
+    for part, frame in (("encoder", encoder), ("decoder", decoder)):
+        alone = spectral.measure(loaded, clips, batch_size=8, n_batches=1, max_length=64, extraction_batch=3,
+                                 part=part, shuffle_seed=0)
+        assert frame["n_layers"].iloc[0] == 3  # embeddings + the tiny model's 2 blocks, in each stack
+        pd.testing.assert_frame_equal(frame[list(alone.columns)], alone, check_exact=True, obj=part)
+    assert not encoder[["sigma1_share"]].equals(decoder[["sigma1_share"]])
+    spectral.profile("whisper-base", part="encoder", shuffle=False, **kwargs)
+    assert not spectral._entry_stored({"model": "whisper-base", "part": "decoder"}, {**kwargs, "shuffle": False})

@@ -38,6 +38,11 @@ from .batches import BATCH_METRICS, BATCH_SIZE, DEFAULT_METRICS, BatchedLayer
 
 STORE_CHAPTER = "paper2_spectral"  # every measurement of this module lives under results/<STORE_CHAPTER>/
 
+# The stacks of a model layout that one forward pass measures together: Whisper's decoder part runs its encoder on the
+# audio anyway, so ``profile`` of either stack (with shuffled vectors) measures both and stores the other under its
+# own key, where the call for that stack then reads it (Paper 2's page asks for both).
+ONE_PASS_PARTS = {"whisper": ("encoder", "decoder")}
+
 # Where decoders keep the norm applied after the last block (GPT-NeoX/Pythia, GPT-2/Bloom/Falcon/GPT-J, Llama, OPT).
 _FINAL_NORMS = ("final_layer_norm", "ln_f", "norm", "decoder.final_layer_norm")
 
@@ -118,7 +123,24 @@ def measure(loaded, examples: Iterable, batch_size: int = BATCH_SIZE, n_batches:
     batch: give more text or a smaller ``batch_size``. ``part`` ("encoder" / "decoder" of an encoder-decoder such
     as Whisper, see ``taps``) measures that stack alone, its layers numbered from 0 within it.
     """
+    return measure_parts(loaded, examples, (part,), batch_size=batch_size, n_batches=n_batches,
+                         metric_names=metric_names, max_length=max_length, extraction_batch=extraction_batch,
+                         keep_special=keep_special, split_final_norm=split_final_norm, device=device,
+                         shuffle_seed=shuffle_seed)[part]
+
+
+def measure_parts(loaded, examples: Iterable, parts: Sequence[str | None], batch_size: int = BATCH_SIZE,
+                  n_batches: int = 4, metric_names: Sequence[str] = DEFAULT_METRICS, max_length: int = 128,
+                  extraction_batch: int = 8, keep_special: bool = False, split_final_norm: bool = False,
+                  device=None, shuffle_seed: int | None = 0) -> dict[str | None, pd.DataFrame]:
+    """``measure`` of each stack in ``parts`` of an encoder-decoder, from one pass of the examples through the model
+    (``{part: frame}``); ``parts`` of one element is ``measure`` itself (None: the whole model). Several parts need
+    ``shuffle_seed``: every example is then read whichever stack is asked for, so each frame equals its own
+    ``measure``."""
     from . import taps
+
+    if len(parts) > 1 and (shuffle_seed is None or None in parts):
+        raise ValueError("several parts are measured in one pass only with shuffle_seed and named parts")
 
     tok = loaded.preprocessor
     if loaded.spec.stack == "decoder" and "token_type_ids" in getattr(tok, "model_input_names", ()):
@@ -137,11 +159,19 @@ def measure(loaded, examples: Iterable, batch_size: int = BATCH_SIZE, n_batches:
     with split as has_split:
         result = taps.extract(loaded, _until_full(examples, created), batch_size=extraction_batch,
                               max_length=max_length, keep_special=keep_special, device=device,
-                              stats_factory=factory, part=part)
-    if part is not None:  # number the stack's own layers from 0 (taps keeps the whole model's numbering)
-        renumbered = {result.layer_in_part[layer]: result[layer] for layer in result}
-        result = renumbered
+                              stats_factory=factory, part=parts[0] if len(parts) == 1 else None)
     has_final_norm = find_final_norm(loaded.model) is not None
+    frames = {}
+    for part in parts:
+        # a stack's own layers, numbered from 0 (taps keeps the whole model's numbering)
+        layers = (result if part is None else
+                  {result.layer_in_part[layer]: result[layer] for layer in result if result.parts[layer] == part})
+        frames[part] = _batch_rows(loaded, layers, has_split, has_final_norm, batch_size)
+    return frames
+
+
+def _batch_rows(loaded, result: dict, has_split: bool, has_final_norm: bool, batch_size: int) -> pd.DataFrame:
+    """``measure``'s frame of one stack's ``{layer: BatchedLayer}``."""
     layers = sorted(result)
     last = layers[-1] - 1 if has_split else layers[-1]
     short = {layer: result[layer].n for layer in layers if result[layer].batches_done == 0}
@@ -215,8 +245,12 @@ def profile(model: str | Path, variant: str = "pretrained", revision: str | None
     metric_names = tuple(metric_names)
     folder = Path(model)
     is_folder = _is_folder(model)
-    key = _profile_key(model, variant, revision, source, n_texts, data_seed, batch_size, n_batches, metric_names,
-                       max_length, split_final_norm, model_seed, dtype, part, data_options, shuffle)
+    key = _profile_key(model=model, variant=variant, revision=revision, source=source, n_texts=n_texts,
+                       data_seed=data_seed, batch_size=batch_size, n_batches=n_batches, metric_names=metric_names,
+                       max_length=max_length, split_final_norm=split_final_norm, model_seed=model_seed, dtype=dtype,
+                       part=part, data_options=data_options, shuffle=shuffle)
+
+    store = store or results.Store()
 
     def compute() -> pd.DataFrame:
         dev = _device(device)
@@ -233,26 +267,31 @@ def profile(model: str | Path, variant: str = "pretrained", revision: str | None
             texts = data.load(source, n_texts, seed=data_seed, **dict(data_options or {}))
             if all(isinstance(t, str) for t in texts):
                 texts = by_length_within(texts, 8 * extraction_batch)
+            parts = ONE_PASS_PARTS.get(loaded.spec.layout, ()) if part is not None and shuffle else ()
+            parts = parts if part in parts else (part,)
             try:
-                frame = measure(loaded, texts, batch_size=batch_size, n_batches=n_batches, metric_names=metric_names,
-                                max_length=max_length, extraction_batch=extraction_batch,
-                                split_final_norm=split_final_norm, device=dev, part=part,
-                                shuffle_seed=data_seed if shuffle else None)
+                frames = measure_parts(loaded, texts, parts, batch_size=batch_size, n_batches=n_batches,
+                                       metric_names=metric_names, max_length=max_length,
+                                       extraction_batch=extraction_batch, split_final_norm=split_final_norm,
+                                       device=dev, shuffle_seed=data_seed if shuffle else None)
             except torch.cuda.OutOfMemoryError:
                 torch.cuda.empty_cache()
                 raise registry.out_of_memory(str(model), _torch_dtype(dtype), extraction_batch) from None
             head = {"model": key["model"]["folder"] if is_folder else str(model), "label": loaded.label,
                     "display": loaded.spec.display,
                     "variant": loaded.variant, "revision": revision or "", "stack": loaded.spec.stack}
-            for i, (column, value) in enumerate(head.items()):
-                frame.insert(i, column, value)
-            frame["fingerprint"] = fingerprint
-            return frame
+            for frame in frames.values():
+                for i, (column, value) in enumerate(head.items()):
+                    frame.insert(i, column, value)
+                frame["fingerprint"] = fingerprint
+            for other in parts:
+                if other != part:  # what a call for that stack would store, under its own key
+                    store.cached(STORE_CHAPTER, dict(key, part=other), lambda f=frames[other]: f)
+            return frames[part]
         finally:
             del loaded
             gc.collect()
 
-    store = store or results.Store()
     frame = store.cached(STORE_CHAPTER, key, compute)
     for column, value in (extra or {}).items():
         frame[column] = value
@@ -265,9 +304,10 @@ def _is_folder(model) -> bool:
     return Path(model).is_dir() and str(model) not in registry.MODELS
 
 
-def _profile_key(model, variant, revision, source, n_texts, data_seed, batch_size, n_batches, metric_names,
+def _profile_key(*, model, variant, revision, source, n_texts, data_seed, batch_size, n_batches, metric_names,
                  max_length, split_final_norm, model_seed, dtype, part, data_options, shuffle) -> dict:
-    """What ``profile`` stores its frame under (before the code's fingerprint is added)."""
+    """What ``profile`` stores its frame under (before the code's fingerprint is added); its keywords are
+    ``profile``'s arguments of the same names."""
     from . import results
 
     # A folder is keyed by where it sits in the cache and by its own training record, so a retrained suite at the
@@ -306,9 +346,7 @@ def _entry_stored(entry, kwargs: dict) -> bool:
     bound = inspect.signature(profile).bind(**arguments, extra=extra)
     bound.apply_defaults()
     a = bound.arguments
-    key = _profile_key(a["model"], a["variant"], a["revision"], a["source"], a["n_texts"], a["data_seed"],
-                       a["batch_size"], a["n_batches"], tuple(a["metric_names"]), a["max_length"],
-                       a["split_final_norm"], a["model_seed"], a["dtype"], a["part"], a["data_options"], a["shuffle"])
+    key = _profile_key(**{name: a[name] for name in inspect.signature(_profile_key).parameters})
     return a["store"].stored(STORE_CHAPTER, key, profile)
 
 
