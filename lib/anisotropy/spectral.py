@@ -267,8 +267,8 @@ def profile(model: str | Path, variant: str = "pretrained", revision: str | None
             texts = data.load(source, n_texts, seed=data_seed, **dict(data_options or {}))
             if all(isinstance(t, str) for t in texts):
                 texts = by_length_within(texts, 8 * extraction_batch)
-            parts = ONE_PASS_PARTS.get(loaded.spec.layout, ()) if part is not None and shuffle else ()
-            parts = parts if part in parts else (part,)
+            together = ONE_PASS_PARTS.get(loaded.spec.layout, ())
+            parts = together if shuffle and part in together else (part,)
             try:
                 frames = measure_parts(loaded, texts, parts, batch_size=batch_size, n_batches=n_batches,
                                        metric_names=metric_names, max_length=max_length,
