@@ -4,6 +4,9 @@ Ground truths: the hidden states of the same tiny models computed directly with 
 ``metrics``; scipy.stats on planted per-layer series; the exact isotropic quantile.
 """
 
+import itertools
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -245,13 +248,19 @@ def test_drift_correlation_returns_scipy_values_for_a_planted_relation():
     corr = layerwise.drift_correlations(frame).set_index("label")
     assert list(corr.index) == ["shuffled", "monotone"]  # families in the paper's order: text before speech
     mono = corr.loc["monotone"]
-    assert mono["spearman"] == pytest.approx(1.0) and mono["spearman_p"] < 1e-6
+    # nine layers: Spearman's p is exact, the 2 perfect orderings of the 9! (scipy's t approximation would say ~0)
+    assert mono["spearman"] == pytest.approx(1.0) and mono["spearman_p"] == pytest.approx(2 / math.factorial(9))
     sub = frame[frame["label"] == "monotone"]
     r, p = stats.pearsonr(sub["mean_cosine"], sub["drift_norm"])
     assert (mono["pearson"], mono["pearson_p"]) == pytest.approx((r, p))
     assert mono["n_layers"] == 9
     sub = frame[frame["label"] == "shuffled"]
-    rho, p = stats.spearmanr(sub["mean_cosine"], sub["drift_norm"])
+    rho = stats.spearmanr(sub["mean_cosine"], sub["drift_norm"]).statistic
+    # the exact p by the textbook formula rho = 1 - 6 sum(d^2) / (n (n^2 - 1)) over all 9! orderings (no ties here)
+    n, ranks = len(sub), stats.rankdata(sub["drift_norm"])
+    orderings = np.array(list(itertools.permutations(range(n))), dtype=float)
+    null = 1 - 6 * ((orderings - (ranks - 1)) ** 2).sum(axis=1) / (n * (n * n - 1))
+    p = np.mean(np.abs(null) >= abs(rho) - 1e-12)
     assert (corr.loc["shuffled", "spearman"], corr.loc["shuffled", "spearman_p"]) == pytest.approx((rho, p))
 
 

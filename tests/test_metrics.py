@@ -6,6 +6,7 @@ under a minute on two shared cores.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -448,11 +449,33 @@ def test_layer_correlation_matches_scipy():
     assert r.spearman == pytest.approx(1.0)  # same ranks, non-linear relation
     assert r.pearson < 0.99
     assert r.pearson_p == pytest.approx(stats.pearsonr(a[:6], b[:6]).pvalue, rel=1e-12)
-    assert r.spearman_p == pytest.approx(stats.spearmanr(a[:6], b[:6]).pvalue, abs=1e-12)
+    # six layers: exact, 2 of the 6! orderings are as strongly ordered (scipy's t approximation says 0)
+    assert r.spearman_p == pytest.approx(2 / math.factorial(6), rel=1e-12)
     with pytest.raises(ValueError, match="equal length"):
         M.layer_correlation([1, 2, 3], [1, 2])
     with pytest.raises(ValueError, match="at least 3"):
         M.layer_correlation([1, 2], [3, 4])
+
+
+def test_spearman_p_is_exact_over_few_layers_and_scipys_above():
+    # a perfect ordering of n unrelated layers happens by chance in 2 of the n! orderings: 4 layers are never significant
+    for n in range(3, M.EXACT_SPEARMAN_MAX_N + 1):
+        assert M.layer_correlation(np.arange(n), -np.arange(n) ** 3).spearman_p == pytest.approx(2 / math.factorial(n))
+    assert M.min_significant_layers(0.05) == 5 and M.min_significant_layers(0.01) == 6
+    # rho = 0.9 over 5 layers: the perfect ordering and its 4 adjacent swaps, in either direction
+    swapped = M.layer_correlation(np.arange(5), [0.0, 2.0, 1.0, 3.0, 4.0])
+    assert swapped.spearman == pytest.approx(0.9) and swapped.spearman_p == pytest.approx(10 / 120)
+    # ties: the share of all 7! pairings whose |rho| (scipy's, ties averaged) is at least the observed one
+    x, y = np.array([0.0, 1, 1, 2, 3, 5, 8]), np.array([0.1, 0.5, 0.3, 0.9, 0.9, 1.4, 1.2])
+    observed = abs(stats.spearmanr(x, y).statistic)
+    brute = np.mean([abs(stats.spearmanr(x, list(v)).statistic) >= observed - 1e-12
+                     for v in itertools.permutations(y)])
+    assert M.layer_correlation(x, y).spearman_p == pytest.approx(brute, rel=1e-12)
+    # above the exact range: scipy's value, and a long monotone series is significant
+    x = np.arange(14.0)
+    y = x + np.random.default_rng(0).normal(scale=4, size=x.size)
+    assert M.layer_correlation(x, y).spearman_p == pytest.approx(stats.spearmanr(x, y).pvalue, rel=1e-12)
+    assert M.layer_correlation(np.arange(30), np.arange(30)).spearman_p < 1e-6
 
 
 def test_bootstrap_mean_cosine():

@@ -550,7 +550,8 @@ def share_above_null(frame: pd.DataFrame, by: str = "label") -> pd.Series:
 def drift_correlations(frame: pd.DataFrame, by: str = "label", x: str = "mean_cosine",
                        y: str = "drift_norm") -> pd.DataFrame:
     """Per model, the correlation across its layers between ``x`` (mean cosine) and ``y`` (drift norm ||mean||):
-    Spearman's rho and Pearson's r with their two-sided p-values (``metrics.layer_correlation``, i.e. scipy.stats),
+    Spearman's rho and Pearson's r with their two-sided p-values (``metrics.layer_correlation``: Spearman's exact
+    over few layers),
     over every layer the figures show (embeddings included). Models with fewer than 3 layers get NaN."""
     rows = []
     for name, sub in frame.groupby(by, sort=False):

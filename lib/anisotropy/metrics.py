@@ -38,6 +38,7 @@ __all__ = [
     "grouped_bootstrap_mean_cosine",
     "drift_norm",
     "layer_correlation",
+    "min_significant_layers",
     "mean_cosine",
     "mean_norm",
     "sampled_pair_cosine",
@@ -761,8 +762,32 @@ class Correlation:
     n: int
 
 
+# Up to this many layers Spearman's p-value is exact: 9! = 362,880 orderings take well under a second to enumerate, and
+# scipy.stats.spearmanr's t approximation, fair from about ten points, returns 0 for any perfect ordering below that.
+EXACT_SPEARMAN_MAX_N = 9
+
+
+def _exact_spearman_p(a: np.ndarray, b: np.ndarray) -> float:
+    """Two-sided p of Spearman's rho over every one of the n! pairings of ``a`` with ``b``
+    (scipy.stats.permutation_test, exhaustive): a perfect ordering of n untied layers has p = 2/n!."""
+    ranks_a = stats.rankdata(a)
+    ranks_a = (ranks_a - ranks_a.mean()) / np.linalg.norm(ranks_a - ranks_a.mean())
+
+    def rho(y, axis=-1):
+        r = stats.rankdata(y, axis=axis)
+        r = r - r.mean(axis=axis, keepdims=True)
+        return (r * ranks_a).sum(axis=axis) / np.linalg.norm(r, axis=axis)
+
+    null = stats.permutation_test((b,), rho, permutation_type="pairings", vectorized=True,
+                                  n_resamples=np.inf).null_distribution
+    # the tolerance counts the orderings exactly as strong as the observed one despite rounding
+    return float(np.mean(np.abs(null) >= abs(rho(b)) - 1e-12))
+
+
 def layer_correlation(values_a, values_b) -> Correlation:
-    """Correlation of two per-layer series (Paper 1, Figures 5 and 16): scipy.stats.spearmanr and pearsonr.
+    """Correlation of two per-layer series (Paper 1, Figures 5 and 16): Spearman's rho and Pearson's r
+    (scipy.stats.spearmanr and pearsonr) with two-sided p-values; Spearman's p is exact over at most
+    ``EXACT_SPEARMAN_MAX_N`` pairs (all n! orderings), scipy's t approximation above.
 
     Pairs where either value is NaN or inf are dropped. Needs at least 3 finite pairs.
     """
@@ -776,7 +801,16 @@ def layer_correlation(values_a, values_b) -> Correlation:
         raise ValueError(f"layer_correlation needs at least 3 finite pairs, got {a.size}")
     sp = stats.spearmanr(a, b)
     pe = stats.pearsonr(a, b)
-    return Correlation(float(sp.statistic), float(sp.pvalue), float(pe.statistic), float(pe.pvalue), int(a.size))
+    sp_p = float(sp.pvalue)
+    if a.size <= EXACT_SPEARMAN_MAX_N and np.isfinite(sp.statistic):  # constant series: no rank correlation, p NaN
+        sp_p = _exact_spearman_p(a, b)
+    return Correlation(float(sp.statistic), sp_p, float(pe.statistic), float(pe.pvalue), int(a.size))
+
+
+def min_significant_layers(alpha: float = 0.05) -> int:
+    """The fewest layers whose perfect ordering has Spearman p < ``alpha`` (``layer_correlation``): 5 at 0.05
+    (2/5! = 0.017; 4 layers give 2/4! = 0.083)."""
+    return next(n for n in range(3, 64) if layer_correlation(np.arange(n), np.arange(n)).spearman_p < alpha)
 
 
 @dataclass(frozen=True)
