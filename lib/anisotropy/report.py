@@ -199,6 +199,12 @@ def colab_budget(resolved):
     return budget.table(resolved.chapter, params, profile).style.hide(axis="index")
 
 
+def listing(items, empty: str = "none") -> str:
+    """Items in running text: "a", "a and b", "a, b and c"; ``empty`` when there are none."""
+    items = [str(i) for i in items]
+    return empty if not items else items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
 def glue(name: str, value, fmt: str | None = None):
     """Glue ``value`` (formatted with ``fmt`` such as "{:.3f}") for ``{glue:text}`name``` roles; displays nothing.
 
