@@ -164,7 +164,8 @@ def _drift(p: dict, plan: Plan) -> None:
     parts = {
         "p1_s3_token_level": dict(common, models=p["token_models"], pretrained=p.get("pretrained", []),
                                   source=p["text_source"], n_samples=p["n_texts"], max_length=p["token_max_length"]),
-        "p1_s3_character_level": dict(common, models=p["char_models"], source=p["text_source"],
+        "p1_s3_character_level": dict(common, models=p["char_models"], pretrained=p.get("pretrained_char", []),
+                                      source=p["text_source"],
                                       n_samples=p["n_char_texts"], max_length=p["char_max_length"],
                                       per_model=p.get("char_per_model") or {}),
         "p1_s3_modalities": dict(common, speech_models=p["speech_models"], vit_models=p["vit_models"],

@@ -41,3 +41,33 @@ def every_layer_words(real_rows: pd.DataFrame) -> str:
         return "nothing to conclude under this profile"
     return ("so every layer of these trained models, speech and vision Transformers and the CNNs alike, is anisotropic "
             "in that sense" if every else "so not every layer of these trained models is anisotropic in that sense")
+
+
+def glue_inputs(image_options: dict, self_trained: list[str], profile: str) -> None:
+    """Glue what the offline inputs are, for the narrative: ``n_voices`` and ``speech_rates`` (the eSpeak voices and
+    the words-per-minute range of ``data_speech.espeak_speech``), ``n_photos`` (the pool of ``data_images.PHOTOS``),
+    ``image_side`` (the crops' side, ``image_options``) and ``selftrained_image_side`` (the self-trained vision
+    suites' training images, ``training_recipes``)."""
+    import inspect
+
+    from .. import data_images, data_speech, training_recipes
+
+    report.glue("n_voices", len(data_speech.ESPEAK_VOICES))
+    low, high = inspect.signature(data_speech.espeak_speech).parameters["rates"].default
+    report.glue("speech_rates", f"{low} to {high}")
+    report.glue("n_photos", len(data_images.PHOTOS))
+    side = (image_options or {}).get("size", inspect.signature(data_images.photos).parameters["size"].default)
+    report.glue("image_side", f"{side} × {side}")
+    sides = sorted({training_recipes.suite(s, profile)[0].image_size for s in self_trained
+                    if s in ("vit", "cnn")})
+    report.glue("selftrained_image_side", " and ".join(f"{s} × {s}" for s in sides) or "small")
+
+
+def clips_needed(short: pd.DataFrame, minimum: int) -> str:
+    """How many clips the speech decoder layers of ``short`` (``layerwise.short_layers``) would need for ``minimum``
+    vectors each, in words, from their fewest tokens per clip."""
+    decoders = short[(short["modality"] == "speech") & (short["part"] == "decoder")]
+    if decoders.empty:
+        return "more clips than this profile reads"
+    n = minimum / float(decoders["per_example"].min())
+    return f"about {max(10, round(n, -1)):,.0f} clips"
