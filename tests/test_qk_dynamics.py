@@ -197,6 +197,49 @@ def test_head_rule_says_when_no_head_moved_the_wanted_way():
     picked = qk_dynamics.pick_heads(pd.DataFrame(rows))
     assert picked["qualified"] == {"common": False, "opposite": True}
     assert picked["opposite"] == (0, 2)
+    assert picked["common"] is None  # no head moved its means the same way at all: no panel, not a stand-in
+
+
+def test_head_rule_never_offers_a_head_that_lost_alignment_as_common_direction():
+    """The local run's case: a head whose |cos| fell (+0.40 -> -0.10) while its means moved apart scores
+    gain * cos > 0 (two negatives); it must not be picked. A weak candidate (alignment grew a little, means moved
+    slightly together, ends inside the band) is picked instead, marked as not qualifying."""
+    e = np.eye(8)
+    rows = []
+
+    def add(head, q0, k0, q1, k1):
+        for step, (q, k) in ((0, (q0, k0)), (10, (q1, k1))):
+            rows.append({"run": "r", "step": step, "layer": 0, "head": head, "q_mean": q, "k_mean": k,
+                         "cos_qk": q @ k / np.linalg.norm(q) / np.linalg.norm(k)})
+
+    # head 0: starts aligned (cos ~ +0.6), means move far apart, ends nearly orthogonal: lost alignment
+    add(0, e[0] + 0.8 * e[1], e[1] + 0.8 * e[0], e[0] + 0.8 * e[1] + 4 * e[2], e[1] + 0.8 * e[0] - 4 * e[2] + 4 * e[3])
+    # head 1: |cos| 0 -> ~0.1, both means move a little along a shared direction plus their own
+    add(1, e[4], e[5], e[4] + 0.1 * e[6] + 0.3 * e[7], e[5] + 0.1 * e[6] - 0.3 * e[4])
+    stats = pd.DataFrame(rows)
+    dyn = qk_dynamics.head_dynamics(stats).set_index("head")
+    assert dyn.loc[0, "gain"] < 0 and dyn.loc[0, "displacement_cos"] < 0  # the old fallback's favourite
+    assert dyn.loc[1, "gain"] > 0 and 0 < dyn.loc[1, "displacement_cos"] < 0.5
+    picked = qk_dynamics.pick_heads(stats, band=0.48)
+    assert picked["common"] == (0, 1) and picked["qualified"]["common"] is False
+    assert picked["opposite"] is None  # head 0 moved apart but lost alignment: no opposite-direction candidate
+    only_lost = qk_dynamics.pick_heads(stats[stats["head"] == 0], band=0.48)
+    assert only_lost["common"] is None and only_lost["opposite"] is None
+
+    # the page's words and panels follow the selection: the weak head is labelled for what it is, and no panel or
+    # sentence calls a head that lost alignment an example of either kind
+    from anisotropy.chapters import p1_s5_qk_training as page
+
+    shown = page.shown_heads(picked)
+    assert shown == [("closest to common direction, not an example", (0, 1))]
+    assert page.example_head(shown) == ((0, 1), "shown in Figure 12 as closest to common direction, not an example")
+    note = page.pick_note(picked, band=0.48, min_displacement=0.5)
+    assert "layer 1, head 2, which is not an example of it" in note and "inside the isotropic band" in note
+    assert "in opposite directions at all in this run, so no panel shows that kind" in note
+    assert page.heads_text(shown, picked["dynamics"].set_index(["layer", "head"])).startswith(
+        "In layer 1, head 2 (closest to common direction, not an example)")
+    fallback = page.shown_heads(only_lost)
+    assert fallback == [("an example of neither kind", (0, 0))]
 
 
 def test_head_rule_does_not_call_a_head_inside_the_band_or_barely_moving_together_an_example():
@@ -222,6 +265,10 @@ def test_head_rule_does_not_call_a_head_inside_the_band_or_barely_moving_togethe
     assert qk_dynamics.pick_heads(stats[stats["head"] == 0], band=0.0, min_displacement=0.0)["qualified"]["common"]
     picked = qk_dynamics.pick_heads(stats, band=0.48)
     assert picked["common"] == (0, 1) and picked["qualified"]["common"]
+    from anisotropy.chapters import p1_s5_qk_training as page
+
+    assert page.shown_heads(picked)[0] == ("common direction", (0, 1))
+    assert page.example_head(page.shown_heads(picked)) == ((0, 1), "the common-direction head of Figure 12")
 
 
 def test_head_rule_picks_the_planted_heads_in_the_tiny_checkpoints(suite, store):

@@ -470,15 +470,17 @@ def pick_heads(stats: pd.DataFrame, band: float = 0.0, min_displacement: float =
 
     For every head, ``gain`` is |cos(Q̄, K̄)| at the last step minus at the first, and ``displacement_cos`` the cosine
     between the displacements Q̄_last - Q̄_first and K̄_last - K̄_first (+1: the two means moved the same way, -1:
-    opposite ways). Among the heads whose alignment grew (gain > 0), the *common-direction* head maximises
-    ``gain * displacement_cos`` and the *opposite-direction* head maximises ``gain * (-displacement_cos)``. A head
+    opposite ways). Only heads whose alignment grew (gain > 0) and whose means moved that kind's way at all are
+    candidates: displacement_cos > 0 for the *common-direction* head, which maximises ``gain * displacement_cos``,
+    and < 0 for the *opposite-direction* head, which maximises ``gain * (-displacement_cos)``. (A head that lost
+    alignment is never a candidate, though a negative gain times a negative cosine scores positive.) A candidate
     *qualifies* as an example of its kind when its displacement cosine is at least ``min_displacement`` that way and
-    its final |cos| exceeds ``band`` (the isotropic band of its head dimension); the best qualifying head is picked,
-    and when none qualifies, the head with the largest score over all heads, ``qualified`` saying so.
+    its final |cos| exceeds ``band`` (the isotropic band of its head dimension). The best qualifying head is picked;
+    when none qualifies, the best candidate, ``qualified`` saying so; when there is no candidate, None.
     ``stats`` must hold one run.
 
-    Returns {"common": (layer, head), "opposite": (layer, head), "qualified": {"common": bool, "opposite": bool},
-    "dynamics": head_dynamics frame with the two scores}.
+    Returns {"common": (layer, head) | None, "opposite": (layer, head) | None,
+    "qualified": {"common": bool, "opposite": bool}, "dynamics": head_dynamics frame with the two scores}.
     """
     if stats["run"].nunique() != 1:
         raise ValueError("pick_heads: pass the statistics of one run")
@@ -490,10 +492,15 @@ def pick_heads(stats: pd.DataFrame, band: float = 0.0, min_displacement: float =
     picked, qualified = {}, {}
     for name, sign in (("common", 1.0), ("opposite", -1.0)):
         score = dyn[f"{name}_score"]
-        ok = (score > 0) & outside & (sign * dyn["displacement_cos"] >= min_displacement)
+        candidate = score > 0  # NaN (alignment did not grow) compares False
+        ok = candidate & outside & (sign * dyn["displacement_cos"] >= min_displacement)
         qualified[name] = bool(ok.any())
-        best = score.where(ok).idxmax() if qualified[name] else (sign * dyn["gain"] * dyn["displacement_cos"]).idxmax()
-        picked[name] = (int(dyn.at[best, "layer"]), int(dyn.at[best, "head"]))
+        pool = ok if qualified[name] else candidate
+        if pool.any():
+            best = score.where(pool).idxmax()
+            picked[name] = (int(dyn.at[best, "layer"]), int(dyn.at[best, "head"]))
+        else:
+            picked[name] = None
     return {**picked, "qualified": qualified, "dynamics": dyn}
 
 

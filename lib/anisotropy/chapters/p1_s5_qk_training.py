@@ -3,7 +3,9 @@ heads, training records and per-run verdicts in words."""
 
 from __future__ import annotations
 
-from .. import data_images, learnt, qk_dynamics as qk, training
+import re
+
+from .. import data_images, learnt, qk_dynamics as qk, registry, training
 
 
 def statistics(stages, datasets: dict, layers, release: bool = True, **common):
@@ -53,3 +55,106 @@ def verdict(r) -> str:
              f"{100 * r.share_beyond_null_last:.0f}%",
              f"the mean attention entropy changes by {100 * r.entropy_change:+.0f}%"]
     return ("holds" if r.holds else "does not hold in full") + ": " + "; ".join(parts)
+
+
+def shown_heads(picked: dict, figure_heads=()) -> list[tuple[str, tuple]]:
+    """The heads of Figure 12 as (what the head is, (layer, head)), from ``qk_dynamics.pick_heads``: a head is called
+    by its kind only when it qualifies as an example of it; a kind with no candidate at all gets no panel. Heads set
+    by hand (``figure_heads``) keep the kind they were set for. Never empty: with no candidate of either kind, the head
+    whose alignment grew most is shown, as an example of neither."""
+    if figure_heads:
+        return [(f"{name} direction", tuple(head)) for name, head in zip(("common", "opposite"), figure_heads)]
+    shown = [(f"{name} direction" if picked["qualified"][name] else f"closest to {name} direction, not an example",
+              picked[name]) for name in ("common", "opposite") if picked[name] is not None]
+    if not shown:
+        dyn = picked["dynamics"]
+        best = dyn["gain"].idxmax()
+        shown = [("an example of neither kind", (int(dyn.at[best, "layer"]), int(dyn.at[best, "head"])))]
+    return shown
+
+
+def example_head(shown) -> tuple[tuple, str]:
+    """The head of Figure 11 and what it is: the first head of Figure 12 that is an example of its kind, else the first
+    shown."""
+    kind, head = next(((k, h) for k, h in shown if k.endswith("direction")), shown[0])
+    return head, (f"the {kind.replace(' direction', '-direction')} head of Figure 12" if kind.endswith("direction")
+                  else f"shown in Figure 12 as {kind}")
+
+
+WAYS = {"common": "in a common direction", "opposite": "in opposite directions"}
+
+
+def pick_note(picked: dict, band: float, min_displacement: float, by_hand: bool = False) -> str:
+    """What the rule of ``qk_dynamics.pick_heads`` found in this run, in words, kind by kind; for a head shown though
+    it does not qualify, which condition it misses."""
+    if by_hand:
+        return "In this profile the two heads are set by hand (the parameter figure_heads), not by the rule."
+    dyn = picked["dynamics"].set_index(["layer", "head"])
+    notes = []
+    for name, sign in (("common", 1.0), ("opposite", -1.0)):
+        if picked["qualified"][name]:
+            continue
+        if picked[name] is None:
+            notes.append(f"No head whose alignment grew moved its two means {WAYS[name]} at all in this run, so no "
+                         f"panel shows that kind.")
+            continue
+        row = dyn.loc[picked[name]]
+        misses = []
+        if sign * row["displacement_cos"] < min_displacement:
+            misses.append(f"its displacement cosine is {row['displacement_cos']:+.4f}, short of "
+                          f"{sign * min_displacement:+g}")
+        if abs(row["cos_last"]) <= band:
+            misses.append(f"it ends inside the isotropic band (|cos| {abs(row['cos_last']):.2f}, band "
+                          f"{band:.2f})")
+        notes.append(f"No head whose alignment grew moved its two means clearly {WAYS[name]} (a displacement cosine of "
+                     f"at least {min_displacement:g} that way) and ended outside the isotropic band in this run. The "
+                     f"panel marked \"closest to {name} direction\" shows the best-scoring head of that kind, "
+                     f"{label(picked[name])}, which is not an example of it: {' and '.join(misses)}.")
+    return " ".join(notes) or ("Both kinds of head exist in this run: each panel's head moved its two means clearly "
+                               "that way and ended outside the isotropic band.")
+
+
+def heads_text(shown, dynamics) -> str:
+    """One sentence per head of Figure 12: its displacement cosine and final cos(Q̄, K̄). ``dynamics``:
+    ``qk_dynamics.head_dynamics`` indexed by (layer, head)."""
+    parts = []
+    for kind, head in shown:
+        what = (f"the {kind.replace(' direction', '-direction')} head ({label(head)})" if kind.endswith("direction")
+                else f"{label(head)} ({kind})")
+        parts.append(f"in {what} the displacements of the two means have cosine "
+                     f"{dynamics.loc[head, 'displacement_cos']:+.2f} and the head ends at cos(Q̄, K̄) = "
+                     f"{dynamics.loc[head, 'cos_last']:+.2f}")
+    text = "; ".join(parts)
+    return text[0].upper() + text[1:] + "."
+
+
+def heads_list(shown) -> str:
+    """The heads of Figure 12 for a caption: "layer 1, head 2, opposite direction; ..."."""
+    return "; ".join(f"{label(head)}, {kind}" for kind, head in shown)
+
+
+def decoder_weights(name: str) -> str:
+    """Where a real decoder's released weights come from, from its registry entry: the format it is converted from and,
+    for a GGUF file, the quantisation its display name carries (GGUF's Q<bits>_... types), e.g. "SmolLM2-135M-Instruct:
+    a GGUF file, 4-bit quantised (Q4_1), dequantised to float32"."""
+    spec = registry.spec(name)
+    quant = re.search(r"\((Q(\d+)[^)]*)\)", spec.display)
+    base = spec.display[:quant.start()].strip() if quant else spec.display
+    if not spec.converter:
+        return f"{base}: the hub's weights"
+    what = f"a {spec.converter.upper()} file"
+    if quant:
+        what += f", {quant.group(2)}-bit quantised ({quant.group(1)})"
+    return f"{base}: {what}, dequantised to float32"
+
+
+def paper_setup() -> dict:
+    """The `paper` profile's encoder runs in words, from its block of ``profiles/paper.yml``: ``n_samples`` and
+    ``seeds`` ("0-4", or a list when they are not consecutive)."""
+    from .. import profiles
+
+    block = profiles.chapter_parameters("paper", "p1_s5_qk_training")
+    seeds = sorted(block.get("seeds", []))
+    consecutive = len(seeds) > 1 and seeds == list(range(seeds[0], seeds[-1] + 1))
+    return {"n_samples": block.get("n_samples"),
+            "seeds": f"{seeds[0]}-{seeds[-1]}" if consecutive else ", ".join(map(str, seeds))}
