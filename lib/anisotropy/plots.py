@@ -181,15 +181,27 @@ def block_input_output(frame: pd.DataFrame, fixed: pd.DataFrame | None = None, l
                 axes[0, column].annotate(f"N* = {values.mean():.1f}", (values.mean(), 0.98),
                                          xycoords=("data", "axes fraction"), ha="right", va="top",
                                          fontsize="small", rotation=90)
+    # short titles: three panels share the page width, and longer ones run into each other
     axes[0, 0].set_title("(a) mean cosine")
-    axes[0, 1].set_title("(b) mean norm of the rows")
+    axes[0, 1].set_title("(b) mean row norm")
     if average:
         axes[0, 2].set_title("(c) norm of the average")
         axes[0, 2].set_ylabel("norm of the mean vector")
         axes[0, 2].set_yscale("symlog", linthresh=1.0)
         axes[0, 2].set_ylim(bottom=0)
         _bias_axis(axes[0, 2], frame)
-    return _cosine_norm_axes(axes, frame)
+    fig = _cosine_norm_axes(axes, frame)
+    # 0 and every other decade from 10 on the bias axis (denser labels overlap at a third of the page width), and the
+    # legend below the panels rather than over the curves of (a)
+    top = frame["bias_norm"].max()
+    for ax in axes[0]:
+        ax.set_xticks([t for t in (0, 10, 1e3, 1e5) if t <= top])
+        ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda x, _: "0" if x == 0 else f"$10^{{{np.log10(x):.0f}}}$"))
+        ax.xaxis.set_minor_formatter(plt.NullFormatter())
+    handles, names = axes[0, 0].get_legend_handles_labels()
+    axes[0, 0].get_legend().remove()
+    fig.legend(handles, names, loc="outside lower center", ncols=len(names), fontsize="small", frameon=False)
+    return fig
 
 
 def score_histograms(samples: pd.DataFrame, head: int | None = 0, max_panels: int = 6):
@@ -775,7 +787,7 @@ def suite_loss_curves(curves: pd.DataFrame, baselines: pd.DataFrame, smooth: int
         if targets and name in targets:
             ax.axhline(targets[name], color="tab:green", ls="-.", lw=1.1, label="target")
         ax.set_title(name)
-        ax.set_ylim(0, base["chance"] * 1.12)
+        ax.set_ylim(bottom=0)  # the top follows the curves: an early loss spike above chance stays in the panel
         ax.set_xlabel("training step")
         ax.set_ylabel("loss (nats)")
     for ax in list(axes.flat)[len(suites):]:

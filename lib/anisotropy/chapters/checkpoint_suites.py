@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .. import training
+from .. import report, training
 
 # the transformers class each suite kind trains (the page's recipe table and provenance box)
 CLASSES = {"mlm": "BertForMaskedLM", "char-mlm": "BertForMaskedLM over bytes", "clm": "GPT2LMHeadModel",
@@ -36,3 +36,38 @@ def variant(row) -> str:
         return "pre-LayerNorm, absolute positions"
     masked = "15% masked" if row["mask"] == 0.15 else "30-50% masked"
     return f"{'absolute' if row.positions == 'absolute' else 'relative'} positions, {masked}"
+
+
+# how the page names the text suites
+TEXT_NAMES = {"mlm": "the subword encoder", "clm": "the decoder", "char-mlm": "the byte-level encoder"}
+
+
+def text_widths(recipes: dict) -> str:
+    """The text suites' widths in words, "width 64 for the subword encoder and 96 for the decoder and ...", from
+    ``recipes`` (suite name -> its runs)."""
+    by_width: dict[int, list[str]] = {}
+    for name, runs in recipes.items():
+        if runs and runs[0].kind in training.TEXT_KINDS:
+            by_width.setdefault(runs[0].width, []).append(TEXT_NAMES.get(name, name))
+    if not by_width:
+        return "no text model under this profile"
+    parts = [f"{width} for {report.listing(names)}" for width, names in sorted(by_width.items())]
+    return "width " + report.listing(parts)
+
+
+def paper_scale() -> str:
+    """What the `paper` profile trains instead of this page's recipes, in words, from its block of
+    ``profiles/paper.yml``: suites with the same sizes grouped."""
+    from .. import profiles
+
+    groups: dict[str, list[str]] = {}
+    for name, s in profiles.chapter_parameters("paper", "checkpoint_suites").get("suites", {}).items():
+        if s["kind"] in training.TEXT_KINDS:
+            what = (f"width {s['width']}, {s['depth']} layers, {s['seq_len']}-token windows, {s['steps']:,} updates on "
+                    f"{s.get('corpus', 'its corpus')}")
+        elif s["kind"] == "vit":
+            what = f"width {s['width']}, {s['depth']} layers, {s['image_size']}px images, {s['steps']:,} updates"
+        else:
+            what = f"{s['width']} channels in the first stage, {s['image_size']}px images, {s['steps']:,} updates"
+        groups.setdefault(what, []).append(name)
+    return "; ".join(f"{', '.join(names)}: {what}" for what, names in groups.items())
