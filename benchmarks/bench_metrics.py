@@ -35,6 +35,8 @@ import torch
 from anisotropy import metrics as M
 
 HERE = Path(__file__).resolve().parent
+SPHERE_DIM = 12  # TwoNN's data lie on a sphere of this dimension (SPHERE_DIM + 1 coordinates), its true dimension
+MEMORY_BATCH = 4096  # rows per LayerStats.update in the memory runs
 COLUMNS = ["section", "n", "d", "method", "seconds", "ratio", "ratio_to", "value", "abs_diff", "extrapolated", "note"]
 
 
@@ -124,11 +126,11 @@ def bench_mean_cosine(sizes, d, repeats, rows_out, brute_budget):
 
 
 def hidden_state_like(n: int, d: int, seed: int) -> np.ndarray:
-    """A 12-sphere of radius 10 rotated into d dimensions, plus small isotropic noise and a drift of norm ~ 80."""
+    """A SPHERE_DIM-sphere of radius 10 rotated into d dimensions, plus small isotropic noise and a drift of norm ~ 80."""
     g = np.random.default_rng(seed)
-    z = g.standard_normal((n, 13))
+    z = g.standard_normal((n, SPHERE_DIM + 1))
     z /= np.linalg.norm(z, axis=1, keepdims=True)
-    q, _ = np.linalg.qr(g.standard_normal((d, 13)))
+    q, _ = np.linalg.qr(g.standard_normal((d, SPHERE_DIM + 1)))
     return (10 * z @ q.T + 0.05 * g.standard_normal((n, d)) + 3.0).astype(np.float32)
 
 
@@ -203,12 +205,12 @@ def _status_mib(field: str) -> float:
 
 
 def memory_child(n: int, d: int) -> None:
-    """Run in a fresh process: feed n rows to a LayerStats in batches of 4096, print the peak RSS growth.
+    """Run in a fresh process: feed n rows to a LayerStats in batches of MEMORY_BATCH, print the peak RSS growth.
 
     The peak is the kernel's high-water mark (VmHWM), reset just before the loop (``echo 5 > /proc/self/clear_refs``)
     so that import-time spikes do not hide the loop's own peak; the baseline is the RSS at that moment.
     """
-    batch = 4096
+    batch = MEMORY_BATCH
     g = np.random.default_rng(0)
     s = M.LayerStats(d, reservoir_size=2048)
     buf = np.empty((batch, d), dtype=np.float32)

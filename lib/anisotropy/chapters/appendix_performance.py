@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import ast
+
 import pandas as pd
 from IPython.display import display
 
 # The speed goals of the measurement core (issue 3; benchmarks/bench_metrics.py measures them): the exact mean cosine
 # within 2x of numpy merely summing the array, TwoNN within 1.5x of one float32 n x n x d product.
 GOALS = {"mean_cosine": 2.0, "twonn": 1.5}
+# ... and TwoNN estimates within this relative difference of the peer implementations (scikit-dimension, DADApy).
+PEER_AGREEMENT = 0.02
 
 
 def goal_words(section: str, ratio: float) -> str:
@@ -52,3 +56,24 @@ def row(parallel: pd.DataFrame, section: str, starts: str) -> pd.Series:
     rows = parallel[(parallel.section == section) & parallel.configuration.astype(str).str.startswith(starts)]
     columns = ["points", "wall_seconds", "cpu_seconds", "cpu_per_wall"]
     return rows[columns].astype(float).median() if len(rows) else pd.Series(float("nan"), index=columns)
+
+
+def bench_constants(source: str) -> dict:
+    """The module-level constants (``NAME = literal``) of a benchmark script's ``source``: the sizes it fixes but does
+    not write into its table (``bench_metrics.SPHERE_DIM``, ``MEMORY_BATCH``)."""
+    return {node.targets[0].id: ast.literal_eval(node.value) for node in ast.parse(source).body
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id.isupper() and isinstance(node.value, ast.Constant)}
+
+
+def load_words(machine: dict) -> str:
+    """Whether the one-minute load average recorded before and after the benchmark (``machine``, its
+    ``metrics_machine.json``) stays within what its own torch threads account for, in words."""
+    threads = machine.get("torch_threads") or machine.get("logical_cpus") or 1
+    before, after = machine.get("load_average_before", [0])[0], machine.get("load_average_after", [0])[0]
+    numbers = f"{before:.1f} before it started and {after:.1f} when it ended"
+    if max(before, after) <= threads:
+        return (f"{numbers}, no more than its own {threads} threads account for: consistent with a machine idle "
+                "apart from the benchmark")
+    return (f"{numbers}, more than its own {threads} threads account for: other work shared the CPUs, so the "
+            "absolute times are inflated")

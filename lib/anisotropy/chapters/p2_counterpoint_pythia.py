@@ -8,3 +8,14 @@ import pandas as pd
 def counted(mask: pd.Series) -> str:
     """"<k> of <n>": how many of the models a boolean ``mask`` marks."""
     return f"{int(mask.sum())} of {len(mask)}"
+
+
+def band_words(summary: pd.DataFrame) -> str:
+    """Which models of ``summary`` (one row per layer, with ``n_batches``) were measured on a single batch, so that
+    their curves have no band, in a phrase ("" when every model had several)."""
+    single = [label for label, part in summary.groupby("label", sort=False) if part["n_batches"].max() < 2]
+    if not single:
+        return "every model measured on several batches"
+    if len(single) == summary["label"].nunique():
+        return "every model measured on a single batch here, so no curve has a band"
+    return f"{', '.join(single)} measured on a single batch here, so their curves have no band"

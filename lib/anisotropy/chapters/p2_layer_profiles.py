@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .. import claims, rules_p2
+from .. import batches, claims, registry, rules_p2
 
 
 def describe(rows: pd.DataFrame) -> str:
@@ -28,3 +28,34 @@ def bulge(summary: pd.DataFrame, label: str, claim_id: str = "p2-f1-decoders-bel
     test = (f"its largest value is {ratio:.2f} times the mean of its two ends, at relative depth {depth:.2f}; the "
             f"ledger's test of a bell asks for {min_ratio:g} times, within relative depth {band[0]:g}-{band[1]:g}")
     return f"{'yes' if bell else 'no'}: {test}"
+
+
+def bell_test(claim_id: str = "p2-f1-decoders-bell") -> str:
+    """The test of a bell that the ledger's claim ``claim_id`` applies to each profile, in words, from its params."""
+    params = claims.claim(claim_id).params
+    low, high = params["band"]
+    return (f"its largest value lies inside the stack, between relative depths {low:g} and {high:g} (the middle "
+            f"layers), and is at least {params['min_ratio']:g} times the mean of its first and last layers")
+
+
+def speech_sample(frame: pd.DataFrame, n_clips: int, batch_size: int) -> str:
+    """How many batches of how many vectors the speech models' layers (``frame`` rows labelled "(speech)") got, and
+    how many frames and transcript tokens the ``n_clips`` clips gave each stack, in one phrase."""
+    rows = frame[frame["label"].str.contains("(speech)", regex=False)]
+    if rows.empty:
+        return "no speech model is measured under this profile"
+    counts = rows.groupby(["stack", "layer"])["batch"].nunique()
+    seen = rows.groupby("stack")["n_seen"].min()
+    got = (f"{int(counts.min())} batch{'es' if counts.min() != 1 else ''} of {batch_size:,} vectors per layer"
+           + (f" (the paper's are {batches.BATCH_SIZE:,})" if batch_size != batches.BATCH_SIZE else ""))
+    given = {"encoder": "audio frames", "decoder": "transcript tokens"}
+    return got + f"; the {n_clips:,} clips give " + " and ".join(
+        f"{int(seen[stack]):,} {what}" for stack, what in given.items() if stack in seen)
+
+
+def size(name: str) -> str:
+    """The true size of registry model ``name`` from its config: blocks and width (d)."""
+    cfg = registry.spec(name).config
+    if "encoder_layers" in cfg:
+        return f"{cfg['encoder_layers']} encoder and {cfg['decoder_layers']} decoder blocks, d = {cfg['d_model']}"
+    return f"{cfg['num_hidden_layers']} blocks, d = {cfg['hidden_size']}"
