@@ -907,6 +907,8 @@ def paper2_profiles_over_training(summary: pd.DataFrame, metric: str = "sigma1_s
             colour = "0.55" if step == 0 else cmap(norm(max(step, 1)))
             same = rows["same_weights_as"].iloc[0] if "same_weights_as" in rows else np.nan
             style = {"ls": "--", "marker": "x"} if pd.notna(same) else {}
+            if step == 0:  # on top: the first updates' profiles lie close to it and hid it
+                style["zorder"] = 3
             label = f"step {step}" + (f" = step {int(same)} (identical weights)" if pd.notna(same) else "")
             _band(ax, rows["relative_depth"], rows[metric], rows.get(f"{metric}_std"), colour, label, **style)
         ax.set_title(str(name), fontsize="small")
@@ -974,8 +976,9 @@ def paper2_two_measures(summary: pd.DataFrame, by: str = "label"):
                            alpha=0.85)
     axes[0, 0].set_xlabel("mean cosine similarity (Paper 1)")
     axes[0, 0].set_ylabel(P2_METRIC_LABELS["sigma1_share"] + "\n(Paper 2, centred)")
-    axes[0, 0].legend(fontsize="xx-small", loc="best", title="circles: encoders, squares: decoders",
-                      title_fontsize="xx-small")
+    # below the panel: inside it, the legend hid points in the upper corner
+    axes[0, 0].legend(fontsize="xx-small", loc="upper center", bbox_to_anchor=(0.5, -0.22), ncols=2,
+                      title="circles: encoders, squares: decoders", title_fontsize="xx-small")
     lim = [0, max(1e-3, float(np.nanmax(np.r_[ratio, summary["mean_cosine"]])) * 1.05)]
     axes[0, 1].plot(lim, lim, color="0.4", lw=1, ls=":", label="y = x")
     axes[0, 1].set_xlabel(r"drift ratio $(\|\bar x\| \,/\, \overline{\|x\|})^2$")
