@@ -205,6 +205,17 @@ def listing(items, empty: str = "none") -> str:
     return empty if not items else items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
+def model_size(name: str) -> str:
+    """The true size of registry model ``name`` in words, from its config: "30 blocks, d = 576" (encoder and decoder
+    blocks for an encoder-decoder)."""
+    from . import registry
+
+    cfg = registry.spec(name).config
+    if "encoder_layers" in cfg:
+        return f"{cfg['encoder_layers']} encoder and {cfg['decoder_layers']} decoder blocks, d = {cfg['d_model']}"
+    return f"{cfg['num_hidden_layers']} blocks, d = {cfg['hidden_size']}"
+
+
 def glue(name: str, value, fmt: str | None = None):
     """Glue ``value`` (formatted with ``fmt`` such as "{:.3f}") for ``{glue:text}`name``` roles; displays nothing.
 

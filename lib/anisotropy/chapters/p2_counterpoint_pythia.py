@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from .. import report
+
 
 def counted(mask: pd.Series) -> str:
     """"<k> of <n>": how many of the models a boolean ``mask`` marks."""
@@ -12,10 +14,10 @@ def counted(mask: pd.Series) -> str:
 
 def band_words(summary: pd.DataFrame) -> str:
     """Which models of ``summary`` (one row per layer, with ``n_batches``) were measured on a single batch, so that
-    their curves have no band, in a phrase ("" when every model had several)."""
+    their curves have no band, in a phrase."""
     single = [label for label, part in summary.groupby("label", sort=False) if part["n_batches"].max() < 2]
     if not single:
         return "every model measured on several batches"
     if len(single) == summary["label"].nunique():
         return "every model measured on a single batch here, so no curve has a band"
-    return f"{', '.join(single)} measured on a single batch here, so their curves have no band"
+    return f"{report.listing(single)} measured on a single batch here, so their curves have no band"

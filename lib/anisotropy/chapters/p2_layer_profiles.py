@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .. import batches, claims, registry, rules_p2
+from .. import batches, claims, report, rules_p2
 
 
 def describe(rows: pd.DataFrame) -> str:
@@ -49,13 +49,6 @@ def speech_sample(frame: pd.DataFrame, n_clips: int, batch_size: int) -> str:
     got = (f"{int(counts.min())} batch{'es' if counts.min() != 1 else ''} of {batch_size:,} vectors per layer"
            + (f" (the paper's are {batches.BATCH_SIZE:,})" if batch_size != batches.BATCH_SIZE else ""))
     given = {"encoder": "audio frames", "decoder": "transcript tokens"}
-    return got + f"; the {n_clips:,} clips give " + " and ".join(
+    return got + f"; the {n_clips:,} clips give " + report.listing(
         f"{int(seen[stack]):,} {what}" for stack, what in given.items() if stack in seen)
 
-
-def size(name: str) -> str:
-    """The true size of registry model ``name`` from its config: blocks and width (d)."""
-    cfg = registry.spec(name).config
-    if "encoder_layers" in cfg:
-        return f"{cfg['encoder_layers']} encoder and {cfg['decoder_layers']} decoder blocks, d = {cfg['d_model']}"
-    return f"{cfg['num_hidden_layers']} blocks, d = {cfg['hidden_size']}"
