@@ -1,4 +1,4 @@
-"""Benchmark of anisotropy.metrics: every ratio is measured side by side in one run, on one machine.
+"""Benchmark of anisotropy.measure.metrics: every ratio is measured side by side in one run, on one machine.
 
     .venv/bin/python benchmarks/bench_metrics.py            # full run (several minutes), writes benchmarks/results/
     .venv/bin/python benchmarks/bench_metrics.py --quick    # small sizes, seconds, for checking the script
@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from anisotropy import metrics as M
+from anisotropy.measure import metrics as M
 
 HERE = Path(__file__).resolve().parent
 SPHERE_DIM = 12  # TwoNN's data lie on a sphere of this dimension (SPHERE_DIM + 1 coordinates), its true dimension

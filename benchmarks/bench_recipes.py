@@ -29,11 +29,11 @@ HERE = Path(__file__).resolve().parent
 
 
 def _use_corpus(file: str | None) -> None:
-    from anisotropy import data_docstrings
+    from anisotropy.data import docstrings
 
     if file:
-        corpus = data_docstrings.read_docstring_corpus(file)
-        data_docstrings.docstring_corpus = lambda: corpus
+        corpus = docstrings.read_docstring_corpus(file)
+        docstrings.docstring_corpus = lambda: corpus
 
 
 def _preln() -> None:
@@ -41,7 +41,7 @@ def _preln() -> None:
     import torch.nn.functional as F
     import transformers
 
-    from anisotropy import training_recipes, training_tasks
+    from anisotropy.training import recipes, tasks
 
     def model_config(r, vocab_size=None, special=None):
         return transformers.RobertaPreLayerNormConfig(
@@ -54,14 +54,14 @@ def _preln() -> None:
         chosen = batch["labels"] != -100
         return F.cross_entropy(model.lm_head(hidden[chosen]), batch["labels"][chosen])
 
-    training_recipes.model_config = model_config
-    training_recipes._model_class = lambda kind: transformers.RobertaPreLayerNormForMaskedLM
-    training_tasks._TextTask.loss = loss
+    recipes.model_config = model_config
+    recipes._model_class = lambda kind: transformers.RobertaPreLayerNormForMaskedLM
+    tasks._TextTask.loss = loss
 
 
 def run(job: tuple) -> dict:
     name, spec, device, corpus, out_dir = job
-    from anisotropy import training, training_checkpoints, training_recipes
+    from anisotropy.training import trainer, checkpoints, recipes
 
     _use_corpus(corpus)
     spec = dict(spec)
@@ -70,16 +70,16 @@ def run(job: tuple) -> dict:
     if arch == "preln":
         _preln()
     if extra:
-        plain = training_recipes.model_config
-        training_recipes.model_config = lambda *a, **k: _with(plain(*a, **k), extra)
-    recipe = training_recipes.Recipe(suite=name, device=device, **spec)
+        plain = recipes.model_config
+        recipes.model_config = lambda *a, **k: _with(plain(*a, **k), extra)
+    recipe = recipes.Recipe(suite=name, device=device, **spec)
     start = time.perf_counter()
-    found = training.train(recipe, out_dir=Path(out_dir) / name, progress=False)
-    state = training_checkpoints.training_state(found[-1].path)
+    found = trainer.train(recipe, out_dir=Path(out_dir) / name, progress=False)
+    state = checkpoints.training_state(found[-1].path)
     validation = state["validation"]
     return {"name": name, "baselines": state["baselines"], "final": validation[-1], "curve": validation,
             "final_train_loss": round(sum(state["train_loss"][-50:]) / len(state["train_loss"][-50:]), 4),
-            "cost": training.cost(recipe), "seconds": round(time.perf_counter() - start, 1)}
+            "cost": trainer.cost(recipe), "seconds": round(time.perf_counter() - start, 1)}
 
 
 def _with(config, extra: dict):
@@ -103,13 +103,13 @@ def main() -> None:
     if args.steps:
         grid = {n: {**spec, "steps": min(spec["steps"], args.steps), "warmup": min(spec["warmup"], args.steps),
                     "eval_every": 0} for n, spec in grid.items()}
-    from anisotropy import training_recipes
+    from anisotropy.training import recipes
 
     _use_corpus(args.corpus)
     for name in names:  # the tokenizers once, before the workers start
         spec = {k: v for k, v in grid[name].items() if k != "round" and not k.startswith("_")}
-        if spec["kind"] in training_recipes.TEXT_KINDS:
-            training_recipes.tokenizer(training_recipes.Recipe(suite=name, **spec))
+        if spec["kind"] in recipes.TEXT_KINDS:
+            recipes.tokenizer(recipes.Recipe(suite=name, **spec))
     jobs = [(n, grid[n], args.device, args.corpus, args.checkpoints) for n in names]
     # one process per run: the experiment-only overrides patch the trainer modules of their process
     with mp.get_context("spawn").Pool(args.procs, maxtasksperchild=1) as pool, open(args.out, "w") as out:

@@ -1,4 +1,4 @@
-"""Calibrate this machine and write ``benchmarks/results/machine.json`` (see ``anisotropy.machine``).
+"""Calibrate this machine and write ``benchmarks/results/machine.json`` (see ``anisotropy.book.machine``).
 
     .venv/bin/python benchmarks/machine.py            # ~15-30 s on a slow 2-core machine
 
@@ -12,7 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
-from anisotropy import machine
+from anisotropy.book import machine
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -5,7 +5,9 @@ import pytest
 import torch
 from transformers import BertConfig, BertForMaskedLM
 
-from anisotropy import attention, attention_variants, registry, training, training_recipes
+from anisotropy.measure import attention
+from anisotropy.models import attention_variants, registry
+from anisotropy.training import trainer, recipes
 
 
 def _model(variant: str, seed: int = 0):
@@ -85,11 +87,11 @@ def test_temperature_scales_scores_per_head():
 
 @pytest.mark.parametrize("variant", ["qk_norm", "centred", "temperature"])
 def test_variant_checkpoint_reloads_bit_identically_with_variant_active(tmp_path, variant):
-    recipe = training_recipes.Recipe(suite=f"t-{variant}", kind="mlm", width=32, depth=1, heads=2, seq_len=32,
+    recipe = recipes.Recipe(suite=f"t-{variant}", kind="mlm", width=32, depth=1, heads=2, seq_len=32,
                                      vocab_size=300, batch_size=4, steps=3, warmup=1, n_checkpoints=2, eval_every=0,
                                      eval_size=4, attention_variant=variant)
-    last = training.train(recipe, out_dir=tmp_path, progress=False, threads=1)[-1]
-    trained = training_recipes._load_model(recipe, last.path).eval()
+    last = trainer.train(recipe, out_dir=tmp_path, progress=False, threads=1)[-1]
+    trained = recipes._load_model(recipe, last.path).eval()
     loaded = registry.load(last.path).model  # the one loader restores the variant
     assert attention_variants.variant_of(loaded) == variant
     saved = trained.state_dict()

@@ -1,10 +1,10 @@
-"""anisotropy.attention: the captured queries and keys reproduce the library's own attention weights."""
+"""anisotropy.measure.attention: the captured queries and keys reproduce the library's own attention weights."""
 
 import pytest
 import torch
 from transformers import BertConfig, BertModel, GPT2Config, GPT2Model, ViTConfig, ViTModel
 
-from anisotropy import attention
+from anisotropy.measure import attention
 
 TOL = 1e-5
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import integrate, special
 
-from anisotropy import baseline
+from anisotropy.measure import baseline
 
 
 @pytest.mark.parametrize("d", [16, 128, 768, 4096])

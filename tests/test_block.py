@@ -1,4 +1,4 @@
-"""anisotropy.block: the untrained-block drift experiment of Paper 1, Section 4."""
+"""anisotropy.experiments.block: the untrained-block drift experiment of Paper 1, Section 4."""
 
 import math
 
@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 import torch
 
-from anisotropy import attention, block
+from anisotropy.measure import attention
+from anisotropy.experiments import block
 
 
 @pytest.fixture(scope="module")

@@ -110,7 +110,7 @@ IMAGES_JS = """async () => Promise.all([...document.images].map(async (img) => {
 def test_every_page_renders_in_chromium(chromium, served_book, smoke_book, tmp_path):
     from playwright.sync_api import sync_playwright
 
-    from anisotropy import report
+    from anisotropy.pages import report
 
     pages = toc_pages(smoke_book)
     chapters = {p.split("/")[-1] for p in pages if p.startswith("book/executed/")}

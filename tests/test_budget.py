@@ -1,4 +1,4 @@
-"""The Colab budget (``anisotropy.budget``): its host-memory formulas against the bytes the measuring code really
+"""The Colab budget (``anisotropy.pages.budget``): its host-memory formulas against the bytes the measuring code really
 allocates at small sizes, the training a chapter does counted in its time, hf-xet's chunk cache on disk, and models of
 unknown size shown as unknown (issue 28, item 7)."""
 
@@ -9,7 +9,10 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from anisotropy import batches, budget, layerwise, profiles
+from anisotropy.measure import batches
+from anisotropy.pages import budget
+from anisotropy.experiments import layerwise
+from anisotropy import profiles
 
 GIB = 2**30
 
@@ -117,7 +120,7 @@ def test_host_memory_at_paper_sizes_is_flagged():
 
 
 def test_host_memory_at_local_sizes_is_not_flagged():
-    from anisotropy import runner
+    from anisotropy.book import runner
 
     for chapter in runner.chapters():
         p = budget.plan(chapter, profiles.chapter_parameters("local", chapter), "local")

@@ -9,9 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from anisotropy import (claims, learnt, profiles, results, rules, rules_ablation, rules_p1_s3, rules_p1_s4, rules_p1_s5,
-                        rules_p2, runner)
-from anisotropy.baseline import isotropic_cosine_quantile
+from anisotropy.claims import ledger as claims, learnt
+from anisotropy import profiles, results
+from anisotropy.claims.rules import common, ablation, p1_s3, p1_s4, p1_s5, p2
+from anisotropy.book import runner
+from anisotropy.measure.baseline import isotropic_cosine_quantile
 
 HOLDS, FAILS, UNTESTABLE = claims.HOLDS, claims.FAILS, claims.UNTESTABLE
 
@@ -124,54 +126,54 @@ def layers(values: dict[str, list[float]], dim: int = 768, family: str = "token-
 def test_some_layer_above_null_needs_one_anisotropic_layer_in_every_model():
     # Paper 1's "anisotropic in at least one of their layers": one layer above the isotropic q95 in each model
     one_each = layers({"a": [_Q / 2, 0.5], "b": [0.4, _Q / 2]})
-    assert rules_p1_s3.some_layer_above_null(one_each).holds
-    out = rules_p1_s3.some_layer_above_null(layers({"a": [_Q / 2, 0.5], "b": [_Q / 2, _Q / 3]}))
+    assert p1_s3.some_layer_above_null(one_each).holds
+    out = p1_s3.some_layer_above_null(layers({"a": [_Q / 2, 0.5], "b": [_Q / 2, _Q / 3]}))
     assert out.holds is False and "b 0 of 2" in out.value
-    assert not rules_p1_s3.some_layer_above_null(one_each, at_least=2).holds
+    assert not p1_s3.some_layer_above_null(one_each, at_least=2).holds
 
 
 def test_most_layers_above_null_counts_layers_per_model():
     q = float(isotropic_cosine_quantile(0.95, 768))
     good = layers({"a": [0.5, 0.6, 0.01, 0.4], "b": [0.3, 0.3, 0.3, 0.0]})
-    assert rules_p1_s3.most_layers_above_null(good, share=0.5).holds
+    assert p1_s3.most_layers_above_null(good, share=0.5).holds
     bad = layers({"a": [0.5, 0.6, 0.01, 0.4], "b": [q / 2, q / 2, q / 2, 0.3]})
-    out = rules_p1_s3.most_layers_above_null(bad, share=0.5)
+    out = p1_s3.most_layers_above_null(bad, share=0.5)
     assert out.holds is False and "b 25%" in out.value
 
 
 def test_every_layer_above_and_close_to_isotropic_and_majority():
-    assert rules_p1_s3.every_layer_above(layers({"a": [0.3, 0.25], "b": [0.9, 0.21]}), threshold=0.2).holds
-    out = rules_p1_s3.every_layer_above(layers({"a": [0.3, 0.25], "b": [0.9, 0.19]}), threshold=0.2)
+    assert p1_s3.every_layer_above(layers({"a": [0.3, 0.25], "b": [0.9, 0.21]}), threshold=0.2).holds
+    out = p1_s3.every_layer_above(layers({"a": [0.3, 0.25], "b": [0.9, 0.19]}), threshold=0.2)
     assert out.holds is False and "0.190 (b, layer 1)" in out.value
-    assert rules_p1_s3.close_to_isotropic(layers({"mit": [0.02, -0.05, 0.09]}), threshold=0.1).holds
-    assert rules_p1_s3.close_to_isotropic(layers({"mit": [0.02, -0.15, 0.09]}), threshold=0.1).holds is False
+    assert p1_s3.close_to_isotropic(layers({"mit": [0.02, -0.05, 0.09]}), threshold=0.1).holds
+    assert p1_s3.close_to_isotropic(layers({"mit": [0.02, -0.15, 0.09]}), threshold=0.1).holds is False
     three = layers({"a": [0.01, 0.02], "b": [0.05, 0.0], "c": [0.5, 0.6]}, family="cnn")
-    assert rules_p1_s3.majority_isotropic(three, threshold=0.1).holds
-    assert rules_p1_s3.majority_isotropic(layers({"a": [0.01], "b": [0.5], "c": [0.6]}), threshold=0.1).holds is False
+    assert p1_s3.majority_isotropic(three, threshold=0.1).holds
+    assert p1_s3.majority_isotropic(layers({"a": [0.01], "b": [0.5], "c": [0.6]}), threshold=0.1).holds is False
     # "most CNNs" of one CNN is that CNN: not decided
-    out = rules_p1_s3.majority_isotropic(layers({"a": [0.01, 0.02]}), threshold=0.1, min_models=2)
+    out = p1_s3.majority_isotropic(layers({"a": [0.01, 0.02]}), threshold=0.1, min_models=2)
     assert out.holds is None and "too few models: 1" in out.value
 
 
 def test_falls_with_depth():
-    assert rules_p1_s3.falls_with_depth(layers({"resnet": [0.9, 0.7, 0.5, 0.2]})).holds
-    out = rules_p1_s3.falls_with_depth(layers({"resnet": [0.2, 0.5, 0.7, 0.9]}))
+    assert p1_s3.falls_with_depth(layers({"resnet": [0.9, 0.7, 0.5, 0.2]})).holds
+    out = p1_s3.falls_with_depth(layers({"resnet": [0.2, 0.5, 0.7, 0.9]}))
     assert out.holds is False and "+1.00" in out.value
-    assert rules_p1_s3.falls_with_depth(layers({"resnet": [0.9, 0.7, 0.5]}), min_layers=4).holds is None
+    assert p1_s3.falls_with_depth(layers({"resnet": [0.9, 0.7, 0.5]}), min_layers=4).holds is None
 
 
 def test_group_above_compares_group_means_by_model_or_family():
     frame = pd.concat([layers({"c": [0.6, 0.7], "c2": [0.5, 0.6]}), layers({"s": [0.2, 0.3], "s2": [0.1, 0.3]})])
-    assert rules_p1_s3.group_above(frame, high={"models": ["c", "c2"]}, low={"models": ["s", "s2"]}).holds
-    assert rules_p1_s3.group_above(frame, high={"models": ["s", "s2"]}, low={"models": ["c", "c2"]}).holds is False
+    assert p1_s3.group_above(frame, high={"models": ["c", "c2"]}, low={"models": ["s", "s2"]}).holds
+    assert p1_s3.group_above(frame, high={"models": ["s", "s2"]}, low={"models": ["c", "c2"]}).holds is False
     # one model against one compares two draws, not two kinds of model (CANINE-c against CANINE-s)
-    out = rules_p1_s3.group_above(frame, high={"models": ["c"]}, low={"models": ["s"]}, min_models=2)
+    out = p1_s3.group_above(frame, high={"models": ["c"]}, low={"models": ["s"]}, min_models=2)
     assert out.holds is None and "too few models in a group: 1" in out.value
     mixed = pd.concat([layers({"w2v": [0.5, 0.6], "vit": [0.4, 0.5]}, family="speech"),
                        layers({"resnet": [0.1, 0.0], "van": [0.0, 0.1]}, family="cnn")])
-    assert rules_p1_s3.group_above(mixed, high={"families": ["speech", "vision-transformer"]},
+    assert p1_s3.group_above(mixed, high={"families": ["speech", "vision-transformer"]},
                               low={"families": ["cnn"]}).holds
-    assert rules_p1_s3.group_above(mixed, high={"families": ["speech"]}, low={"families": ["decoder"]}).holds is None
+    assert p1_s3.group_above(mixed, high={"families": ["speech"]}, low={"families": ["decoder"]}).holds is None
 
 
 def corr(rows, n_layers: int = 13) -> pd.DataFrame:
@@ -183,31 +185,31 @@ def test_drift_correlated_leaves_out_models_too_short_to_be_significant():
     frame = corr([("bert", "token-level", 0.9, 0.001), ("gpt2", "token-level", 0.8, 0.01),
                   ("vit", "vision-transformer", 0.2, 0.4), ("resnet", "cnn", 0.1, 0.7), ("van", "cnn", 0.9, 0.01),
                   ("cvt", "cnn", -0.8, 0.01)])
-    out = rules_p1_s3.drift_correlated(frame, alpha=0.05, share=0.5)
+    out = p1_s3.drift_correlated(frame, alpha=0.05, share=0.5)
     assert out.holds and "2 of 3" in out.value and "vit" in out.value  # the CNNs are left out
-    assert rules_p1_s3.drift_correlated(frame, alpha=0.005, share=0.5).holds is False
+    assert p1_s3.drift_correlated(frame, alpha=0.005, share=0.5).holds is False
     short = frame.assign(n_layers=np.where(frame["label"] == "gpt2", 5, 13))
-    out = rules_p1_s3.drift_correlated(short, alpha=0.005, share=0.75)  # bert of bert and vit
+    out = p1_s3.drift_correlated(short, alpha=0.005, share=0.75)  # bert of bert and vit
     assert out.holds is False and "1 of 2" in out.value and "left out, too few layers: gpt2" in out.value
-    assert rules_p1_s3.drift_correlated(frame.assign(n_layers=5), min_layers=6).holds is None
+    assert p1_s3.drift_correlated(frame.assign(n_layers=5), min_layers=6).holds is None
 
 
 def test_drift_contrast_counts_no_significance_as_undecided_never_as_support():
     transformers = [("bert", "token-level", 0.9, 0.001), ("gpt2", "token-level", 0.8, 0.01)]
     # CNNs of four or five stage points are never significant: "not significant" was the default, and no support
     few_points = corr(transformers + [("resnet", "cnn", 0.1, 0.8), ("van", "cnn", 0.3, 0.6)], n_layers=5)
-    out = rules_p1_s3.drift_contrast(few_points, alpha=0.05, max_rho=0.5, min_models=2)
+    out = p1_s3.drift_contrast(few_points, alpha=0.05, max_rho=0.5, min_models=2)
     assert out.holds is None and "too few CNNs with enough layers" in out.value
     # long CNNs whose interval excludes a strong correlation support it, where Transformers are correlated
     flat = corr(transformers + [("resnet", "cnn", 0.05, 0.8), ("van", "cnn", -0.1, 0.5)], n_layers=60)
-    out = rules_p1_s3.drift_contrast(flat, alpha=0.05, max_rho=0.5, min_models=2)
+    out = p1_s3.drift_contrast(flat, alpha=0.05, max_rho=0.5, min_models=2)
     assert out.holds and "2 of 2 decided CNNs without" in out.value
     # long CNNs significantly correlated contradict it
     correlated = corr(transformers + [("resnet", "cnn", 0.8, 0.001), ("van", "cnn", 0.7, 0.001)], n_layers=60)
-    assert rules_p1_s3.drift_contrast(correlated, alpha=0.05, max_rho=0.5, min_models=2).holds is False
-    lo, hi = rules_p1_s3.spearman_interval(0.0, 60)
+    assert p1_s3.drift_contrast(correlated, alpha=0.05, max_rho=0.5, min_models=2).holds is False
+    lo, hi = p1_s3.spearman_interval(0.0, 60)
     assert lo == pytest.approx(-hi) and 0.2 < hi < 0.3
-    assert rules_p1_s3.spearman_interval(0.0, 5)[1] > 0.8  # five points: the interval covers almost everything
+    assert p1_s3.spearman_interval(0.0, 5)[1] > 0.8  # five points: the interval covers almost everything
 
 
 # Section 4: a block sweep whose shape is known. N* (norms of the averages) = 16 + 12 * 0.99 / 2 = 21.94 and the
@@ -236,64 +238,64 @@ COARSE = (0, 16, 32, 1024)  # the smoke profile's grid: one norm on each side of
 
 def test_rises_with_bias_and_fixed_points():
     frame = block()
-    assert rules_p1_s4.rises_with_bias(frame, columns=["output_drift_norm"]).holds
-    assert rules_p1_s4.rises_with_bias(frame, columns=["query_cosine", "key_cosine"]).holds
+    assert p1_s4.rises_with_bias(frame, columns=["output_drift_norm"]).holds
+    assert p1_s4.rises_with_bias(frame, columns=["query_cosine", "key_cosine"]).holds
     falling = frame.assign(query_cosine=1 - frame["query_cosine"])
-    assert rules_p1_s4.rises_with_bias(falling, columns=["query_cosine", "key_cosine"]).holds is False
-    out = rules_p1_s4.rises_with_bias(block(norms=COARSE), columns=["output_drift_norm"], min_points=4)
+    assert p1_s4.rises_with_bias(falling, columns=["query_cosine", "key_cosine"]).holds is False
+    out = p1_s4.rises_with_bias(block(norms=COARSE), columns=["output_drift_norm"], min_points=4)
     assert out.holds is None and "too few bias norms up to 4 N*" in out.value
-    assert rules_p1_s4.rises_with_bias(block(crossing=False)).holds is None  # no N*: the regime cannot be placed
-    out = rules_p1_s4.average_fixed_point(frame)
+    assert p1_s4.rises_with_bias(block(crossing=False)).holds is None  # no N*: the regime cannot be placed
+    out = p1_s4.average_fixed_point(frame)
     # gap output - input: +0.99 at N = 16, -1.01 at N = 28, so the crossing interpolates to 16 + 12 * 0.99 / 2
     assert out.holds and "N* (norms of the averages) = 21.94" in out.value
-    assert rules_p1_s4.average_fixed_point(block(crossing=False)).holds is False
-    out = rules_p1_s4.average_fixed_point(block(norms=COARSE), min_side=2)
+    assert p1_s4.average_fixed_point(block(crossing=False)).holds is False
+    out = p1_s4.average_fixed_point(block(norms=COARSE), min_side=2)
     assert out.holds is None and "1 below, 1 above" in out.value
     # a second crossing inside the regime: no attracting fixed point
     twice = frame.assign(output_drift_norm=np.where(frame["bias_norm"] == 40, 45.0, frame["output_drift_norm"]))
-    out = rules_p1_s4.average_fixed_point(twice)
+    out = p1_s4.average_fixed_point(twice)
     assert out.holds is False and "more than once" in out.value
-    stars = rules_p1_s4.crossings(frame, "output_drift_norm", "input_drift_norm", "post_ln")
+    stars = p1_s4.crossings(frame, "output_drift_norm", "input_drift_norm", "post_ln")
     assert np.allclose(stars, 16 + 12 * 0.99 / 2.0)
-    assert rules_p1_s4.fixed_point(frame) == pytest.approx(16 + 12 * 0.99 / 2.0)
+    assert p1_s4.fixed_point(frame) == pytest.approx(16 + 12 * 0.99 / 2.0)
     # the mean norms cross where sqrt(0.55^2 + N^2) reaches 27.7128, which is the LayerNorm prediction
-    assert rules_p1_s4.layernorm_fixed_point(frame, tolerance=0.01).holds
-    assert rules_p1_s4.layernorm_fixed_point(frame.assign(predicted_n_star=20.0), tolerance=0.01).holds is False
-    assert rules_p1_s4.layernorm_fixed_point(block(norms=(0, 1, 1024)), tolerance=0.01).holds is None
+    assert p1_s4.layernorm_fixed_point(frame, tolerance=0.01).holds
+    assert p1_s4.layernorm_fixed_point(frame.assign(predicted_n_star=20.0), tolerance=0.01).holds is False
+    assert p1_s4.layernorm_fixed_point(block(norms=(0, 1, 1024)), tolerance=0.01).holds is None
 
 
 def test_rows_sharpen_decides_in_the_papers_regime_not_far_beyond_it():
     # entropy 1 - 1e-6 N^2: a drop of 0.004 at N = 64 (2.9 N*), of 0.066 at N = 256 (11.7 N*) outside the regime
-    assert rules_p1_s4.rows_sharpen(block(), within=4.0, min_drop=0.01).holds is False
-    assert rules_p1_s4.rows_sharpen(block(), within=12.0, min_drop=0.01).holds  # the same sweep, read far beyond N*
+    assert p1_s4.rows_sharpen(block(), within=4.0, min_drop=0.01).holds is False
+    assert p1_s4.rows_sharpen(block(), within=12.0, min_drop=0.01).holds  # the same sweep, read far beyond N*
     sharp = block(sharpening=1e-5)  # a drop of 0.04 at N = 64
-    out = rules_p1_s4.rows_sharpen(sharp, within=4.0, min_drop=0.01)
+    out = p1_s4.rows_sharpen(sharp, within=4.0, min_drop=0.01)
     assert out.holds and "from N = 0 to N = 64 (2.9 N*)" in out.value
     flat = sharp.assign(softmax_max=1 / 512, softmax_min=1 / 512)
-    assert rules_p1_s4.rows_sharpen(flat).holds is False
-    assert rules_p1_s4.rows_sharpen(block(crossing=False)).holds is None
+    assert p1_s4.rows_sharpen(flat).holds is False
+    assert p1_s4.rows_sharpen(block(crossing=False)).holds is None
 
 
 def test_uniform_at_fixed_point():
-    assert rules_p1_s4.uniform_at_fixed_point(block(), level=0.99).holds  # 1 - 1e-6 * 27.7^2 = 0.9992
-    assert rules_p1_s4.uniform_at_fixed_point(block(sharpening=1e-4), level=0.99).holds is False
-    assert rules_p1_s4.uniform_at_fixed_point(block(norms=(0, 1, 1024)), level=0.99).holds is None
+    assert p1_s4.uniform_at_fixed_point(block(), level=0.99).holds  # 1 - 1e-6 * 27.7^2 = 0.9992
+    assert p1_s4.uniform_at_fixed_point(block(sharpening=1e-4), level=0.99).holds is False
+    assert p1_s4.uniform_at_fixed_point(block(norms=(0, 1, 1024)), level=0.99).holds is None
 
 
 def test_n_star_order_against_a_reference_model():
     reference = pd.DataFrame({"label": "BERT", "model": "bert-base-uncased", "variant": "pretrained",
                               "layer": range(13), "mean_norm": [15.0] * 13})
-    out = rules_p1_s4.n_star_order(block(), reference, low=0.2, high=5.0)
+    out = p1_s4.n_star_order(block(), reference, low=0.2, high=5.0)
     assert out.holds and "ratio 1.46" in out.value
-    assert rules_p1_s4.n_star_order(block(), reference.assign(mean_norm=500.0), low=0.2, high=5.0).holds is False
-    assert rules_p1_s4.n_star_order(block(crossing=False), reference).holds is None
+    assert p1_s4.n_star_order(block(), reference.assign(mean_norm=500.0), low=0.2, high=5.0).holds is False
+    assert p1_s4.n_star_order(block(crossing=False), reference).holds is None
 
 
 def test_the_books_nstar_finding_is_decided_by_the_ledger_on_pretrained_bert_base_only():
     """Section 4's "book's own finding" (N* predicts BERT-base's trained scale) is a ledger row, not a page's `if`."""
     book = claims.claim("book-s4-nstar-predicts-bert-scale")
     assert book.paper == "book" and book.models == ("bert-base-uncased",)
-    n_star = rules_p1_s4.fixed_point(block())
+    n_star = p1_s4.fixed_point(block())
 
     def bert(scale: float, model: str = "bert-base-uncased") -> pd.DataFrame:
         return pd.DataFrame({"label": "BERT", "model": model, "origin": "pretrained", "layer": range(13),
@@ -323,13 +325,13 @@ def score_frame(moves_at: tuple = (28.0, 1024.0)) -> pd.DataFrame:
 
 
 def test_scores_shift_and_spread_at_the_papers_norms():
-    assert rules_p1_s4.scores_shift_and_spread(score_frame(), block(), share=0.9).holds
+    assert p1_s4.scores_shift_and_spread(score_frame(), block(), share=0.9).holds
     # moving only at N = 1024 (47 N*) is the setup's N^2, not what the paper plots
-    out = rules_p1_s4.scores_shift_and_spread(score_frame(moves_at=(1024.0,)), block(), share=0.9)
+    out = p1_s4.scores_shift_and_spread(score_frame(moves_at=(1024.0,)), block(), share=0.9)
     assert out.holds is False and "to N = 28" in out.value
     far = score_frame()[lambda f: f["bias_norm"] != 28.0]
-    assert rules_p1_s4.scores_shift_and_spread(far, block(), share=0.9).holds is None
-    assert rules_p1_s4.scores_shift_and_spread(score_frame(), block(crossing=False)).holds is None
+    assert p1_s4.scores_shift_and_spread(far, block(), share=0.9).holds is None
+    assert p1_s4.scores_shift_and_spread(score_frame(), block(crossing=False)).holds is None
 
 
 # Section 5: per-head statistics along training whose dynamics are planted; warm-up of 40 steps, so the comparison
@@ -355,7 +357,7 @@ def qk(runs=("mlm seed 0", "mlm seed 1"), opposite_from: int = 100, steps=(0, 50
 
 
 def test_alignment_dot_entropy_rules_compare_from_the_end_of_warmup():
-    for rule in (rules_p1_s5.alignment_grows, rules_p1_s5.dot_grows, rules_p1_s5.entropy_falls):
+    for rule in (p1_s5.alignment_grows, p1_s5.dot_grows, p1_s5.entropy_falls):
         assert rule(qk()).holds, rule.__name__
         assert rule(qk(grow=False)).holds is False, rule.__name__
         # everything moved during warm-up, nothing after: from step 0 it would hold
@@ -363,46 +365,46 @@ def test_alignment_dot_entropy_rules_compare_from_the_end_of_warmup():
         assert rule(qk(runs=("mlm seed 0",)), min_runs=2).holds is None, rule.__name__
         assert rule(qk(warmup=None)).holds is None, rule.__name__  # the frame does not say the warm-up
         assert rule(qk(warmup=2000)).holds is None, rule.__name__  # no checkpoint after it
-    out = rules_p1_s5.entropy_falls(qk())
+    out = p1_s5.entropy_falls(qk())
     assert "step 50 → 1,250" in out.value and "2 of 2 runs" in out.value
-    assert rules.after_warmup(qk(runs=("a",)))["step"].min() == 50
-    assert rules.after_warmup(qk(runs=("a",), warmup=50))["step"].min() == 50
+    assert common.after_warmup(qk(runs=("a",)))["step"].min() == 50
+    assert common.after_warmup(qk(runs=("a",), warmup=50))["step"].min() == 50
 
 
 def test_common_first_opposite_last_and_onset():
     frame = qk(opposite_from=100)  # negative from step 100 of 1250: 8%
-    assert rules_p1_s5.common_first_opposite_last(frame).holds
-    assert rules_p1_s5.opposite_onset_share(frame) == pytest.approx(100 / 1250)
-    out = rules_p1_s5.opposite_onset(frame, share=0.08, factor=2.0)
+    assert p1_s5.common_first_opposite_last(frame).holds
+    assert p1_s5.opposite_onset_share(frame) == pytest.approx(100 / 1250)
+    out = p1_s5.opposite_onset(frame, share=0.08, factor=2.0)
     assert out.holds and "from 8% of training on" in out.value
     late = qk(opposite_from=1250)  # only the last checkpoint: 100%
-    assert rules_p1_s5.opposite_onset(late, share=0.08, factor=2.0).holds is False
+    assert p1_s5.opposite_onset(late, share=0.08, factor=2.0).holds is False
     never = qk(opposite_from=10**9)
-    assert rules_p1_s5.common_first_opposite_last(never).holds is False
-    assert rules_p1_s5.opposite_onset(never).holds is False and "never negative" in rules_p1_s5.opposite_onset(never).value
+    assert p1_s5.common_first_opposite_last(never).holds is False
+    assert p1_s5.opposite_onset(never).holds is False and "never negative" in p1_s5.opposite_onset(never).value
     # signs without a drift: the first layer's cosine does not grow after warm-up
-    assert rules_p1_s5.common_first_opposite_last(qk(grow=False)).holds is False
-    assert rules_p1_s5.common_first_opposite_last(qk(runs=("s0",))).holds is None
+    assert p1_s5.common_first_opposite_last(qk(grow=False)).holds is False
+    assert p1_s5.common_first_opposite_last(qk(runs=("s0",))).holds is None
     # no checkpoint between 4% and 16% of training: the grid cannot place an onset at 8%
     sparse = qk(steps=(0, 10, 400, 1250), opposite_from=400)
-    out = rules_p1_s5.opposite_onset(sparse, share=0.08, factor=2.0)
+    out = p1_s5.opposite_onset(sparse, share=0.08, factor=2.0)
     assert out.holds is None and "too few runs with a checkpoint between 4% and 16%" in out.value
 
 
 def test_every_run_holds_needs_several_seeds():
-    assert rules_p1_s5.every_run_holds(qk(runs=("s0", "s1", "s2"))).holds
-    assert rules_p1_s5.every_run_holds(qk(runs=("s0",))).holds is None
+    assert p1_s5.every_run_holds(qk(runs=("s0", "s1", "s2"))).holds
+    assert p1_s5.every_run_holds(qk(runs=("s0",))).holds is None
     mixed = pd.concat([qk(runs=("s0", "s1")), qk(runs=("s2",), grow=False)])
-    assert rules_p1_s5.every_run_holds(mixed).holds is False
-    assert rules_p1_s5.every_run_holds(qk(runs=("s0", "s1"), during_warmup=True)).holds is False
+    assert p1_s5.every_run_holds(mixed).holds is False
+    assert p1_s5.every_run_holds(qk(runs=("s0", "s1"), during_warmup=True)).holds is False
 
 
 def test_warmup_steps_of_the_runs_a_page_follows():
-    assert rules_p1_s5.warmup_steps("multiberts", "paper") == rules_p1_s5.MULTIBERTS_WARMUP == 10_000
-    from anisotropy import training_recipes
+    assert p1_s5.warmup_steps("multiberts", "paper") == p1_s5.MULTIBERTS_WARMUP == 10_000
+    from anisotropy.training import recipes
 
-    assert rules_p1_s5.warmup_steps("mlm", "local") == training_recipes.suite("mlm", "local")[0].warmup
-    assert rules_p1_s5.warmup_steps("no-such-suite", "local") is None
+    assert p1_s5.warmup_steps("mlm", "local") == recipes.suite("mlm", "local")[0].warmup
+    assert p1_s5.warmup_steps("no-such-suite", "local") is None
 
 
 ABLATION_COLUMNS = ["variant", "seed", "val_loss", "entropy_ratio", "mean_cosine"]
@@ -413,20 +415,20 @@ ABLATION_LOSER = [("centred", s, 2.5, 0.9, 0.10) for s in (0, 1)]
 
 def test_sharp_without_anisotropy():
     base, winner, loser, cols = ABLATION_BASE, ABLATION_WINNER, ABLATION_LOSER, ABLATION_COLUMNS
-    assert rules_ablation.sharp_without_anisotropy(pd.DataFrame(base + winner + loser, columns=cols)).holds
-    assert rules_ablation.sharp_without_anisotropy(pd.DataFrame(base + loser, columns=cols)).holds is False
-    assert rules_ablation.sharp_without_anisotropy(pd.DataFrame(base, columns=cols)).holds is None
+    assert ablation.sharp_without_anisotropy(pd.DataFrame(base + winner + loser, columns=cols)).holds
+    assert ablation.sharp_without_anisotropy(pd.DataFrame(base + loser, columns=cols)).holds is False
+    assert ablation.sharp_without_anisotropy(pd.DataFrame(base, columns=cols)).holds is None
     # runs that did not learn answer nothing: on the unigram plateau (0.3 nats below it), or with uniform attention
     plateau = pd.DataFrame(base + winner, columns=cols).assign(unigram=2.3)
-    assert rules_ablation.sharp_without_anisotropy(plateau).holds is None
-    assert "did not learn" in rules_ablation.sharp_without_anisotropy(plateau).value
-    assert rules_ablation.sharp_without_anisotropy(plateau.assign(unigram=3.0)).holds  # 1 nat below: learnt
+    assert ablation.sharp_without_anisotropy(plateau).holds is None
+    assert "did not learn" in ablation.sharp_without_anisotropy(plateau).value
+    assert ablation.sharp_without_anisotropy(plateau.assign(unigram=3.0)).holds  # 1 nat below: learnt
     uniform = [("standard", s, 2.0, 0.97, 0.30) for s in (0, 1)]
-    assert rules_ablation.sharp_without_anisotropy(pd.DataFrame(uniform + winner, columns=cols)).holds is None
+    assert ablation.sharp_without_anisotropy(pd.DataFrame(uniform + winner, columns=cols)).holds is None
     # the comparison the rule and the page read: a variant whose seeds straddle the standard's is "as good" on the
     # mean, and "more isotropic" only if every seed is below every standard seed
     straddle = [("temperature", 0, 1.9, 0.6, 0.10), ("temperature", 1, 2.05, 0.4, 0.35)]
-    table = rules_ablation.ablation_comparison(pd.DataFrame(base + winner + loser + straddle, columns=cols))
+    table = ablation.ablation_comparison(pd.DataFrame(base + winner + loser + straddle, columns=cols))
     assert table.set_index("variant").to_dict("index") == {
         "qk_norm": {"sharp": True, "good": True, "isotropic": True, "sharper": True, "winner": True},
         "centred": {"sharp": False, "good": False, "isotropic": True, "sharper": False, "winner": False},
@@ -521,27 +523,27 @@ def test_the_layer_page_words_one_decoder_by_the_ledgers_bell_test():
 def test_bell_shaped_flat_and_decoders_above_encoders():
     frame = profiles_frame({"gpt2": ("decoder", BELL), "opt": ("decoder", [0.1, 0.3, 0.5, 0.3, 0.2]),
                             "bert": ("encoder", FLAT), "roberta": ("encoder", [0.1, 0.11, 0.1, 0.13, 0.1])})
-    assert rules_p2.bell_shaped(frame, stack="decoder", min_ratio=1.5).holds
-    assert rules_p2.bell_shaped(frame, stack="encoder", min_ratio=1.5).holds is False
+    assert p2.bell_shaped(frame, stack="decoder", min_ratio=1.5).holds
+    assert p2.bell_shaped(frame, stack="encoder", min_ratio=1.5).holds is False
     # a peak in the second of ten layers is inside the stack but not in its middle layers
     early = profiles_frame({"gemma": ("decoder", EARLY), "smol": ("decoder", EARLY)})
-    out = rules_p2.bell_shaped(early, stack="decoder", min_ratio=1.5, band=(0.2, 0.8))
+    out = p2.bell_shaped(early, stack="decoder", min_ratio=1.5, band=(0.2, 0.8))
     assert out.holds is False and "gemma 10.91 at 0.11" in out.value
-    assert rules_p2.bell_shaped(early, stack="decoder", band=(0.0, 1.0)).holds  # the old rule accepted it
-    assert rules_p2.bell_shaped(frame[frame["label"] == "gpt2"], stack="decoder", min_models=2).holds is None
-    assert rules_p2.bell_shaped(profiles_frame({"a": ("decoder", [0.1, 0.5, 0.1]), "b": ("decoder", [0.1, 0.5, 0.1])}),
+    assert p2.bell_shaped(early, stack="decoder", band=(0.0, 1.0)).holds  # the old rule accepted it
+    assert p2.bell_shaped(frame[frame["label"] == "gpt2"], stack="decoder", min_models=2).holds is None
+    assert p2.bell_shaped(profiles_frame({"a": ("decoder", [0.1, 0.5, 0.1]), "b": ("decoder", [0.1, 0.5, 0.1])}),
                               min_layers=5).holds is None
-    assert rules_p2.decoders_above_encoders(frame).holds
+    assert p2.decoders_above_encoders(frame).holds
     swapped = frame.assign(stack=frame["stack"].map({"decoder": "encoder", "encoder": "decoder"}))
-    assert rules_p2.decoders_above_encoders(swapped).holds is False
-    assert rules_p2.decoders_above_encoders(frame[frame["stack"] == "encoder"]).holds is None
-    assert rules_p2.decoders_above_encoders(frame[frame["label"] != "opt"], min_models=2).holds is None
+    assert p2.decoders_above_encoders(swapped).holds is False
+    assert p2.decoders_above_encoders(frame[frame["stack"] == "encoder"]).holds is None
+    assert p2.decoders_above_encoders(frame[frame["label"] != "opt"], min_models=2).holds is None
     # encoders more uniform than decoders: flat encoders beside bell decoders hold; swapped, they do not; one model
     # of a group decides nothing
-    assert rules_p2.more_uniform_than(frame, stack="encoder", than="decoder").holds
-    out = rules_p2.more_uniform_than(swapped, stack="encoder", than="decoder")
+    assert p2.more_uniform_than(frame, stack="encoder", than="decoder").holds
+    out = p2.more_uniform_than(swapped, stack="encoder", than="decoder")
     assert out.holds is False and "12.00" in out.value
-    assert rules_p2.more_uniform_than(frame[frame["label"] != "bert"], min_models=2).holds is None
+    assert p2.more_uniform_than(frame[frame["label"] != "bert"], min_models=2).holds is None
 
 
 def dynamics(values: dict[str, tuple[str, list[float]]], column: str) -> pd.DataFrame:
@@ -555,61 +557,61 @@ def test_training_dynamics_rules_read_decoder_runs_only():
     up_down, rising = [10, 14, 20, 15, 12], [10, 12, 14, 16, 18]
     dim = dynamics({"pythia": ("decoder", up_down), "bloom": ("decoder", up_down),
                     "mlm": ("encoder", rising)}, "twonn_dimension")
-    out = rules_p2.rise_then_fall(dim)
+    out = p2.rise_then_fall(dim)
     assert out.holds and "2 of 2 runs" in out.value and "mlm" not in out.value  # the encoder is not read
-    assert rules_p2.rise_then_fall(dim.assign(twonn_dimension=np.tile(rising, 3))).holds is False
+    assert p2.rise_then_fall(dim.assign(twonn_dimension=np.tile(rising, 3))).holds is False
     flat = dim.assign(twonn_dimension=np.tile([10, 10.2, 10.3, 9, 8], 3))
-    assert rules_p2.rise_then_fall(flat, min_change=0.05).holds is False
-    out = rules_p2.rise_then_fall(dim[dim["label"] != "bloom"], min_runs=2)
+    assert p2.rise_then_fall(flat, min_change=0.05).holds is False
+    out = p2.rise_then_fall(dim[dim["label"] != "bloom"], min_runs=2)
     assert out.holds is None and "too few runs that can answer: 1" in out.value
-    assert rules_p2.rise_then_fall(dim.drop(columns="stack")).holds is None
+    assert p2.rise_then_fall(dim.drop(columns="stack")).holds is None
     aniso = dynamics({"pythia": ("decoder", [0.05, 0.2, 0.5, 0.52, 0.51]),
                       "bloom": ("decoder", [0.05, 0.3, 0.4, 0.51, 0.5])}, "sigma1_share")
-    assert rules_p2.grows_then_stabilises(aniso, min_growth=1.2, max_late_change=0.25).holds
+    assert p2.grows_then_stabilises(aniso, min_growth=1.2, max_late_change=0.25).holds
     steady = aniso.assign(sigma1_share=np.tile([0.05, 0.1, 0.2, 0.3, 0.5], 2))
-    assert rules_p2.grows_then_stabilises(steady).holds is False
-    assert rules_p2.grows_then_stabilises(aniso[aniso["label"] == "bloom"], min_runs=2).holds is None
+    assert p2.grows_then_stabilises(steady).holds is False
+    assert p2.grows_then_stabilises(aniso[aniso["label"] == "bloom"], min_runs=2).holds is None
     series = pd.concat([profiles_frame({"clm": ("decoder", FLAT), "gpt": ("decoder", FLAT)}, step=0),
                         profiles_frame({"clm": ("decoder", BELL), "gpt": ("decoder", BELL)}, step=400)])
-    assert rules_p2.bell_builds_up(series).holds
+    assert p2.bell_builds_up(series).holds
     backwards = pd.concat([profiles_frame({"clm": ("decoder", BELL), "gpt": ("decoder", BELL)}, step=0),
                            profiles_frame({"clm": ("decoder", FLAT), "gpt": ("decoder", FLAT)}, step=400)])
-    assert rules_p2.bell_builds_up(backwards).holds is False
+    assert p2.bell_builds_up(backwards).holds is False
     early = pd.concat([profiles_frame({"clm": ("decoder", FLAT[:4] * 2 + FLAT[:2]),
                                        "gpt": ("decoder", FLAT[:4] * 2 + FLAT[:2])}, step=0),
                        profiles_frame({"clm": ("decoder", EARLY), "gpt": ("decoder", EARLY)}, step=400)])
-    assert rules_p2.bell_builds_up(early).holds is False  # built up, but not in the middle layers
-    assert rules_p2.bell_builds_up(series[series["label"] == "clm"], min_runs=2).holds is None
+    assert p2.bell_builds_up(early).holds is False  # built up, but not in the middle layers
+    assert p2.bell_builds_up(series[series["label"] == "clm"], min_runs=2).holds is None
 
 
 def test_final_norm_and_two_measures_and_null():
     table = pd.DataFrame({"label": ["Pythia-1B", "Pythia-2.8B"], "model": ["pythia-1b", "pythia-2.8b"],
                           "variant": "pretrained", "before": [0.4, 0.6], "after": [0.1, 0.2]})
-    assert rules_p2.final_norm_lowers(table).holds
-    assert rules_p2.final_norm_lowers(table.assign(after=[0.1, 0.9])).holds is False
-    assert rules_p2.final_norm_lowers(table.iloc[:0]).holds is None
+    assert p2.final_norm_lowers(table).holds
+    assert p2.final_norm_lowers(table.assign(after=[0.1, 0.9])).holds is False
+    assert p2.final_norm_lowers(table.iloc[:0]).holds is None
     knobs = np.linspace(0, 3, 5)
     clouds = pd.concat([
         pd.DataFrame({"case": "common drift", "knob": knobs, "mean_cosine": knobs**2 / (1 + knobs**2),
                       "sigma1_share": 0.012}),
         pd.DataFrame({"case": "one dominant direction", "knob": np.linspace(0.05, 0.95, 5),
                       "mean_cosine": 0.001, "sigma1_share": np.linspace(0.05, 0.95, 5)})])
-    assert rules_p2.drift_versus_spike(clouds).holds
-    assert rules_p2.drift_versus_spike(clouds.assign(mean_cosine=0.3)).holds is False
-    assert rules_p2.drift_versus_spike(clouds[clouds["case"] == "common drift"]).holds is None
+    assert p2.drift_versus_spike(clouds).holds
+    assert p2.drift_versus_spike(clouds.assign(mean_cosine=0.3)).holds is False
+    assert p2.drift_versus_spike(clouds[clouds["case"] == "common drift"]).holds is None
     dims = np.array([16, 64, 256, 1024, 8192])
     quantiles = pd.DataFrame({"d": dims, "exact_q95": [float(isotropic_cosine_quantile(0.95, d)) for d in dims]})
-    assert rules_p1_s3.null_concentrates(quantiles, tolerance=0.02).holds
-    assert rules_p1_s3.null_concentrates(quantiles.assign(exact_q95=quantiles["exact_q95"][::-1].to_numpy()),
+    assert p1_s3.null_concentrates(quantiles, tolerance=0.02).holds
+    assert p1_s3.null_concentrates(quantiles.assign(exact_q95=quantiles["exact_q95"][::-1].to_numpy()),
                                     tolerance=0.02).holds is False  # not decreasing in d
-    assert rules_p1_s3.null_concentrates(quantiles.assign(exact_q95=2 * quantiles["exact_q95"]), tolerance=0.02).holds \
+    assert p1_s3.null_concentrates(quantiles.assign(exact_q95=2 * quantiles["exact_q95"]), tolerance=0.02).holds \
         is False  # twice the limit
-    assert rules_p1_s3.null_concentrates(quantiles.head(1)).holds is None
+    assert p1_s3.null_concentrates(quantiles.head(1)).holds is None
     measured = pd.DataFrame({"label": ["BERT", "GPT-2"], "model": ["bert-base-uncased", "gpt2"],
                              "variant": "pretrained", "mean_cosine": [0.4, 0.6], "null_q95": [0.06, 0.06]})
-    assert rules_p1_s3.models_above_null(measured).holds
-    assert rules_p1_s3.models_above_null(measured.assign(mean_cosine=[0.4, 0.01])).holds is False
-    assert rules_p1_s3.models_above_null(measured.iloc[:0]).holds is None
+    assert p1_s3.models_above_null(measured).holds
+    assert p1_s3.models_above_null(measured.assign(mean_cosine=[0.4, 0.01])).holds is False
+    assert p1_s3.models_above_null(measured.iloc[:0]).holds is None
 
 
 # Every rule: a synthetic frame on which it holds, one on which it does not, and, for a rule with a minimum sample
@@ -764,7 +766,7 @@ CASES = {  # rule: (holds, does not hold, not testable or None), each a tuple of
 def _call(name, case):
     frames = [c for c in case if isinstance(c, pd.DataFrame)]
     keywords = next((c for c in case if isinstance(c, dict)), {})
-    return rules.RULES[name](*frames, **keywords)
+    return common.RULES[name](*frames, **keywords)
 
 
 def test_every_rule_has_a_case_that_holds_one_that_does_not_and_one_too_small_to_decide():
@@ -910,7 +912,8 @@ def test_paper_2_training_claims_read_decoder_runs_only():
 
 
 def test_a_claim_needing_a_model_that_could_not_be_loaded_is_not_testable_and_says_why(tmp_path):
-    from anisotropy import layerwise, results
+    from anisotropy.experiments import layerwise
+    from anisotropy import results
 
     # CANINE-c, CANINE-s and ByT5 were measured; CharacterBERT and MANTa-LM could not be had (remote code).
     measured = pd.concat([layers({name: [0.5, 0.6]}).assign(model=model) for name, model in
@@ -1030,45 +1033,45 @@ def test_every_chapter_shows_its_claims_and_the_closing_chapter_comes_last():
 
 def test_drift_correlated_pearson_reads_pearsons_columns():
     frame = pearson_frame()
-    assert rules_p1_s3.drift_correlated(frame, alpha=0.05, share=0.5).holds  # Spearman: 2 of 3 Transformers
-    out = rules_p1_s3.drift_correlated_pearson(frame, alpha=0.05, share=0.5)  # Pearson: 1 of 3
+    assert p1_s3.drift_correlated(frame, alpha=0.05, share=0.5).holds  # Spearman: 2 of 3 Transformers
+    out = p1_s3.drift_correlated_pearson(frame, alpha=0.05, share=0.5)  # Pearson: 1 of 3
     assert out.holds is False and out.value.startswith("Pearson's r: 1 of 3")
     swapped = frame.assign(pearson=frame["spearman"], pearson_p=frame["spearman_p"])
-    assert rules_p1_s3.drift_correlated_pearson(swapped, alpha=0.05, share=0.5).holds
-    assert rules_p1_s3.drift_correlated_pearson(frame.drop(columns=["pearson", "pearson_p"])).holds is None
+    assert p1_s3.drift_correlated_pearson(swapped, alpha=0.05, share=0.5).holds
+    assert p1_s3.drift_correlated_pearson(frame.drop(columns=["pearson", "pearson_p"])).holds is None
 
 
 def test_qk_norms_grow_from_the_first_checkpoint_after_warmup():
-    assert rules_p1_s5.qk_norms_grow(qk_norms(late_growth=2.0)).holds
+    assert p1_s5.qk_norms_grow(qk_norms(late_growth=2.0)).holds
     # a jump from initialisation (inside the warm-up) alone is not growth along training
-    out = rules_p1_s5.qk_norms_grow(qk_norms(late_growth=1.0))
+    out = p1_s5.qk_norms_grow(qk_norms(late_growth=1.0))
     assert out.holds is False and "from step 50 to 1,250" in out.value
-    assert rules_p1_s5.qk_norms_grow(qk_norms(steps=(0, 50, 1250), late_growth=2.0)).holds is None  # 2 after warm-up
-    assert rules_p1_s5.qk_norms_grow(qk_norms(runs=("s0",), late_growth=2.0)).holds is None  # one run
-    assert rules_p1_s5.qk_norms_grow(qk_norms().drop(columns=["k_norm"])).holds is None
+    assert p1_s5.qk_norms_grow(qk_norms(steps=(0, 50, 1250), late_growth=2.0)).holds is None  # 2 after warm-up
+    assert p1_s5.qk_norms_grow(qk_norms(runs=("s0",), late_growth=2.0)).holds is None  # one run
+    assert p1_s5.qk_norms_grow(qk_norms().drop(columns=["k_norm"])).holds is None
     mixed = pd.concat([qk_norms(runs=("a", "b"), late_growth=2.0), qk_norms(runs=("c",))])
-    assert rules_p1_s5.qk_norms_grow(mixed).holds and rules_p1_s5.qk_norms_grow(mixed).value.startswith("2 of 3 runs")
+    assert p1_s5.qk_norms_grow(mixed).holds and p1_s5.qk_norms_grow(mixed).value.startswith("2 of 3 runs")
 
 
 def test_internal_layers_grow_every_internal_layer_of_a_decoder():
-    assert rules_p2.internal_layers_grow(profiles_series(_GROWS)).holds
+    assert p2.internal_layers_grow(profiles_series(_GROWS)).holds
     # the middle grows, one internal layer does not: the growth is not consistent across the internal layers
     partial = profiles_series({**_GROWS, 400: [0.05, 0.1, 0.6, 0.4, 0.05]})
-    out = rules_p2.internal_layers_grow(partial)
+    out = p2.internal_layers_grow(partial)
     assert out.holds is False and "67% of 3 internal layers" in out.value
-    assert rules_p2.internal_layers_grow(profiles_series(_JUMPS)).holds is False  # growth from initialisation only
+    assert p2.internal_layers_grow(profiles_series(_JUMPS)).holds is False  # growth from initialisation only
     two = {0: [0.01] * 5, 10: [0.05, 0.1, 0.1, 0.1, 0.05], 400: [0.05, 0.3, 0.6, 0.4, 0.05]}
-    assert rules_p2.internal_layers_grow(profiles_series(two)).holds is None  # two checkpoints after initialisation
-    assert rules_p2.internal_layers_grow(profiles_series(_GROWS, stack="encoder")).holds is None  # no decoder
+    assert p2.internal_layers_grow(profiles_series(two)).holds is None  # two checkpoints after initialisation
+    assert p2.internal_layers_grow(profiles_series(_GROWS, stack="encoder")).holds is None  # no decoder
 
 
 def test_peaks_early_in_training():
-    out = rules_p2.peaks_early(dimension_runs([10, 12, 18, 20, 16, 13, 12]), share=0.25)
+    out = p2.peaks_early(dimension_runs([10, 12, 18, 20, 16, 13, 12]), share=0.25)
     assert out.holds and "step 1,000 (1% of training)" in out.value
     late = dimension_runs([10, 11, 12, 13, 14, 20, 12])  # largest at 64,000 of 143,000: 45%
-    assert rules_p2.peaks_early(late, share=0.25).holds is False
+    assert p2.peaks_early(late, share=0.25).holds is False
     first = dimension_runs([30, 12, 18, 20, 16, 13, 12])  # largest at initialisation: no rise
-    assert rules_p2.peaks_early(first, share=0.25).holds is False
-    assert rules_p2.peaks_early(dimension_runs([10, 12], steps=(0, 1))).holds is None
-    assert rules_p2.peaks_early(dimension_runs([10, 12, 18, 20, 16, 13, 12]).assign(stack="encoder")).holds is None
+    assert p2.peaks_early(first, share=0.25).holds is False
+    assert p2.peaks_early(dimension_runs([10, 12], steps=(0, 1))).holds is None
+    assert p2.peaks_early(dimension_runs([10, 12, 18, 20, 16, 13, 12]).assign(stack="encoder")).holds is None
 

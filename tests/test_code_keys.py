@@ -20,7 +20,9 @@ import pytest
 
 from conftest import copy_repo, run_cli
 
-from anisotropy import fingerprint, results, runner, spectral
+from anisotropy import fingerprint, results
+from anisotropy.book import runner
+from anisotropy.experiments import spectral
 
 CHAPTER = "p1_s3_token_level"
 
@@ -59,20 +61,21 @@ def repo(tmp_path_factory):
 
 
 def test_fingerprints_follow_the_import_graph():
-    assert "metrics" in fingerprint.closure("layerwise") and "taps" in fingerprint.closure("layerwise")
-    for never in ("plots", "report", "runner", "kernels", "sweeps", "results", "hub"):
-        assert never not in fingerprint.closure("layerwise", "spectral", "qk_dynamics", "block", "training")
+    assert "measure.metrics" in fingerprint.closure("experiments.layerwise") and "measure.taps" in fingerprint.closure("experiments.layerwise")
+    for never in ("pages.plots", "pages.report", "book.runner", "book.kernels", "book.sweeps", "results", "hub"):
+        assert never not in fingerprint.closure("experiments.layerwise", "experiments.spectral", "experiments.qk_dynamics", "experiments.block", "training.trainer")
     # A measurement does not depend on the trainer's code (a self-trained checkpoint carries its own key) ...
-    measurements = ("layerwise", "spectral", "qk_dynamics", "ablation", "rules_p1_s5", "machine")
+    measurements = ("experiments.layerwise", "experiments.spectral", "experiments.qk_dynamics", "experiments.ablation", "claims.rules.p1_s5", "book.machine")
     assert fingerprint.TRAINER & set(fingerprint.closure(*measurements)) == set()
     # ... but training does: on every trainer module (the loop imports them all) and on what they compute with.
-    assert fingerprint.TRAINER | {"data", "offline_tokenizers"} <= set(fingerprint.closure("training"))
-    assert "registry" not in fingerprint.closure("training")  # an edit to the model table retrains nothing
-    assert fingerprint.closure(*fingerprint.TRAINER) == fingerprint.closure("training")
-    assert fingerprint.trainer() == fingerprint.of("training")
-    # every module named training* is the trainer's: a new one must join TRAINER, or an edit to it would not retrain
-    assert {p.stem for p in fingerprint.FOLDER.glob("training*.py")} == fingerprint.TRAINER
-    assert fingerprint.of("metrics") != fingerprint.of("baseline")
+    assert fingerprint.TRAINER | {"data.sources", "models.offline_tokenizers"} <= set(fingerprint.closure("training.trainer"))
+    assert "models.registry" not in fingerprint.closure("training.trainer")  # an edit to the model table retrains nothing
+    assert fingerprint.closure(*fingerprint.TRAINER) == fingerprint.closure("training.trainer")
+    assert fingerprint.trainer() == fingerprint.of("training.trainer")
+    # every module of the training package is the trainer's: a new one must join TRAINER, or an edit to it would not
+    # retrain
+    assert {f"training.{p.stem}" for p in (fingerprint.FOLDER / "training").glob("[!_]*.py")} == fingerprint.TRAINER
+    assert fingerprint.of("measure.metrics") != fingerprint.of("measure.baseline")
 
 
 @pytest.mark.parametrize("module", sorted(fingerprint.TRAINER))
@@ -81,22 +84,22 @@ def test_an_edit_to_any_trainer_module_changes_the_trainers_fingerprint_and_no_m
     """A recipe's hash, its tokenizer folder and its training record hold ``fingerprint.trainer()``: an edit to any of
     the trainer's modules trains the suites anew, while the measurements (which meet a self-trained checkpoint by
     its own key) keep theirs."""
-    from anisotropy import training_recipes
+    from anisotropy.training import recipes
 
     copy = tmp_path / "anisotropy"
     shutil.copytree(fingerprint.FOLDER, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    measurements = ("layerwise", "spectral", "qk_dynamics", "ablation", "rules_p1_s5", "metrics")
+    measurements = ("experiments.layerwise", "experiments.spectral", "experiments.qk_dynamics", "experiments.ablation", "claims.rules.p1_s5", "measure.metrics")
 
     def digests() -> dict[str, str]:
         fingerprint._digest.cache_clear()
         fingerprint.imports.cache_clear()
         out = {m: fingerprint.of(m) for m in (*fingerprint.TRAINER, *measurements)}
-        return {**out, "trainer": fingerprint.trainer(), "recipe": training_recipes.Recipe(suite="s", kind="mlm").hash}
+        return {**out, "trainer": fingerprint.trainer(), "recipe": recipes.Recipe(suite="s", kind="mlm").hash}
 
     monkeypatch.setattr(fingerprint, "FOLDER", copy)
     try:
         before = digests()
-        path = copy / f"{module}.py"
+        path = copy.joinpath(*module.split(".")).with_suffix(".py")
         path.write_text(path.read_text() + "\n# an edit to the trainer\n")
         after = digests()
     finally:
@@ -105,7 +108,7 @@ def test_an_edit_to_any_trainer_module_changes_the_trainers_fingerprint_and_no_m
     changed = {k for k in before if before[k] != after[k]}
     # the trainer's fingerprint, the recipes' hashes and the trainer modules that reach the edited one: none else
     assert changed == {"trainer", "recipe", *(m for m in fingerprint.TRAINER if module in fingerprint.closure(m))}
-    assert {"training", module} <= changed
+    assert {"training.trainer", module} <= changed
 
 
 @pytest.fixture
@@ -118,7 +121,7 @@ def package_copy(tmp_path, monkeypatch):
     def digests() -> dict[str, str]:
         fingerprint._digest.cache_clear()
         fingerprint.imports.cache_clear()
-        modules = ("registry", "layerwise", "metrics")
+        modules = ("models.registry", "experiments.layerwise", "measure.metrics")
         return {"package": fingerprint.package(), **{m: fingerprint.of(m) for m in modules}}
 
     yield copy, digests
@@ -129,11 +132,11 @@ def package_copy(tmp_path, monkeypatch):
 def test_a_changed_model_table_changes_what_loads_models_and_nothing_else(package_copy):
     copy, digests = package_copy
     before = digests()
-    table = copy / "models.yml"
+    table = copy / "models" / "models.yml"
     table.write_text(table.read_text().replace("n_params: 124000000", "n_params: 124000001", 1))
     after = digests()
-    assert after["registry"] != before["registry"] and after["layerwise"] != before["layerwise"]
-    assert after["metrics"] == before["metrics"]  # metrics loads no model
+    assert after["models.registry"] != before["models.registry"] and after["experiments.layerwise"] != before["experiments.layerwise"]
+    assert after["measure.metrics"] == before["measure.metrics"]  # metrics loads no model
 
 
 def test_a_changed_hub_manifest_executes_the_pages_again_and_changes_no_measurement(package_copy):
@@ -143,16 +146,16 @@ def test_a_changed_hub_manifest_executes_the_pages_again_and_changes_no_measurem
     manifest.write_text(manifest.read_text() + "\n# an edit\n")
     after = digests()
     assert after["package"] != before["package"]  # what every executed page is stamped with
-    assert after["layerwise"] == before["layerwise"] and after["registry"] == before["registry"]
+    assert after["experiments.layerwise"] == before["experiments.layerwise"] and after["models.registry"] == before["models.registry"]
 
 
 def test_a_sub_package_module_is_read_by_its_dotted_name(tmp_path, monkeypatch):
     # A chapter module of the library: its relative imports (``from .. import x``) are found from its own package.
-    assert {"qk_dynamics", "training", "learnt", "data_images"} <= fingerprint.imports("chapters.p1_s5_qk_training")
+    assert {"experiments.qk_dynamics", "training.trainer", "claims.learnt", "data.images"} <= fingerprint.imports("chapters.p1_s5_qk_training")
     assert fingerprint._name("anisotropy.chapters.p1_s5_qk_training") == "chapters.p1_s5_qk_training"
     closure = fingerprint.closure("chapters.p1_s3_modalities")
     assert "chapters.p1_s3_modalities" in closure
-    assert "layerwise" in closure and "report" not in closure  # report presents: not followed
+    assert "experiments.layerwise" in closure and "pages.report" not in closure  # report presents: not followed
     # A sub-package of every kind of import, in a copy of the package.
     copy = tmp_path / "anisotropy"
     shutil.copytree(fingerprint.FOLDER, copy, ignore=shutil.ignore_patterns("__pycache__"))
@@ -160,34 +163,35 @@ def test_a_sub_package_module_is_read_by_its_dotted_name(tmp_path, monkeypatch):
     (copy / "sub" / "__init__.py").write_text("from . import helper\n")
     (copy / "sub" / "helper.py").write_text("X = 1\n")
     (copy / "sub" / "page.py").write_text(
-        "from .. import metrics\nfrom ..baseline import cosine_quantile\nfrom . import helper\n"
-        "from .helper import X\nimport anisotropy.spectral\nfrom anisotropy.rules import Outcome\n"
-        "from anisotropy import learnt\n\ndef f():\n    from ...outside import y\n")
+        "from ..measure import metrics\nfrom ..measure.baseline import cosine_quantile\nfrom . import helper\n"
+        "from .helper import X\nimport anisotropy.experiments.spectral\nfrom anisotropy.claims.rules.common import Outcome\n"
+        "from anisotropy.claims import learnt\n\ndef f():\n    from ...outside import y\n")
 
     def digests() -> dict[str, str]:
         fingerprint._digest.cache_clear()
         fingerprint.imports.cache_clear()
-        return {m: fingerprint.of(m) for m in ("sub.page", "sub", "metrics")}
+        return {m: fingerprint.of(m) for m in ("sub.page", "sub", "measure.metrics")}
 
     monkeypatch.setattr(fingerprint, "FOLDER", copy)
     try:
         before = digests()
         # (``from . import helper`` runs the package's ``__init__`` too: ``sub``)
-        assert fingerprint.imports("sub.page") == {"metrics", "baseline", "sub", "sub.helper", "spectral", "rules",
-                                                   "learnt"}
+        assert fingerprint.imports("sub.page") == {"measure.metrics", "measure.baseline", "sub", "sub.helper",
+                                                   "experiments.spectral", "claims.rules.common", "claims.learnt"}
         assert fingerprint.imports("sub") == {"sub.helper"}  # a package's ``from . import`` is its own modules
-        assert set(fingerprint.closure("sub.page")) >= {"sub.page", "sub.helper", "metrics", "baseline", "spectral"}
+        assert set(fingerprint.closure("sub.page")) >= {"sub.page", "sub.helper", "measure.metrics", "measure.baseline",
+                                                         "experiments.spectral"}
         # An edit to a module it imports, at any depth, changes its fingerprint; one it does not import, not.
-        metrics = copy / "metrics.py"
+        metrics = copy / "measure" / "metrics.py"
         metrics.write_text(metrics.read_text() + "\n# an edit\n")
         after = digests()
-        assert after["sub.page"] != before["sub.page"] and after["metrics"] != before["metrics"]
+        assert after["sub.page"] != before["sub.page"] and after["measure.metrics"] != before["measure.metrics"]
         assert after["sub"] == before["sub"]
         helper = copy / "sub" / "helper.py"
         helper.write_text("X = 2\n")
         again = digests()
         assert again["sub.page"] != after["sub.page"] and again["sub"] != after["sub"]
-        assert again["metrics"] == after["metrics"]
+        assert again["measure.metrics"] == after["measure.metrics"]
     finally:
         fingerprint._digest.cache_clear()
         fingerprint.imports.cache_clear()
@@ -197,10 +201,12 @@ def test_chapter_modules_present_numbers_and_no_library_module_imports_one():
     chapters = sorted(".".join(p.relative_to(fingerprint.FOLDER).with_suffix("").parts)
                       for p in (fingerprint.FOLDER / "chapters").glob("[!_]*.py"))
     assert chapters and all(not fingerprint.numeric(c) for c in chapters)
-    library = [p.stem for p in fingerprint.FOLDER.glob("*.py")] + ["profiles"]
+    library = [m for m in (".".join(p.relative_to(fingerprint.FOLDER).with_suffix("").parts).removesuffix(".__init__")
+                           for p in fingerprint.FOLDER.rglob("*.py") if "__pycache__" not in p.parts)
+               if not m.startswith("chapters")]
     assert [m for m in library if any(i.startswith("chapters") for i in fingerprint.imports(m))] == []
     # but a chapter module's own fingerprint follows what it computes with (a root is always kept)
-    assert "qk_dynamics" in fingerprint.closure("chapters.p1_s5_qk_training")
+    assert "experiments.qk_dynamics" in fingerprint.closure("chapters.p1_s5_qk_training")
 
 
 def test_the_package_imports_form_no_cycle_and_errors_import_nothing():
@@ -230,7 +236,7 @@ def _planted_here():  # a function of this test module, as a notebook's ``def``:
 
 def test_a_library_computation_is_keyed_by_its_module_and_a_notebook_lambda_by_its_own_code_too(tmp_path):
     assert fingerprint.own_code(spectral.planted_measures) is None  # its module's fingerprint covers it
-    assert fingerprint.modules_of(spectral.planted_measures) == ("spectral",)
+    assert fingerprint.modules_of(spectral.planted_measures) == ("experiments.spectral",)
     store, calls = results.Store(tmp_path), []
 
     def notebook_lambda():  # the same code each time, as a chapter executed twice
@@ -241,7 +247,7 @@ def test_a_library_computation_is_keyed_by_its_module_and_a_notebook_lambda_by_i
     assert calls == ["computed"]  # the second run read the stored frame
     pd.testing.assert_frame_equal(first, again)
     (sidecar,) = [json.loads(p.read_text()) for p in tmp_path.rglob("*.json")]
-    assert sidecar["code"]["modules"] == ["spectral"] and sidecar["key"]["_own_code"]
+    assert sidecar["code"]["modules"] == ["experiments.spectral"] and sidecar["key"]["_own_code"]
     # The lambda edited (three knobs per case instead of two): recomputed, not the old numbers.
     edited = store.cached("chapter", {"n": 8},
                           lambda: calls.append("computed") or spectral.planted_measures(8, 4, steps=3))
@@ -323,7 +329,7 @@ def test_a_changed_trainer_retrains_its_suites_and_nothing_else(repo, tmp_path):
 
 @pytest.mark.parametrize("command", ["run", "build"])
 def test_each_flag_sets_the_parameter_of_its_name(command, monkeypatch):
-    from anisotropy import cli
+    from anisotropy.book import cli
 
     calls = []
     record = lambda *args, **kwargs: calls.append(kwargs) or runner.Outcome("x", "x.ipynb", 0.0)  # noqa: E731
@@ -368,7 +374,8 @@ def test_recompute_recomputes_and_clean_removes_what_no_code_reaches(repo, tmp_p
 def test_a_chapter_stamp_follows_the_parameters_of_the_chapters_it_runs_after(monkeypatch):
     # p2_training_dynamics runs after the suites and measures their checkpoints: the suites with other recipes must
     # execute it again (it was reused with the old recipes' numbers); Section 4, which runs after nothing, is unmoved.
-    from anisotropy import profiles, runner
+    from anisotropy import profiles
+    from anisotropy.book import runner
 
     def stamps():
         return {name: runner._stamp("smoke", runner._parameters(name, "smoke")[1], name)

@@ -48,7 +48,8 @@ def test_a_checkout_without_jupytext_reads_the_parameters_from_the_committed_ipy
     parameters against its parameters cell, read from the committed .ipynb copy: the same as from the MyST source."""
     import sys
 
-    from anisotropy import profiles, runner
+    from anisotropy import profiles
+    from anisotropy.book import runner
 
     profiles._inspect_source.cache_clear()
     from_source = {name: profiles.notebook_parameters(name) for name in runner.chapters()}
@@ -68,7 +69,7 @@ def test_glue_without_myst_nb_records_what_myst_nb_would(monkeypatch):
     import IPython.display
     from myst_nb.ext import glue as myst_glue
 
-    from anisotropy import report
+    from anisotropy.pages import report
 
     calls = []
     monkeypatch.setattr(myst_glue, "ipy_display", lambda *args, **kwargs: calls.append((args, kwargs)))

@@ -6,12 +6,14 @@ import numpy as np
 import pytest
 from scipy import signal
 
-from anisotropy import data, data_common, data_docstrings, data_images, data_prose, data_speech, data_wikipedia, hub
+from anisotropy.data import (sources as data, common, docstrings as data_docstrings, images as data_images, prose,
+                             speech, wikipedia)
+from anisotropy import hub
 
 
 def test_prose_is_deterministic_and_matches_text_samples():
     a = data.load("prose", 12, seed=4)
-    assert a == data.load("prose", 12, seed=4) == data_prose.text_samples(12, seed=4)
+    assert a == data.load("prose", 12, seed=4) == prose.text_samples(12, seed=4)
     assert a != data.load("prose", 12, seed=5)
     assert len(set(a)) == 12 and all(len(t) >= 80 for t in a)  # without replacement
     assert all(len(t) >= 400 for t in data.load("prose", 5, min_chars=400))
@@ -21,10 +23,10 @@ def test_prose_is_deterministic_and_matches_text_samples():
 def test_resonator_peaks_at_its_formant():
     """The formant filter's frequency response (analytic, scipy.signal.freqz) peaks at the requested frequency and
     has unit gain at DC."""
-    rate, f, bw = data_speech.SAMPLING_RATE, 730.0, 80.0
+    rate, f, bw = speech.SAMPLING_RATE, 730.0, 80.0
     impulse = np.zeros(4096)
     impulse[0] = 1.0
-    h = data_speech._resonator(impulse, f, bw, rate)
+    h = speech._resonator(impulse, f, bw, rate)
     freqs, resp = signal.freqz(h, worN=8192, fs=rate)
     assert abs(freqs[np.argmax(np.abs(resp))] - f) < 10
     assert abs(resp[0]) == pytest.approx(1.0, rel=1e-3)
@@ -37,7 +39,7 @@ def test_synthetic_speech_sounds_like_voiced_speech():
     for clip in clips:
         x, rate = clip["array"], clip["sampling_rate"]
         assert rate == 16_000 and x.dtype == np.float32 and 1.0 <= len(x) / rate <= 2.0
-        assert clip["text"] is None and set(clip["vowels"].split()) <= set(data_speech.VOWELS)
+        assert clip["text"] is None and set(clip["vowels"].split()) <= set(speech.VOWELS)
         assert 0.2 < np.abs(x).max() <= 0.8
         # Pitch: the autocorrelation of the loudest 100 ms peaks at a lag of one glottal period (90-220 Hz, declining).
         frame = 1600
@@ -89,11 +91,11 @@ The '''cat''' (''Felis catus'') is a [[mammal|small mammal]].&lt;ref&gt;Smith 20
 def test_enwik8_is_cleaned_as_the_second_paper_describes(tmp_path, monkeypatch):
     monkeypatch.setenv("ANISOTROPY_CACHE", str(tmp_path / "cache"))
     (tmp_path / "enwik8").write_text(DUMP)
-    text = data_wikipedia.enwik8_text(tmp_path / "enwik8")
+    text = wikipedia.enwik8_text(tmp_path / "enwik8")
     assert text == "The cat (Felis catus) is a small mammal.\n\nHistory\nCats were domesticated in the Near East."
     for gone in ("{{", "[[", "ref", "<", "&lt;", "''", "Category", "Chat", "x^2", "print", "wikitable", "REDIRECT"):
         assert gone not in text, gone
-    windows = data_wikipedia.enwik8(3, seed=1, chars=20, path=tmp_path / "enwik8")
+    windows = wikipedia.enwik8(3, seed=1, chars=20, path=tmp_path / "enwik8")
     assert all(len(w) == 20 and w in text for w in windows)
     assert list((tmp_path / "cache").glob("enwik8-*.clean.txt")), "the cleaned text is cached"
 
@@ -101,16 +103,16 @@ def test_enwik8_is_cleaned_as_the_second_paper_describes(tmp_path, monkeypatch):
 def test_enwik8_alphabet_is_the_cleaned_texts_against_the_papers_205(tmp_path, monkeypatch):
     monkeypatch.setenv("ANISOTROPY_CACHE", str(tmp_path / "cache"))
     (tmp_path / "enwik8").write_text(DUMP.replace("small mammal", "small mammal of Zürich"))
-    alphabet = data_wikipedia.enwik8_alphabet(tmp_path / "enwik8")
+    alphabet = wikipedia.enwik8_alphabet(tmp_path / "enwik8")
     # the markup's characters ({, [, |, <, =, *, ', ^, _) are gone; what the prose uses is counted once
     # = sorted(set("The cat (Felis catus) is a small mammal of Zürich.\n\nHistory\nCats were domesticated in the Near
     # East.")), the cleaned text of the test above with the one word added
     assert alphabet == "\n ().CEFHNTZacdefhilmnorstuwyü"
-    assert data_wikipedia.compare_alphabet(alphabet) == ("30 distinct characters (1 of them outside ASCII), 175 fewer than the "
+    assert wikipedia.compare_alphabet(alphabet) == ("30 distinct characters (1 of them outside ASCII), 175 fewer than the "
                                                "205 the second paper reports")
-    assert data_wikipedia.compare_alphabet("".join(map(chr, range(32, 237)))).endswith(
+    assert wikipedia.compare_alphabet("".join(map(chr, range(32, 237)))).endswith(
         "(109 of them outside ASCII), as many as the 205 the second paper reports")
-    assert data_wikipedia.compare_alphabet("".join(map(chr, range(32, 240)))).startswith("208 distinct characters (112 of them "
+    assert wikipedia.compare_alphabet("".join(map(chr, range(32, 240)))).startswith("208 distinct characters (112 of them "
                                                                                "outside ASCII), 3 more than")
 
 
@@ -150,7 +152,7 @@ def test_enwik8_is_downloaded_once_and_verified(served, tmp_path, monkeypatch):
     monkeypatch.delenv("ANISOTROPY_ENWIK8", raising=False)
     # A wrong checksum: refused in one line, and nothing is kept under any name.
     monkeypatch.setenv("ANISOTROPY_ENWIK8_URL", f"{url}/enwik8.zip#sha256={'0' * 64}")
-    with pytest.raises(data_common.DataUnavailableError, match=f"has SHA-256 {digest}, not 0000") as err:
+    with pytest.raises(common.DataUnavailableError, match=f"has SHA-256 {digest}, not 0000") as err:
         data.load("enwik8", 2, chars=20)
     assert "\n" not in str(err.value)
     assert not cache.exists() or not any(cache.iterdir())
@@ -162,15 +164,15 @@ def test_enwik8_is_downloaded_once_and_verified(served, tmp_path, monkeypatch):
     assert data.load("enwik8", 2, chars=20) == first
     # A URL without its checksum is refused before anything is fetched.
     monkeypatch.setenv("ANISOTROPY_ENWIK8_URL", f"{url}/enwik8.zip")
-    with pytest.raises(data_common.DataUnavailableError, match="must end with #sha256="):
-        data_wikipedia.enwik8_url()
+    with pytest.raises(common.DataUnavailableError, match="must end with #sha256="):
+        wikipedia.enwik8_url()
 
 
 def test_missing_or_offline_sources_fail_in_one_line(monkeypatch, tmp_path):
     monkeypatch.setenv("ANISOTROPY_CACHE", str(tmp_path))
     monkeypatch.delenv("ANISOTROPY_ENWIK8", raising=False)
     monkeypatch.setenv("ANISOTROPY_ENWIK8_URL", "http://127.0.0.1:9/enwik8.zip#sha256=" + "0" * 64)  # nothing listens
-    with pytest.raises(data_common.DataUnavailableError) as err:
+    with pytest.raises(common.DataUnavailableError) as err:
         data.load("enwik8", 3)
     msg = str(err.value)
     assert "\n" not in msg and "could not be downloaded from http://127.0.0.1:9/enwik8.zip" in msg
@@ -226,23 +228,23 @@ def test_espeak_speech_is_deterministic_in_any_order_and_any_process():
 
 @needs_espeak
 def test_espeak_speech_is_english_prose_in_every_voice_at_16_khz():
-    clips = data.load("espeak-speech", len(data_speech.ESPEAK_VOICES), seed=0, sentences=[1, 2])
-    assert [c["voice"] for c in clips] == list(data_speech.ESPEAK_VOICES)
+    clips = data.load("espeak-speech", len(speech.ESPEAK_VOICES), seed=0, sentences=[1, 2])
+    assert [c["voice"] for c in clips] == list(speech.ESPEAK_VOICES)
     for c in clips:
         assert c["sampling_rate"] == 16_000 and c["array"].dtype == np.float32
         assert 0.05 < np.abs(c["array"]).max() <= 1.0
         words = len(c["text"].split())
         seconds = c["array"].size / 16_000
         assert 1.0 < words / seconds < 5.0  # 150-180 words per minute is 2.5-3 words per second (plus pauses)
-        assert c["text"] in " ".join(data_speech.spoken_sentences()) or all(
-            s in data_speech.spoken_sentences() for s in c["text"].replace(". ", ".\n").splitlines())
+        assert c["text"] in " ".join(speech.spoken_sentences()) or all(
+            s in speech.spoken_sentences() for s in c["text"].replace(". ", ".\n").splitlines())
     long = data.load("espeak-speech", 2, seed=0, sentences=[8, 8], max_seconds=10.0)
     assert all(c["array"].size <= 10 * 16_000 for c in long)
 
 
 @needs_espeak
 def test_resampling_to_16_khz_keeps_frequencies():
-    from anisotropy import espeak
+    from anisotropy.data import espeak
 
     t = np.arange(espeak.NATIVE_RATE) / espeak.NATIVE_RATE
     tone = (0.5 * 32767 * np.sin(2 * np.pi * 440 * t)).astype(np.int16)
@@ -255,7 +257,7 @@ def test_resampling_to_16_khz_keeps_frequencies():
 
 @needs_espeak
 def test_spoken_sentences_hold_only_words():
-    sentences = data_speech.spoken_sentences()
+    sentences = speech.spoken_sentences()
     assert len(sentences) > 100
     for s in sentences:
         assert s.endswith(".") and not any(ch.isdigit() or ch in "()[]{}_=<>*/\\`\"" for ch in s)
@@ -369,31 +371,31 @@ def test_docstring_corpus_is_deduplicated_split_by_document_and_hashed(monkeypat
 
 
 def test_docstring_corpus_is_cached_and_keys_the_recipes(tmp_path, monkeypatch):
-    from anisotropy import training_recipes
+    from anisotropy.training import recipes
 
     monkeypatch.setenv("ANISOTROPY_CACHE", str(tmp_path))
     monkeypatch.setattr(data_docstrings, "DOCSTRING_PACKAGES", ("pygments",))
     real = data_docstrings.docstring_corpus
     real.cache_clear()
-    training_recipes._data_fingerprint.cache_clear()
-    training_recipes.split_paragraphs.cache_clear()
+    recipes._data_fingerprint.cache_clear()
+    recipes.split_paragraphs.cache_clear()
     try:
         first = data_docstrings.docstring_corpus()
         assert len(list((tmp_path / "corpora").glob("docstrings-*.json.gz"))) == 1
         data_docstrings.docstring_corpus.cache_clear()
         monkeypatch.setattr(data_docstrings, "build_docstring_corpus", lambda *a: pytest.fail("should come from the cache"))
         assert data_docstrings.docstring_corpus() == first
-        assert training_recipes.split_paragraphs("docstrings") == (list(first.train), list(first.validation))
+        assert recipes.split_paragraphs("docstrings") == (list(first.train), list(first.validation))
         sample = data.load("docstrings", 5, seed=1)
         assert sample == data.load("docstrings", 5, seed=1) and set(sample) <= set(first.validation)
-        recipe = training_recipes.Recipe(suite="s", kind="mlm", corpus="docstrings")
+        recipe = recipes.Recipe(suite="s", kind="mlm", corpus="docstrings")
         before = recipe.hash
         data_docstrings.docstring_corpus.cache_clear()
-        training_recipes._data_fingerprint.cache_clear()
+        recipes._data_fingerprint.cache_clear()
         monkeypatch.setattr(data_docstrings, "docstring_corpus", lambda: data_docstrings.DocstringCorpus(
             first.train, first.validation, first.packages, first.documents, "0" * 16))
         assert recipe.hash != before  # another content hash, other weights
     finally:  # the corpus of one package must not stay in the caches of this process
         real.cache_clear()
-        training_recipes._data_fingerprint.cache_clear()
-        training_recipes.split_paragraphs.cache_clear()
+        recipes._data_fingerprint.cache_clear()
+        recipes.split_paragraphs.cache_clear()

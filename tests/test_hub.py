@@ -10,7 +10,9 @@ import pytest
 import requests
 from huggingface_hub.errors import HfHubHTTPError
 
-from anisotropy import hub, layerwise, registry, results
+from anisotropy import hub, results
+from anisotropy.experiments import layerwise
+from anisotropy.models import registry
 
 # The first lines of what transformers 4.57 raises for a legacy checkpoint, remote code written for another version,
 # and a revision without tokenizer files (items 1 and 3 of issue 28).

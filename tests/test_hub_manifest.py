@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from anisotropy import hub, profiles, registry
+from anisotropy import hub, profiles
+from anisotropy.models import registry
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = hub.MANIFEST  # shipped with the package: the chapters name what it leaves unverified

@@ -218,7 +218,8 @@ def _log(standin, span):
 
 
 def test_manifest_serves_every_model_of_the_paper_profile(standin):
-    from anisotropy import profiles, registry
+    from anisotropy import profiles
+    from anisotropy.models import registry
 
     m = standin.manifest
     served = {e["model"] for e in m["models"]}
@@ -400,7 +401,7 @@ def test_pythia_revisions_are_branches_with_their_own_weights(models_run, standi
     assert models_run["step1000_vs_builder"] == 0.0
     assert models_run["main_vs_step143000"] == 0.0  # the final checkpoint is the main branch's model
     assert models_run["step2000_vs_main"] == 0.0  # a revision the profile does not name shares the final weights
-    from anisotropy import registry
+    from anisotropy.models import registry
 
     refs = models_run["pythia_refs"]
     assert set(refs) == {"main", *registry.PYTHIA_REVISIONS}
@@ -543,7 +544,7 @@ def test_librispeech_validation_downloads_only_validation_shards(datasets_run, s
     assert (got["text"], got["id"], got["speaker_id"]) == (rows["text"], rows["id"], rows["speaker_id"])
     assert got["sha"] == [hashlib.sha256(a["bytes"]).hexdigest() for a in rows["audio"]]
     assert got["rates"] == [16000] * len(rows["id"])
-    from anisotropy.data_speech import synthetic_speech
+    from anisotropy.data.speech import synthetic_speech
 
     n = len(rows["id"])
     original = synthetic_speech(n, seed=build._seed("librispeech", "clean", "validation", "0"), seconds=(1.0, 2.0))

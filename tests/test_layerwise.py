@@ -13,7 +13,11 @@ import pytest
 import torch
 from scipy import stats
 
-from anisotropy import baseline, data, hub, layerwise, metrics, registry, results
+from anisotropy.measure import baseline, metrics
+from anisotropy.data import sources as data
+from anisotropy import hub, results
+from anisotropy.experiments import layerwise
+from anisotropy.models import registry
 
 TEXTS = data.load("prose", 3, seed=1)
 MAX_LENGTH = 24
@@ -141,7 +145,7 @@ def test_first_moments_interval_resamples_the_examples_it_was_told():
 def test_extract_gives_each_text_its_own_example(monkeypatch):
     """taps.extract tells the accumulators which text each token comes from: one example per text."""
     loaded = registry.load("bert-base-uncased", variant="tiny")
-    from anisotropy import taps
+    from anisotropy.measure import taps
 
     stats = taps.extract(loaded, TEXTS, batch_size=2, max_length=MAX_LENGTH,
                          stats_factory=layerwise.stats_factory("moments"))
@@ -278,7 +282,7 @@ def test_peaks_and_share_above_null():
 
 
 def test_a_model_with_an_empty_layer_is_skipped_and_the_reason_is_stored(store, monkeypatch):
-    from anisotropy import taps
+    from anisotropy.measure import taps
 
     calls = []
 

@@ -1,4 +1,4 @@
-"""The machine's calibration and the build estimate made from it (anisotropy.machine): the arithmetic against
+"""The machine's calibration and the build estimate made from it (anisotropy.book.machine): the arithmetic against
 calibrations whose ratios are known, never against timings of this machine."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from anisotropy import machine
+from anisotropy.book import machine
 
 
 def calibration(scale: float = 1.0) -> dict:

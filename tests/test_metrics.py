@@ -1,4 +1,4 @@
-"""anisotropy.metrics against ground truth: closed forms, brute force, a semi-analytic TwoNN law and peer libraries.
+"""anisotropy.measure.metrics against ground truth: closed forms, brute force, a semi-analytic TwoNN law and peer libraries.
 
 Every tolerance says where it comes from. Sizes are small (TwoNN on 2000-3000 points) so that the file runs in well
 under a minute on two shared cores.
@@ -15,7 +15,7 @@ import torch
 from scipy import special, stats
 from scipy.spatial.distance import cdist
 
-from anisotropy import metrics as M
+from anisotropy.measure import metrics as M
 
 D_MODEL = 768
 

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import pytest
 
-from anisotropy import baseline, data, registry, taps
+from anisotropy.measure import baseline, taps
+from anisotropy.data import sources
+from anisotropy.models import registry
 
 
 @pytest.fixture(scope="module")
 def frame():
     loaded = registry.load("minilm-l6")
-    examples = data.load("prose", 64, seed=0)
+    examples = sources.load("prose", 64, seed=0)
     result = taps.extract(loaded, examples, batch_size=16, max_length=128, reservoir_size=256)
     return taps.layer_frame(result).set_index("layer")
 
@@ -40,7 +42,7 @@ def test_minilm_is_anisotropic_in_the_middle_and_flatter_at_the_output(frame):
 
 def test_minilm_counts_content_tokens_only(frame):
     loaded = registry.load("minilm-l6")
-    enc = loaded.preprocessor(data.load("prose", 64, seed=0), truncation=True, max_length=128)
+    enc = loaded.preprocessor(sources.load("prose", 64, seed=0), truncation=True, max_length=128)
     content = sum(len(ids) - 2 for ids in enc["input_ids"])  # minus [CLS] and [SEP]
     assert (frame["n"] == content).all(), f"{frame['n'].iloc[0]} vectors per layer, expected {content}"
     assert (frame["sigma1_share"] > 1 / 384).all() and (frame["twonn_dimension"] > 1).all()

@@ -93,7 +93,7 @@ def test_models_that_cannot_be_had_are_listed_and_the_rest_measured(standin, rep
     env = _env(repo_copy, tmp_path / "hf_home", standin)
     proc = run_cli(repo_copy, "run", "p1_s3_character_level", "--profile", "paper-sim", env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    from anisotropy import runner
+    from anisotropy.book import runner
 
     glued = runner.glued_values(repo_copy / "book" / "executed" / "p1_s3_character_level.ipynb")
     reasons = dict(part.split(" (pretrained): ", 1) for part in glued["char_not_measured"].split("; "))
@@ -162,7 +162,7 @@ def test_missing_revision_names_the_nearest_that_exist(standin, repo_copy, tmp_p
             registry.load("bloom-560m", revision="global_step50000")
         except hub.MissingRevision as exc:
             print(exc)
-        entries, notes = __import__("anisotropy.spectral").spectral.hub_checkpoints(
+        entries, notes = __import__("anisotropy.experiments.spectral").spectral.hub_checkpoints(
             "bloom-560m", ["global_step1000", "global_step50000"])
         print([e["revision"] for e in entries], notes)
     """
@@ -246,7 +246,9 @@ def test_disk_full_discards_the_checkpoint_in_progress_and_the_rerun_continues(s
 def test_out_of_gpu_memory_names_the_model_its_size_and_the_setting(monkeypatch, tmp_path):
     import torch
 
-    from anisotropy import layerwise, results, taps
+    from anisotropy.experiments import layerwise
+    from anisotropy import results
+    from anisotropy.measure import taps
 
     def full_gpu(*args, **kwargs):
         raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")

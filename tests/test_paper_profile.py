@@ -3,7 +3,7 @@
 The ``paper-sim`` profile is the ``paper`` profile with its sizes shrunk and nothing else changed; its whole book is
 built here with ``HF_HUB_OFFLINE`` unset and ``HF_ENDPOINT`` at the stand-in, which serves tiny weights of the exact
 classes under the real hub ids and revisions, and the datasets in the real repositories' layouts. The stand-in's
-request log says what every chapter asked the Hub for; the plans of ``anisotropy.budget`` say what they should have.
+request log says what every chapter asked the Hub for; the plans of ``anisotropy.pages.budget`` say what they should have.
 A second route runs the committed ``.ipynb`` files the way a Colab user does: only ``profile`` changed in the
 parameters cell, executed by plain papermill.
 """
@@ -29,7 +29,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from hub_standin import serve  # noqa: E402
 
-from anisotropy import budget, hub, profiles, registry, report, runner  # noqa: E402
+from anisotropy.pages import budget, report  # noqa: E402
+from anisotropy import hub, profiles  # noqa: E402
+from anisotropy.models import registry  # noqa: E402
+from anisotropy.book import runner  # noqa: E402
 
 PROFILE = "paper-sim"
 # The paper-sim book on the slow 2-core machine (AMD EPYC, AVX2), alone, measured (issue 29): its hang guard is 10x.
@@ -126,7 +129,7 @@ def test_paper_profile_sets_every_parameter_that_names_models():
     in paper.yml, and the models it names there never come from such a package (issue 28, item 2)."""
     import tomllib
 
-    from anisotropy import weights
+    from anisotropy.models import weights
 
     extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["colab"]
     colab = {re.split(r"[<>=!~\[ ;]", r, maxsplit=1)[0].lower() for r in extra}

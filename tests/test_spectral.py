@@ -1,11 +1,15 @@
-"""Paper 2's batched per-layer protocol (anisotropy.spectral) against direct computations and planted data."""
+"""Paper 2's batched per-layer protocol (anisotropy.experiments.spectral) against direct computations and planted data."""
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
-from anisotropy import batches, data, data_prose, metrics, registry, results, spectral
+from anisotropy.measure import batches, metrics
+from anisotropy.data import sources, prose
+from anisotropy.models import registry
+from anisotropy import results
+from anisotropy.experiments import spectral
 
 BATCH = 96  # tiny models give few vectors; the protocol is the same as with the paper's 4096
 N_BATCHES = 3
@@ -13,7 +17,7 @@ N_BATCHES = 3
 
 @pytest.fixture(scope="module")
 def texts():
-    return data_prose.text_samples(48, seed=3)
+    return prose.text_samples(48, seed=3)
 
 
 def _direct_rows(loaded, texts, chunk=8, max_length=128):
@@ -313,7 +317,7 @@ def test_final_norm_of_every_paper2_architecture(name, texts):
 
 
 def test_by_length_within_keeps_the_texts_and_groups_lengths():
-    texts = data_prose.text_samples(100, seed=0)
+    texts = prose.text_samples(100, seed=0)
     out = spectral.by_length_within(texts, 16)
     assert sorted(out) == sorted(texts)
     for start in range(0, 100, 16):
@@ -327,10 +331,10 @@ def test_one_stack_of_whisper_is_measured_on_its_own_vectors(part):
     """part= measures the encoder on audio frames or the decoder on transcript tokens, numbered from 0 within the
     stack; each layer's value equals the metric on the first batch of that stack's valid vectors, all of them
     shuffled first (``shuffle_seed`` 0, as Paper 2 does)."""
-    from anisotropy import taps
+    from anisotropy.measure import taps
 
     loaded = registry.load("whisper-base", "tiny", seed=0)
-    clips = data.load("synthetic-speech", 3, seed=0, seconds=(0.5, 1.0), transcripts=True)
+    clips = sources.load("synthetic-speech", 3, seed=0, seconds=(0.5, 1.0), transcripts=True)
     batch = 8 if part == "decoder" else 40
     frame = spectral.measure(loaded, clips, batch_size=batch, n_batches=1, max_length=64, extraction_batch=3,
                              part=part)
@@ -363,7 +367,7 @@ def test_both_stacks_of_whisper_come_from_one_pass_each_as_measured_alone(tmp_pa
     """``profile`` of one stack of Whisper measures both stacks in one pass and stores the other under its own key: the
     call for the other stack reads it (no second pass), and each frame equals its stack measured alone (``measure``
     with that ``part``). Without shuffling, a stack is read only until its batches are full, so nothing is shared."""
-    from anisotropy import taps
+    from anisotropy.measure import taps
 
     options = {"seconds": [0.5, 1.0], "transcripts": True}
     kwargs = dict(variant="tiny", source="synthetic-speech", n_texts=3, batch_size=8, n_batches=1, max_length=64,
@@ -378,7 +382,7 @@ def test_both_stacks_of_whisper_come_from_one_pass_each_as_measured_alone(tmp_pa
         patched.setattr(taps, "extract", no_pass)
         decoder = spectral.profile("whisper-base", part="decoder", **kwargs)
     loaded = registry.load("whisper-base", "tiny", seed=0)
-    clips = data.load("synthetic-speech", 3, seed=0, **options)
+    clips = sources.load("synthetic-speech", 3, seed=0, **options)
     for part, frame in (("encoder", encoder), ("decoder", decoder)):
         alone = spectral.measure(loaded, clips, batch_size=8, n_batches=1, max_length=64, extraction_batch=3,
                                  part=part, shuffle_seed=0)

@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from anisotropy import data, metrics, registry, taps
-from anisotropy.registry import MODELS
+from anisotropy.data import sources
+from anisotropy.measure import metrics, taps
+from anisotropy.models import registry
+from anisotropy.models.registry import MODELS
 
 TEXTS = ["Anisotropy makes hidden representations close to each other in angle.",
          "A short one.",
@@ -29,7 +31,7 @@ def audio():
 
 @pytest.fixture(scope="module")
 def images():
-    return data.load("synthetic-shapes", 3, seed=0, size=40)
+    return sources.load("synthetic-shapes", 3, seed=0, size=40)
 
 
 def _conv_frames(n: int, config) -> int:
@@ -301,11 +303,11 @@ def test_bad_input():
     bert = registry.load("bert-base-uncased", variant="tiny")
     vit = registry.load("vit-base", variant="tiny")
     with pytest.raises(ValueError, match="text model but the examples look like vision"):
-        taps.extract(bert, data.load("synthetic-shapes", 2, size=32))
+        taps.extract(bert, sources.load("synthetic-shapes", 2, size=32))
     with pytest.raises(ValueError, match="vision model but the examples look like text"):
         taps.extract(vit, TEXTS)
     with pytest.raises(ValueError, match="text model but the examples look like speech"):
-        taps.extract(bert, data.load("synthetic-speech", 1, seconds=(0.5, 0.5)))
+        taps.extract(bert, sources.load("synthetic-speech", 1, seconds=(0.5, 0.5)))
     with pytest.raises(ValueError, match="corpus is empty"):
         taps.extract(bert, [])
     with pytest.raises(ValueError, match="no vector was kept.*padding or special tokens"):

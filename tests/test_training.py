@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from anisotropy import data_prose, training, training_checkpoints, training_recipes, training_tasks
-from anisotropy.training_recipes import Recipe
+from anisotropy.data import prose
+from anisotropy.training import trainer, checkpoints, recipes as training_recipes, tasks
+from anisotropy.training.recipes import Recipe
 
 TINY = dict(width=32, depth=2, heads=2, seq_len=32, vocab_size=320, batch_size=8, warmup=4, lr=3e-3,
             n_checkpoints=5, eval_every=0, eval_size=16, image_size=16, patch_size=4)
@@ -35,7 +36,7 @@ def _private_cache(tmp_path_factory):
 
 def run(recipe: Recipe, out_dir, **kwargs):
     """Train quietly on one thread (tiny models run fastest so, and the tests share the machine)."""
-    return training.train(recipe, out_dir=out_dir, progress=False, threads=1, **kwargs)
+    return trainer.train(recipe, out_dir=out_dir, progress=False, threads=1, **kwargs)
 
 
 def weights(folder) -> dict[str, torch.Tensor]:
@@ -119,7 +120,7 @@ def test_language_model_loss_decreases_from_chance(kind, tmp_path):
     r = tiny(kind, steps=40, eval_every=10)
     ckpts = run(r, out_dir=tmp_path)
     assert [c.step for c in ckpts] == list(r.checkpoint_steps)
-    state = training_checkpoints.training_state(ckpts[-1])
+    state = checkpoints.training_state(ckpts[-1])
     val = [v["loss"] for v in state["validation"]]
     # a freshly initialised model predicts nearly uniformly: its loss is the chance level log(vocabulary)
     assert val[0] == pytest.approx(state["baselines"]["chance"], abs=0.15)
@@ -132,7 +133,7 @@ def test_language_model_loss_decreases_from_chance(kind, tmp_path):
 def test_vision_models_start_at_chance(kind, tmp_path):
     # the shapes need a few hundred updates of 64 images to be learnt (the chapter shows it); here: the run is sane
     r = tiny(kind, steps=6, eval_size=64)
-    state = training_checkpoints.training_state(run(r, out_dir=tmp_path)[-1])
+    state = checkpoints.training_state(run(r, out_dir=tmp_path)[-1])
     assert state["baselines"]["chance"] == pytest.approx(math.log(6))
     for v in state["validation"]:
         assert v["loss"] == pytest.approx(math.log(6), abs=0.3) and 0 <= v["accuracy"] <= 1
@@ -141,12 +142,12 @@ def test_vision_models_start_at_chance(kind, tmp_path):
 def test_validation_paragraphs_are_disjoint_from_training():
     train, held = training_recipes.split_paragraphs()
     assert held and not set(train) & set(held)  # the corpus repeats paragraphs across topics: none may leak
-    assert len(train) + len(held) == len(set(data_prose.prose_paragraphs()))
+    assert len(train) + len(held) == len(set(prose.prose_paragraphs()))
 
 
 def test_unigram_baseline_matches_a_direct_count(tmp_path):
     r = tiny("clm")
-    task = training_tasks._TextTask(r)
+    task = tasks._TextTask(r)
     counts = np.bincount(task.stream, minlength=task.vocab_size) + 0.5
     targets = task.validation["labels"][:, 1:].numpy().ravel()
     direct = -np.mean([math.log(counts[t] / counts.sum()) for t in targets])
@@ -165,7 +166,7 @@ def test_saved_checkpoint_reloads_bit_identically(kind, overrides, tmp_path):
     reloaded = training_recipes._load_model(r, ckpts[0].path)
     assert_same_weights(initial.state_dict(), reloaded.state_dict())
     # the reloaded final model reproduces the validation loss recorded during training
-    task = training_tasks._task(r)
+    task = tasks._task(r)
     final = training_recipes._load_model(r, ckpts[-1].path).eval()
     with torch.no_grad():
         assert task.evaluate(final, "cpu")["loss"] == pytest.approx(ckpts[-1].loss, rel=1e-6)
@@ -175,7 +176,7 @@ def test_saved_checkpoint_reloads_bit_identically(kind, overrides, tmp_path):
 def test_relative_positions_enter_the_scores_as_shaw_et_al():
     """A ``relative_key`` encoder's attention is softmax((q.k_j + q.r_{i-j}) / sqrt(d)), with r the learnt vector of
     the distance: recomputed here by hand from the captured queries and keys and the distance table."""
-    from anisotropy import attention
+    from anisotropy.measure import attention
 
     r = tiny("mlm", positions="relative_key")
     model = training_recipes.build_model(r).eval()
@@ -206,14 +207,14 @@ def test_resume_after_interruption_matches_an_uninterrupted_run(stop_after, tmp_
     r = tiny("mlm", steps=12)  # checkpoints at 0, 1, 2, 5, 12
     straight = run(r, out_dir=tmp_path / "straight")
     partial = run(r, out_dir=tmp_path / "resumed", stop_after=stop_after)
-    assert partial[-1].step <= stop_after and not training_checkpoints.is_trained(r, tmp_path / "resumed")
+    assert partial[-1].step <= stop_after and not checkpoints.is_trained(r, tmp_path / "resumed")
     resumed = run(r, out_dir=tmp_path / "resumed")
     assert [c.step for c in resumed] == [c.step for c in straight]
     assert_same_weights(weights(straight[-1].path), weights(resumed[-1].path))
-    a, b = (training_checkpoints.training_state(c[-1]) for c in (straight, resumed))
+    a, b = (checkpoints.training_state(c[-1]) for c in (straight, resumed))
     assert a["train_loss"] == b["train_loss"] and a["validation"] == b["validation"]
     # finished runs keep one optimiser state (the last checkpoint's) and no snapshots
-    folder = training_checkpoints.run_dir(r, tmp_path / "resumed")
+    folder = checkpoints.run_dir(r, tmp_path / "resumed")
     assert [p.parent.name for p in folder.glob("*/optimizer.pt")] == ["step-12"]
     assert not list(folder.glob("resume-*"))
 
@@ -226,24 +227,24 @@ def test_parallel_runs_end_bit_identical_to_serial_runs(tmp_path):
                tiny("clm", steps=6), tiny("vit", steps=6)]
     serial = {r: run(r, out_dir=tmp_path / "serial") for r in recipes}
     run(recipes[1], out_dir=tmp_path / "parallel", stop_after=3)  # interrupted: resumed by its worker
-    parallel = training.train_many(recipes, out_dir=tmp_path / "parallel", workers=2, progress=False)
+    parallel = trainer.train_many(recipes, out_dir=tmp_path / "parallel", workers=2, progress=False)
     for r in recipes:
         assert [c.step for c in parallel[r]] == [c.step for c in serial[r]] == list(r.checkpoint_steps)
         for a, b in zip(serial[r], parallel[r]):
             assert_same_weights(weights(a.path), weights(b.path))
-        sa, sb = (training_checkpoints.training_state(c[-1]) for c in (serial[r], parallel[r]))
+        sa, sb = (checkpoints.training_state(c[-1]) for c in (serial[r], parallel[r]))
         assert sa["train_loss"] == sb["train_loss"] and sa["validation"] == sb["validation"]
         assert sb["threads"] == r.threads == 1
     # trained runs are reused, not trained again
     stamp = (parallel[recipes[0]][-1].path / "model.safetensors").stat().st_mtime_ns
-    again = training.train_many(recipes, out_dir=tmp_path / "parallel", workers=2, progress=False)
+    again = trainer.train_many(recipes, out_dir=tmp_path / "parallel", workers=2, progress=False)
     assert (again[recipes[0]][-1].path / "model.safetensors").stat().st_mtime_ns == stamp
 
 
 def test_runs_are_scheduled_costliest_first():
     small, wide, long = tiny("mlm", steps=6), tiny("mlm", steps=6, width=64), tiny("mlm", steps=60)
-    assert training.cost(wide) > training.cost(small) and training.cost(long) == 10 * training.cost(small)
-    assert training.cost(tiny("vit", steps=6)) > 0 and training.cost(tiny("cnn", steps=6)) > 0
+    assert trainer.cost(wide) > trainer.cost(small) and trainer.cost(long) == 10 * trainer.cost(small)
+    assert trainer.cost(tiny("vit", steps=6)) > 0 and trainer.cost(tiny("cnn", steps=6)) > 0
 
 
 def test_two_seeds_differ_and_one_seed_repeats(tmp_path):
@@ -263,7 +264,7 @@ def test_trained_suite_is_reused_not_retrained(tmp_path):
     stamp = (first[-1].path / "model.safetensors").stat().st_mtime_ns
     again = run(r, out_dir=tmp_path)
     assert again == first and (again[-1].path / "model.safetensors").stat().st_mtime_ns == stamp
-    assert training_checkpoints.checkpoints(replace(r, lr=1e-2), out_dir=tmp_path) == []  # a new recipe starts empty
+    assert checkpoints.checkpoints(replace(r, lr=1e-2), out_dir=tmp_path) == []  # a new recipe starts empty
 
 
 def test_chapter_defaults_are_the_local_profile():
@@ -288,7 +289,7 @@ def test_fused_output_layer_loss_equals_cross_entropy_of_the_logits(bias):
     params = [h, w] + ([b] if bias else [])
     reference = torch.nn.functional.cross_entropy(h @ w.T + (b if bias else 0), y)
     expected = torch.autograd.grad(reference, params)
-    fused = training_tasks.linear_cross_entropy(h, w, b, y, chunk=128)
+    fused = tasks.linear_cross_entropy(h, w, b, y, chunk=128)
     got = torch.autograd.grad(fused, params)
     assert float(fused) == pytest.approx(float(reference), abs=1e-12)
     for e, g in zip(expected, got):
@@ -300,7 +301,7 @@ def test_task_losses_equal_the_models_own_losses(tmp_path):
     BertForMaskedLM compute themselves on the same batch."""
     for kind in ("clm", "mlm"):
         recipe = tiny(kind)
-        task = training_tasks._task(recipe)
+        task = tasks._task(recipe)
         model = training_recipes.build_model(recipe, task).eval()  # no dropout: both passes see the same network
         batch = task.batch(1)
         with torch.no_grad():
@@ -312,7 +313,7 @@ def test_task_losses_equal_the_models_own_losses(tmp_path):
 def test_pixel_values_equal_the_image_processors():
     """The trainer's direct normalisation of synthetic images equals what the recipe's ViTImageProcessor makes of
     them (float32 rounding), and images of another size still go through the processor."""
-    from anisotropy import data_images
+    from anisotropy.data import images as data_images
 
     recipe = tiny("vit")
     processor = training_recipes.image_processor(recipe)

@@ -11,3 +11,7 @@ class UserError(RuntimeError):
 
 class ProfileError(UserError):
     """An unknown profile, chapter or parameter, or a parameter value its chapter does not allow."""
+
+
+class ModelTooLargeError(RuntimeError):
+    """The model's weights would not fit in the memory of the requested device (raised by ``models.registry``)."""

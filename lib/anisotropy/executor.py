@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from .errors import UserError
+from anisotropy.errors import UserError
 
 SCHEDULER_ENV = "DASK_SCHEDULER_ADDRESS"
 WORKERS_ENV = "ANISOTROPY_WORKERS"

@@ -32,17 +32,17 @@ from pathlib import Path
 
 FOLDER = Path(__file__).resolve().parent
 PACKAGES = ("torch", "transformers", "tokenizers", "numpy", "scipy")
-NOT_NUMERIC = frozenset({"report", "plots", "runner", "kernels", "sweeps", "cli", "budget", "profiles", "paths", "hub",
-                         "results", "fingerprint", "executor", "errors", "__main__"})
-# Sub-packages whose modules present numbers: the chapter modules (``chapters.p1_s5_qk_training``, ...).
-NOT_NUMERIC_PACKAGES = frozenset({"chapters"})
+NOT_NUMERIC = frozenset({"profiles", "paths", "hub", "results", "fingerprint", "executor", "errors", "__main__"})
+# Sub-packages whose modules never change a number: the page helpers (report, plots, budget), the book's build
+# (runner, kernels, sweeps, cli; machine calibrates, it measures no result) and the chapter modules, which word numbers.
+NOT_NUMERIC_PACKAGES = frozenset({"pages", "book", "chapters"})
 # The trainer: the modules whose code decides a self-trained checkpoint's weights (the loop, the recipes with their
 # tokenizers and models, the tasks with their loss, the checkpoints on disk with the training record).
-TRAINER = frozenset({"training", "training_recipes", "training_tasks", "training_checkpoints"})
+TRAINER = frozenset({"training.trainer", "training.recipes", "training.tasks", "training.checkpoints"})
 # Data files that are part of a module's code: a changed entry of the model table changes registry's fingerprint; a
 # changed Hub manifest changes hub's, hence ``package()`` and every executed page's stamp (a paper page names the
 # manifest's unverified facts), though no measurement (hub is not numeric).
-DATA_FILES = {"registry": ("models.yml",), "hub": ("hub_manifest.yml",)}
+DATA_FILES = {"models.registry": ("models/models.yml",), "hub": ("hub_manifest.yml",)}
 
 
 def _path(module: str) -> Path:
@@ -75,6 +75,16 @@ def _resolve(dotted: str) -> str | None:
 
 
 @lru_cache(maxsize=None)
+def _has_code(module: str) -> bool:
+    """Whether a module holds more than its docstring (the sub-packages' ``__init__`` files hold a docstring only)."""
+    path = _path(module)
+    if not path.is_file():
+        return False
+    body = ast.parse(path.read_text()).body
+    return len(body) > (1 if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) else 0)
+
+
+@lru_cache(maxsize=None)
 def imports(module: str) -> frozenset[str]:
     """The package modules ``module`` imports anywhere in its file, by dotted name relative to the package: relative
     imports resolved from the module's own package (``from . import x``, ``from .x import y``, ``from .. import
@@ -95,11 +105,13 @@ def imports(module: str) -> frozenset[str]:
                 continue
             source = [*base, *(node.module or "").split(".")[node.level == 0:]]
             source = [p for p in source if p]
-            if source:
+            # ``from anisotropy.models import registry``: x may be a module of its own; the package itself is followed
+            # when a name comes from its ``__init__`` or that runs code (the layers' ``__init__`` hold a docstring only)
+            submodules = [".".join([*source, alias.name]) for alias in node.names
+                          if _path(".".join([*source, alias.name])).is_file()]
+            if source and (len(submodules) < len(node.names) or _has_code(".".join(source))):
                 wanted.append(".".join(source))
-            # ``from . import x`` / ``from .chapters import x``: x may be a module of its own
-            wanted += [".".join([*source, alias.name]) for alias in node.names
-                       if _path(".".join([*source, alias.name])).is_file()]
+            wanted += submodules
         elif isinstance(node, ast.Import):
             wanted += [alias.name.removeprefix("anisotropy.") for alias in node.names
                        if alias.name.startswith("anisotropy.")]

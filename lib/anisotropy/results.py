@@ -30,8 +30,8 @@ from typing import Callable
 
 import pandas as pd
 
-from . import fingerprint, hub, paths
-from .errors import UserError
+from anisotropy import fingerprint, hub, paths
+from anisotropy.errors import UserError
 
 
 class CorruptResultError(RuntimeError):

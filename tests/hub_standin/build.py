@@ -164,7 +164,8 @@ def paper_manifest(profile: str = "paper") -> dict:
     Each entry carries ``hub`` (``repo_facts``) and ``shapes`` (``revision_shape`` of main and every branch) from
     ``hub_manifest.yml``; remote-code models are served too (``remote_code: true``).
     """
-    from anisotropy import profiles, registry
+    from anisotropy import profiles
+    from anisotropy.models import registry
 
     chapters = profiles.load(profile)["notebooks"]
     wanted: dict[str, set[str]] = {}  # registry name -> chapters
@@ -325,7 +326,7 @@ def _initial(repo: _Repo, readme: bytes | None = None) -> int:
 def tiny_files(name: str, seed: int) -> dict[str, bytes]:
     """Every file ``save_pretrained`` writes for the tiny variant of ``name`` at ``seed``: config, the weights in
     both formats (``model.safetensors`` and ``pytorch_model.bin``), the preprocessor (and Whisper's text tokenizer)."""
-    from anisotropy import registry
+    from anisotropy.models import registry
 
     loaded = registry.load(name, "tiny", seed=seed)
     out = {}
@@ -522,7 +523,7 @@ WIKITEXT_SPLITS = {"test": slice(0, 90), "validation": slice(90, 180), "train": 
 
 def wikitext_split(split: str) -> list[str]:
     """The ``text`` column of one WikiText split, in order (distinct prose paragraphs per split)."""
-    from anisotropy.data_prose import prose_paragraphs
+    from anisotropy.data.prose import prose_paragraphs
 
     return wikitext_lines(prose_paragraphs()[WIKITEXT_SPLITS[split]], _seed("wikitext", split))
 
@@ -558,7 +559,7 @@ def imagenette_split(size: str, split: str) -> tuple[list[bytes], list[int]]:
     import numpy as np
     from PIL import Image
 
-    from anisotropy.data_images import synthetic_shapes
+    from anisotropy.data.images import synthetic_shapes
 
     h, w = IMAGENETTE_SIZES[size]
     n = 20 if split == "validation" else 30
@@ -611,8 +612,8 @@ def librispeech_rows(config: str, split: str, shard: int) -> dict[str, list]:
     """Columns of one LibriSpeech shard: synthetic utterances (FLAC, 16 kHz) with upper-case prose transcripts."""
     import soundfile as sf
 
-    from anisotropy.data_prose import prose_paragraphs
-    from anisotropy.data_speech import synthetic_speech
+    from anisotropy.data.prose import prose_paragraphs
+    from anisotropy.data.speech import synthetic_speech
 
     n = LIBRISPEECH_SPLITS[config][split][1]
     seed = _seed("librispeech", config, split, str(shard))
@@ -674,7 +675,7 @@ def enwik8_text(n_pages: int = 120) -> str:
 
     import numpy as np
 
-    from anisotropy.data_prose import prose_paragraphs
+    from anisotropy.data.prose import prose_paragraphs
 
     rng = np.random.default_rng(8)
     pars = prose_paragraphs()

@@ -19,7 +19,7 @@ def paper_runs() -> dict:
     """The `paper` profile's runs of this page in words, from its block of ``profiles/paper.yml``: ``shape``
     ("8-layer, 512-wide"), ``training`` ("sequence 128, batch 128, 20,000 updates"), ``corpus``, ``n_seeds``,
     ``n_variants``."""
-    from .. import profiles
+    from anisotropy import profiles
 
     block = profiles.chapter_parameters("paper", "beyond_sharp_without_anisotropy")
     r = block.get("recipe", {})

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from .. import report, training
+from anisotropy.pages import report
+from anisotropy.training import trainer
 
 # the transformers class each suite kind trains (the page's recipe table and provenance box)
 CLASSES = {"mlm": "BertForMaskedLM", "char-mlm": "BertForMaskedLM over bytes", "clm": "GPT2LMHeadModel",
@@ -12,7 +13,7 @@ CLASSES = {"mlm": "BertForMaskedLM", "char-mlm": "BertForMaskedLM over bytes", "
 def describe(name: str, runs) -> dict:
     """One row of the recipe table: the suite ``name`` and its first run's recipe (``runs``: the suite's runs)."""
     r = runs[0]
-    text = r.kind in training.TEXT_KINDS
+    text = r.kind in trainer.TEXT_KINDS
     return {
         "suite": name, "model class": CLASSES[r.kind], "seeds": ", ".join(str(x.seed) for x in runs),
         "width": r.width if r.kind != "cnn" else f"{r.width}→{r.width * 2 ** (r.depth - 1)} channels",
@@ -20,8 +21,8 @@ def describe(name: str, runs) -> dict:
         "input": (f"{r.seq_len} {'bytes' if r.kind == 'char-mlm' else 'tokens'}" if text
                   else f"{r.image_size}px" + (f", {r.patch_size}px patches" if r.kind == "vit" else "")),
         "vocabulary": (256 + 5 if r.kind == "char-mlm" else r.vocab_size) if text else "-",
-        "masked share": f"{r.mask_prob:.0%}" if r.kind in training.BERT_KINDS else "-",
-        "positions": (r.positions.replace("_", " ") if r.kind in training.BERT_KINDS
+        "masked share": f"{r.mask_prob:.0%}" if r.kind in trainer.BERT_KINDS else "-",
+        "positions": (r.positions.replace("_", " ") if r.kind in trainer.BERT_KINDS
                       else "absolute" if r.kind in ("clm", "vit") else "-"),
         "batch": r.batch_size, "updates": r.steps, "peak lr": r.lr, "warm-up": r.warmup, "dropout": r.dropout,
         "checkpoint steps": ", ".join(map(str, r.checkpoint_steps)),
@@ -47,7 +48,7 @@ def text_widths(recipes: dict) -> str:
     ``recipes`` (suite name -> its runs)."""
     by_width: dict[int, list[str]] = {}
     for name, runs in recipes.items():
-        if runs and runs[0].kind in training.TEXT_KINDS:
+        if runs and runs[0].kind in trainer.TEXT_KINDS:
             by_width.setdefault(runs[0].width, []).append(TEXT_NAMES.get(name, name))
     if not by_width:
         return "no text model under this profile"
@@ -58,11 +59,11 @@ def text_widths(recipes: dict) -> str:
 def paper_scale() -> str:
     """What the `paper` profile trains instead of this page's recipes, in words, from its block of
     ``profiles/paper.yml``: suites with the same sizes grouped."""
-    from .. import profiles
+    from anisotropy import profiles
 
     groups: dict[str, list[str]] = {}
     for name, s in profiles.chapter_parameters("paper", "checkpoint_suites").get("suites", {}).items():
-        if s["kind"] in training.TEXT_KINDS:
+        if s["kind"] in trainer.TEXT_KINDS:
             what = (f"width {s['width']}, {s['depth']} layers, {s['seq_len']}-token windows, {s['steps']:,} updates on "
                     f"{s.get('corpus', 'its corpus')}")
         elif s["kind"] == "vit":

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .. import layerwise, report, rules_p1_s3
+from anisotropy.experiments import layerwise
+from anisotropy.pages import report
+from anisotropy.claims.rules import p1_s3
 
 
 def glue_peaks(prefix: str, sub: pd.DataFrame) -> None:
@@ -36,7 +38,7 @@ def first(frame: pd.DataFrame, column: str, fmt: str, absent: str = "not checked
 def every_layer_words(real_rows: pd.DataFrame) -> str:
     """Whether every layer of every real pretrained model in ``real_rows`` lies above the isotropic q95 of its
     dimension, in words: the ledger's rule ``most_layers_above_null`` asked for a share of 1 (the book's reading)."""
-    every = rules_p1_s3.most_layers_above_null(real_rows, share=1.0).holds
+    every = p1_s3.most_layers_above_null(real_rows, share=1.0).holds
     if every is None:
         return "nothing to conclude under this profile"
     return ("so every layer of these trained models, speech and vision Transformers and the CNNs alike, is anisotropic "
@@ -50,15 +52,16 @@ def glue_inputs(image_options: dict, self_trained: list[str], profile: str) -> N
     suites' training images, ``training_recipes``)."""
     import inspect
 
-    from .. import data_images, data_speech, training_recipes
+    from anisotropy.data import images, speech
+    from anisotropy.training import recipes
 
-    report.glue("n_voices", len(data_speech.ESPEAK_VOICES))
-    low, high = inspect.signature(data_speech.espeak_speech).parameters["rates"].default
+    report.glue("n_voices", len(speech.ESPEAK_VOICES))
+    low, high = inspect.signature(speech.espeak_speech).parameters["rates"].default
     report.glue("speech_rates", f"{low} to {high}")
-    report.glue("n_photos", len(data_images.PHOTOS))
-    side = (image_options or {}).get("size", inspect.signature(data_images.photos).parameters["size"].default)
+    report.glue("n_photos", len(images.PHOTOS))
+    side = (image_options or {}).get("size", inspect.signature(images.photos).parameters["size"].default)
     report.glue("image_side", f"{side} × {side}")
-    sides = sorted({training_recipes.suite(s, profile)[0].image_size for s in self_trained
+    sides = sorted({recipes.suite(s, profile)[0].image_size for s in self_trained
                     if s in ("vit", "cnn")})
     report.glue("selftrained_image_side", " and ".join(f"{s} × {s}" for s in sides) or "small")
 

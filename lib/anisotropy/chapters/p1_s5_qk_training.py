@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import re
 
-from .. import data_images, learnt, qk_dynamics as qk, registry, training
+from anisotropy.data import images
+from anisotropy.claims import learnt
+from anisotropy.experiments import qk_dynamics as qk
+from anisotropy.models import registry
+from anisotropy.training import trainer
 
 
 def statistics(stages, datasets: dict, layers, release: bool = True, **common):
@@ -31,7 +35,7 @@ def training_note(stages) -> str | None:
     """One line on how far a self-trained run learned (None for hub checkpoints, which keep no such record)."""
     if stages[0].revision is not None:
         return None
-    state = training.training_state(stages[-1].source)
+    state = trainer.training_state(stages[-1].source)
     first, last, base = state["validation"][0], state["validation"][-1], state["baselines"]
     text = (f"- **{stages[0].run}**: validation loss {last['loss']:.2f} nats at step {last['step']:,}, from "
             f"{first['loss']:.2f} at initialisation")
@@ -151,7 +155,7 @@ def decoder_weights(name: str) -> str:
 def paper_setup() -> dict:
     """The `paper` profile's encoder runs in words, from its block of ``profiles/paper.yml``: ``n_samples`` and
     ``seeds`` ("0-4", or a list when they are not consecutive)."""
-    from .. import profiles
+    from anisotropy import profiles
 
     block = profiles.chapter_parameters("paper", "p1_s5_qk_training")
     seeds = sorted(block.get("seeds", []))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .. import report
+from anisotropy.pages import report
 
 
 def counted(mask: pd.Series) -> str:

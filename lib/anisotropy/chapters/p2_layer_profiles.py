@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .. import batches, claims, report, rules_p2
+from anisotropy.measure import batches
+from anisotropy.claims import ledger
+from anisotropy.pages import report
+from anisotropy.claims.rules import p2
 
 
 def describe(rows: pd.DataFrame) -> str:
@@ -22,9 +25,9 @@ def bulge(summary: pd.DataFrame, label: str, claim_id: str = "p2-f1-decoders-bel
     part = summary[summary["label"] == label]
     if part.empty:
         return "not measured under this profile"
-    params = claims.claim(claim_id).params
+    params = ledger.claim(claim_id).params
     min_ratio, band = params["min_ratio"], tuple(params["band"])
-    bell, ratio, depth = rules_p2.profile_bell(part, min_ratio, band)
+    bell, ratio, depth = p2.profile_bell(part, min_ratio, band)
     test = (f"its largest value is {ratio:.2f} times the mean of its two ends, at relative depth {depth:.2f}; the "
             f"ledger's test of a bell asks for {min_ratio:g} times, within relative depth {band[0]:g}-{band[1]:g}")
     return f"{'yes' if bell else 'no'}: {test}"
@@ -32,7 +35,7 @@ def bulge(summary: pd.DataFrame, label: str, claim_id: str = "p2-f1-decoders-bel
 
 def bell_test(claim_id: str = "p2-f1-decoders-bell") -> str:
     """The test of a bell that the ledger's claim ``claim_id`` applies to each profile, in words, from its params."""
-    params = claims.claim(claim_id).params
+    params = ledger.claim(claim_id).params
     low, high = params["band"]
     return (f"its largest value lies inside the stack, between relative depths {low:g} and {high:g} (the middle "
             f"layers), and is at least {params['min_ratio']:g} times the mean of its first and last layers")

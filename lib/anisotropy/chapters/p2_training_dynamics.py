@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .. import profiles, registry, report
+from anisotropy import profiles
+from anisotropy.models import registry
+from anisotropy.pages import report
 
 
 def phases(part: pd.DataFrame) -> dict:

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import yaml
 
-from .. import paths
-from ..errors import ProfileError, UserError  # noqa: F401 - ProfileError is also profiles.ProfileError, as before
+from anisotropy import paths
+from anisotropy.errors import ProfileError, UserError  # noqa: F401 - ProfileError is also profiles.ProfileError, as before
 
 FOLDER = Path(__file__).resolve().parent
 DEFAULT = "local"  # the profile whose values every parameters cell shows
@@ -358,14 +358,15 @@ def one_line_errors() -> None:
         shell = get_ipython()  # noqa: F821 - defined inside IPython only
     except NameError:
         return
-    from .. import hub, registry
+    from anisotropy import hub
+    from anisotropy.errors import ModelTooLargeError
 
     def show(shell, etype, value, tb, tb_offset=None):
         stb = [f"{etype.__name__}: {value}"]
         shell._showtraceback(etype, value, stb)  # the cell's error output (what IPython's showtraceback sends)
         return stb
 
-    shell.set_custom_exc((UserError, hub.Unavailable, hub.NoSpace, registry.ModelTooLargeError), show)
+    shell.set_custom_exc((UserError, hub.Unavailable, hub.NoSpace, ModelTooLargeError), show)
 
 
 def apply(chapter: str, namespace: dict) -> Resolved:

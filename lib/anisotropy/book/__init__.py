@@ -1,0 +1,5 @@
+"""Book: building the book: papermill execution and the parallel build (``runner``), the kernels that execute chapters,
+parameter sweeps, the machine's calibration and the command line (``python -m anisotropy``).
+
+May import: every sub-package but ``chapters``.
+"""

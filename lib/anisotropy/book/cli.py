@@ -1,0 +1,152 @@
+"""Command line: ``python -m anisotropy {build,run,sweep,sync,clean,profiles}``; errors print as one paragraph."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from pathlib import Path
+
+import yaml
+
+from anisotropy import profiles
+from anisotropy.book import runner, sweeps
+from anisotropy.errors import UserError
+
+
+def _parse_assignments(pairs: list[str], as_grid: bool = False) -> dict:
+    """``k=v`` pairs, values read as YAML (``n=128``, ``models=[gpt2, bert-base-uncased]``); a grid splits on commas
+    outside brackets (``seed=0,1,2``)."""
+    out = {}
+    for pair in pairs or []:
+        if "=" not in pair:
+            raise runner.RunnerError(f"Parameters are written name=value, got {pair!r}.")
+        key, text = pair.split("=", 1)
+        if as_grid:
+            value = yaml.safe_load(f"[{text}]") if not text.startswith("[") else [yaml.safe_load(text)]
+        else:
+            value = yaml.safe_load(text)
+        out[key.strip()] = value
+    return out
+
+
+def _interrupt(signum, frame):
+    """SIGTERM (a pre-empted job, ``kill``) unwinds like Ctrl-C: papermill shuts its kernel down on the way out."""
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="anisotropy", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    # The flags carry the names of the parameters they set (runner.execute, runner.build); --force is the old name of
+    # --recompute, kept so that existing commands still work.
+    recompute_help = ("execute again and recompute every stored result the chapter reads (not training; "
+                      "old name: --force)")
+    rerun_help = "execute again, reading the results store as usual"
+    p = sub.add_parser("build", help="execute every chapter under a profile and render the book")
+    p.add_argument("--profile", default="local")
+    p.add_argument("--recompute", "--force", action="store_true", dest="recompute", help=recompute_help)
+    p.add_argument("--rerun", action="store_true", help=rerun_help)
+    p.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
+                   help="chapters executed at once, independent ones only (default: the cores; 1: one after another)")
+    p.add_argument("--no-html", action="store_true",
+                   help="execute every chapter, but do not render the HTML (e.g. a test that reads the notebooks)")
+
+    p = sub.add_parser("run", help="execute one chapter into book/executed/")
+    p.add_argument("name")
+    p.add_argument("--profile", default="local")
+    p.add_argument("-p", "--param", action="append", metavar="NAME=VALUE")
+    p.add_argument("--recompute", "--force", action="store_true", dest="recompute", help=recompute_help)
+    p.add_argument("--rerun", action="store_true", help=rerun_help)
+
+    p = sub.add_parser("clean", help="remove stored results, trained runs and notebooks no current code reaches")
+    p.add_argument("--dry-run", action="store_true", help="only list what would be removed")
+
+    p = sub.add_parser("sweep", help="run one chapter over a grid of parameters (cartesian product)")
+    p.add_argument("name")
+    p.add_argument("--profile", default="local")
+    p.add_argument("-p", "--param", action="append", metavar="NAME=V1,V2,...", required=True)
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="a running Dask scheduler, e.g. tcp://host:8786 (default: $DASK_SCHEDULER_ADDRESS, else a "
+                        "LocalCluster on this machine)")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="worker processes of the LocalCluster (default: the cores; 1: the points one after another, "
+                        "in this process)")
+
+    p = sub.add_parser("sync", help="write notebooks/*.ipynb from their MyST sources")
+    p.add_argument("--check", action="store_true", help="only report pairs that are out of sync (exit 1 if any)")
+
+    sub.add_parser("profiles", help="list the profiles")
+
+    p = sub.add_parser("calibrate", help="measure this machine (matrix products, memory, the suites' updates)")
+    p.add_argument("--profile", default="local", help="whose suite recipes to time (default: local)")
+    p.add_argument("--out", default=None, metavar="FILE", help="also write the calibration as JSON")
+
+    args = parser.parse_args(argv)
+    try:
+        previous = signal.signal(signal.SIGTERM, _interrupt)
+    except ValueError:  # not the main thread: leave signals alone
+        previous = None
+    try:
+        if args.command == "build":
+            if args.recompute:
+                print("--recompute: every chapter is executed again and recomputes the results it reads from the store")
+            runner.build(args.profile, rerun=args.rerun, recompute=args.recompute, jobs=args.jobs,
+                         html=not args.no_html)
+        elif args.command == "run":
+            if args.recompute:
+                print(f"--recompute: {args.name} recomputes every result it reads from the store")
+            outcome = runner.execute(args.name, args.profile, _parse_assignments(args.param), rerun=args.rerun,
+                                     recompute=args.recompute)
+            if outcome.error:
+                raise runner.ChapterFailed(outcome.error)
+            print(f"{args.name}: {'reused' if outcome.reused else f'{outcome.seconds:.1f} s'} -> {outcome.path}")
+        elif args.command == "sweep":
+            table = sweeps.sweep(args.name, args.profile, _parse_assignments(args.param, as_grid=True),
+                                 address=args.scheduler, workers=args.workers)
+            print(f"sweep table: {table}")
+        elif args.command == "sync":
+            changed = runner.sync(check=args.check)
+            verb = "out of sync" if args.check else "written"
+            print(f"{len(changed)} notebook(s) {verb}" + (f": {', '.join(changed)}" if changed else ""))
+            return 1 if (args.check and changed) else 0
+        elif args.command == "clean":
+            removed, size = runner.clean(dry_run=args.dry_run)
+            for path in removed:
+                print(path)
+            verb = "would free" if args.dry_run else "freed"
+            print(f"{len(removed)} stale item(s); {verb} {size / 2**20:.1f} MiB")
+        elif args.command == "calibrate":
+            from anisotropy.book import machine
+
+            cal = machine.calibrate(args.profile)
+            print(machine.describe(cal))
+            ref = machine.reference()
+            if ref and ref.get("calibration"):
+                est = machine.estimate_build(cal, ref)
+                print(f"speed index {est['speed_index']:.2f} against the reference build's machine ({ref['commit']}); "
+                      f"a fresh `make book` here: about {est['cpu_seconds'] / 60:.0f} CPU-minutes, "
+                      f"{est['wall_seconds'] / 60:.0f} minutes of wall time")
+            if args.out:
+                Path(args.out).write_text(json.dumps(cal, indent=1) + "\n")
+        elif args.command == "profiles":
+            for name in profiles.names():
+                print(f"{name:<9} {profiles.load(name).get('description', '')}")
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt as exc:
+        name = str(exc) or "SIGINT"
+        print(f"interrupted ({name}): finished notebooks and results are kept; run the same command again to resume "
+              "where it stopped.", file=sys.stderr)
+        return 128 + (signal.SIGTERM if name == "SIGTERM" else signal.SIGINT)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,629 @@
+"""Papermill execution and the book build (a sweep of one chapter: ``sweeps``).
+
+A chapter is ``notebooks/<name>.md`` (MyST markdown, paired with an output-free ``notebooks/<name>.ipynb`` for
+Colab). The runner executes chapters in ``_toc.yml`` order under a profile (``anisotropy.profiles``) into
+``book/executed/<name>.ipynb``, then Jupyter Book renders them; execution inside Jupyter Book stays off. Papermill
+injects only ``profile`` and the user's overrides: the chapter resolves every other parameter from the profile
+itself (``profiles.apply``), exactly as it does on Colab. An executed notebook records the profile, parameters and source hash it ran with, so a build
+that is interrupted resumes where it stopped and a finished chapter is not executed again.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from anisotropy import executor, fingerprint, paths, profiles, results
+from anisotropy.book import kernels
+from anisotropy.errors import UserError
+
+from anisotropy.profiles import EXECUTED, chapters  # noqa: E402 - the book's chapters, read from _toc.yml
+
+SWEEPS = Path("book") / "sweeps"
+SWEEPS_IN_STORE = "_sweeps"  # <store URL>/_sweeps/<chapter>/: a sweep's notebooks when the store is a URL (``sweeps``)
+KERNEL = "python3"
+# How long a cell's outputs may trail its reply. papermill stops the chapter after nbclient's default 4 s (it raises on
+# an IOPub timeout): on a loaded 2-core machine (load average 14, a test run beside the build) two chapters of the
+# smoke book stopped that way although their cells had finished. A slow machine must not fail a build; a hung kernel
+# is still caught by the kernel's liveness check.
+IOPUB_TIMEOUT_S = 120
+
+
+class RunnerError(UserError):
+    """A problem the user can fix, with a message that says how; printed without a traceback by the CLI."""
+
+
+class ChapterFailed(RunnerError):
+    pass
+
+
+def root() -> Path:
+    found = paths.project_root()
+    if found is None:
+        raise RunnerError("The runner needs a checkout of the book (a folder with _toc.yml and lib/anisotropy).")
+    return found
+
+
+# ---- chapters -------------------------------------------------------------------------------------------------------
+
+def paired_ipynb_text(name: str) -> str:
+    """The exact text of the committed output-free ``notebooks/<name>.ipynb`` for the current source."""
+    import nbformat
+
+    nb = profiles.read_notebook(name)
+    # Only jupytext's filter stays: it keeps the chapter's `anisotropy` metadata (what it runs after) when the .ipynb
+    # is converted back to MyST.
+    kept = nb.metadata.pop("jupytext", {}).get("notebook_metadata_filter")
+    if kept:
+        nb.metadata["jupytext"] = {"notebook_metadata_filter": kept}
+    for index, cell in enumerate(nb.cells):
+        cell.metadata.pop("vscode", None)
+        # nbformat draws random cell ids; derive them from the content so the pair check is reproducible.
+        cell["id"] = hashlib.sha256(f"{index}\n{cell.source}".encode()).hexdigest()[:8]
+    return nbformat.writes(nb) + "\n"
+
+
+_INSTALL_LINE = re.compile(r'^( *)%pip install -q "anisotropy\[colab\] @ git\+[^"]*"$', flags=re.M)
+
+
+def sync(check: bool = False) -> list[str]:
+    """Write (or with ``check``, only compare) every chapter's Colab install line, derived from the repository of
+    ``_config.yml`` (``report.install_command``), and every ``notebooks/<name>.ipynb`` from its MyST source.
+
+    Returns the names whose source or .ipynb was (or would be) changed.
+    """
+    from anisotropy.pages.report import install_command
+
+    command = install_command()
+    changed = []
+    for md in sorted((root() / "notebooks").glob("*.md")):
+        text = md.read_text()
+        installed = _INSTALL_LINE.sub(lambda m: m.group(1) + command, text)
+        if installed != text:
+            changed.append(md.stem)
+            if not check:
+                md.write_text(installed)
+        target = md.with_suffix(".ipynb")
+        paired = paired_ipynb_text(md.stem)
+        if not target.is_file() or target.read_text() != paired:
+            changed.append(md.stem)
+            if not check:
+                target.write_text(paired)
+    return sorted(set(changed))
+
+
+# ---- execution ------------------------------------------------------------------------------------------------------
+
+@dataclass
+class Outcome:
+    name: str
+    path: Path | str  # the executed notebook (a path, or a URL of the results store), or the partial one on failure
+    seconds: float
+    reused: bool = False
+    error: str | None = None
+    params: dict = field(default_factory=dict)
+    failure: dict | None = None  # what went wrong, as data: a worker reports it, the client words it (``finish``)
+    glued: dict | None = None  # the glued values of a finished notebook (read where it ran)
+    log: str | None = None  # the kernel's messages
+    blocked: bool = False  # not executed: a chapter it runs after failed
+    cpu_seconds: float | None = None  # CPU time of the chapter's kernel and every process it started
+
+
+@dataclass
+class Job:
+    """Everything needed to execute one chapter anywhere (a thread here, a Dask worker on another machine): the
+    chapter source as a notebook, what papermill injects, the stamp the executed notebook will carry, where it goes
+    (a path or a URL), and the kernel's extra environment (None removes a variable)."""
+
+    name: str
+    notebook: str
+    injected: dict
+    params: dict
+    stamp: dict
+    output: str
+    env: dict = field(default_factory=dict)
+    cwd: str | None = None
+    log: str = ""
+
+
+def _parameters(name: str, profile: str, overrides: dict | None = None) -> tuple[dict, dict, dict]:
+    """(the parameters chapter ``name`` is given under ``profile`` plus ``overrides``, those and ``profile`` where
+    the notebook has that parameter: what its stamp holds, the defaults of its notebook)."""
+    defaults = profiles.notebook_parameters(name)
+    given = {**profiles.chapter_parameters(profile, name), **(overrides or {})}
+    return given, ({"profile": profile, **given} if "profile" in defaults else dict(given)), defaults
+
+
+def _stamp(profile: str, params: dict, name: str) -> dict:
+    """What an executed notebook is keyed by: profile, parameters, its source, and the library's code (every module:
+    figures and text depend on them all; the numbers themselves come from the results store, keyed more finely); for
+    a chapter that owns claims or gathers other chapters' rows, what those depend on (``claims.stamp_inputs``); and
+    the stamps of the chapters it runs after, under the same profile: a chapter that measures the suites shows what
+    the suites' recipes trained, so a changed recipe executes it again (it was reused with the old numbers)."""
+    from anisotropy.claims.ledger import stamp_inputs
+
+    stamp = {"profile": profile, "parameters": params, "source_hash": profiles.source_hash(name),
+             "code": fingerprint.package()}
+    after = profiles.read_notebook(name).metadata.get("anisotropy", {}).get("after", []) or []
+    if after:
+        stamp["after"] = {dep: _stamp(profile, _parameters(dep, profile)[1], dep) for dep in after}
+    inputs = stamp_inputs(name, profile)
+    return stamp if inputs is None else {**stamp, "inputs": inputs}
+
+
+def _read_text(where) -> str | None:
+    """The text of a file at a path or an fsspec URL; None when it is not there."""
+    try:
+        if results.is_url(where):
+            fs, path = results.filesystem(str(where))
+            return fs.cat_file(path).decode() if fs.exists(path) else None
+        return Path(where).read_text() if Path(where).is_file() else None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def write_bytes(where, data: bytes) -> None:
+    """Write a whole file at a path (atomically: under a temporary name, then renamed) or an fsspec URL (one
+    request: the object exists complete or not at all)."""
+    if results.is_url(where):
+        fs, path = results.filesystem(str(where))
+        fs.pipe_file(path, data)
+    else:
+        results._atomic_write(Path(where), lambda p: p.write_bytes(data))
+
+
+def _is_current(output, stamp: dict) -> bool:
+    text = _read_text(output)
+    if text is None:
+        return False
+    try:
+        meta = json.loads(text)["metadata"].get("anisotropy", {})
+    except (ValueError, KeyError, AttributeError):
+        return False
+    return meta.get("stamp") == json.loads(json.dumps(stamp)) and meta.get("complete") is True
+
+
+def _fill_wall_time(nb, seconds: float) -> None:
+    from anisotropy.pages.report import WALL_TIME_PLACEHOLDER
+
+    text = f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            if "text/html" in data and WALL_TIME_PLACEHOLDER in data["text/html"]:
+                data["text/html"] = data["text/html"].replace(WALL_TIME_PLACEHOLDER, text)
+
+
+def _hide_parameter_cells(nb) -> None:
+    """The provenance box lists every parameter; the raw parameter cells stay in the notebook, not on the page."""
+    for cell in nb.cells:
+        tags = cell.metadata.setdefault("tags", [])
+        if ("parameters" in tags or "injected-parameters" in tags) and "remove-cell" not in tags:
+            tags.append("remove-cell")
+
+
+def first_line(text) -> str:
+    lines = re.sub(r"\x1b\[[0-9;]*m", "", str(text)).strip().splitlines()
+    return lines[0].strip() if lines else ""
+
+
+def _cell_location(name: str, cell_source: str) -> str:
+    """Where a failing cell is in ``notebooks/<name>.md``: "code cell K (notebooks/<name>.md, line L)"."""
+    if not cell_source:
+        return "a cell"
+    try:
+        code = [c.source for c in profiles.read_notebook(name).cells if c.cell_type == "code"]
+        text = profiles.notebook_source(name).read_text()
+    except (OSError, profiles.ProfileError):
+        return "a cell"
+    if cell_source not in code:
+        return "the injected parameters cell" if "# Parameters" in cell_source.splitlines()[0] else "a cell"
+    k = code.index(cell_source) + 1
+    at = text.find(cell_source)
+    line = f", line {text[:at].count(chr(10)) + 1}" if at >= 0 else ""
+    return f"code cell {k} (notebooks/{name}.md{line})"
+
+
+def _failure(exc) -> dict:
+    import papermill
+
+    if isinstance(exc, papermill.PapermillExecutionError):
+        return {"cell": exc.source, "ename": exc.ename, "evalue": first_line(exc.evalue)}
+    # the kernel died (e.g. killed for memory), could not start, or timed out
+    return {"kernel": f"{type(exc).__name__}: {first_line(exc)}"}
+
+
+def _failure_message(name: str, failure: dict, output, log=None) -> str:
+    """One paragraph: notebook, cell, the exception line, the partially executed notebook."""
+    if "cell" in failure:
+        what = f"{_cell_location(name, failure['cell'])} raised {failure['ename']}: {failure['evalue']}"
+    else:
+        what = f"the kernel failed ({failure['kernel']})"
+        if log is not None:
+            what += f"; kernel messages: {log}"
+    return f"{name}: {what}\n    partially executed notebook: {output}"
+
+
+
+def prepare(name: str, profile: str, overrides: dict | None = None, output=None, rerun: bool = False,
+            recompute: bool = False, env: dict | None = None) -> "Job | Outcome":
+    """The ``Job`` that executes chapter ``name`` under ``profile`` (plus ``overrides``) into ``output`` (a path or
+    a URL; default ``book/executed/<name>.ipynb``), or, when a finished notebook with the same stamp (profile,
+    parameters, source, code) is already there and neither ``rerun`` nor ``recompute`` is given, its reused
+    ``Outcome``. Parameters are checked here, before anything runs. ``recompute`` makes the chapter recompute every
+    result it reads from the store (``ANISOTROPY_RECOMPUTE``); ``env`` is added to the kernel's environment."""
+    import nbformat
+
+    given, params, defaults = _parameters(name, profile, overrides)
+    profiles.check(name, given, defaults, profiles.parameter_rules(name))
+    injected = {"profile": profile, **(overrides or {})} if "profile" in defaults else dict(given)
+    output = output if output is not None else root() / EXECUTED / f"{name}.ipynb"
+    stamp = _stamp(profile, params, name)
+    if not (rerun or recompute) and _is_current(output, stamp):
+        return Outcome(name, output, 0.0, reused=True, params=params)
+    kernel_env = {"ANISOTROPY_RUNNER": "1",  # parameters are checked here; profiles.apply need not check again
+                  "ANISOTROPY_FIGURES": str(root() / "_build" / "figures" / name), **KERNEL_MALLOC, **(env or {})}
+    if recompute:
+        kernel_env[results.RECOMPUTE_ENV] = "1"
+    stem = str(output).replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".ipynb")
+    return Job(name, nbformat.writes(profiles.read_notebook(name)), injected, params, stamp, str(output),
+               env=kernel_env, cwd=str(root()), log=f"_build/logs/{stem}.log")
+
+
+def run_job(job: Job) -> Outcome:
+    """Execute a ``Job`` with papermill, here (a thread of the build, or a Dask worker's task thread).
+
+    The notebook is executed into a hidden ``.<stem>.partial.ipynb`` (beside the output, or in a temporary folder
+    when the output is a URL) and gets the final name only once complete, so an interrupted run never leaves an
+    output that a later run takes for finished; a notebook at a URL is uploaded whole once complete (a failed one
+    under its partial name). Failures come back as data (``Outcome.failure``), worded by ``finish``."""
+    import nbformat
+    import papermill
+
+    remote = results.is_url(job.output)
+    stem = job.output.replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".ipynb")
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="anisotropy-") as tmp:
+        tmp = Path(tmp)
+        cwd = Path(job.cwd) if job.cwd and Path(job.cwd).is_dir() else tmp
+        log = cwd / job.log if job.log else tmp / f"{stem}.log"
+        src = tmp / f"{job.name}.ipynb"
+        src.write_text(job.notebook)
+        if remote:
+            partial, partial_at = tmp / f".{stem}.partial.ipynb", f"{job.output.rsplit('/', 1)[0]}/.{stem}.partial.ipynb"
+        else:
+            partial = Path(job.output).with_name(f".{stem}.partial.ipynb")
+            partial.parent.mkdir(parents=True, exist_ok=True)
+            partial_at = partial
+        env = dict(os.environ)
+        for key, value in job.env.items():
+            if value is None:
+                env.pop(key, None)
+            else:
+                env[key] = str(value)
+        kernel_cpu: list[float] = []
+        kernel_peak: list[int | None] = []
+        try:
+            with kernels.kernel(env, str(cwd), log, kernel_cpu, kernel_peak) as manager:
+                papermill.execute_notebook(str(src), str(partial), parameters=job.injected, kernel_name=KERNEL,
+                                           progress_bar=False, log_output=False, kernel_manager_class=manager,
+                                           iopub_timeout=IOPUB_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes one report, never a traceback
+            if remote and partial.is_file():
+                write_bytes(partial_at, partial.read_bytes())
+            return Outcome(job.name, partial_at, time.perf_counter() - start, params=job.params,
+                           failure=_failure(exc), log=str(log))
+        seconds = time.perf_counter() - start
+        cpu_seconds = round(sum(kernel_cpu), 2) if kernel_cpu else None
+        nb = nbformat.read(partial, as_version=4)
+        _fill_wall_time(nb, seconds)
+        _hide_parameter_cells(nb)
+        peaks = [p for p in kernel_peak if p is not None]
+        nb.metadata["anisotropy"] = {**nb.metadata.get("anisotropy", {}), "stamp": job.stamp, "complete": True,
+                                     "seconds": round(seconds, 2), "cpu_seconds": cpu_seconds,
+                                     "peak_rss_bytes": max(peaks) if peaks else None}
+        nbformat.write(nb, partial)
+        glued = glued_values(partial)
+        if remote:
+            write_bytes(job.output, partial.read_bytes())
+        else:
+            os.replace(partial, job.output)  # only a complete notebook ever carries the final name
+    return Outcome(job.name, job.output if remote else Path(job.output), seconds, params=job.params, glued=glued,
+                   log=str(log), cpu_seconds=cpu_seconds)
+
+
+def finish(outcome: Outcome) -> Outcome:
+    """Word a failure reported as data (here, where the chapter's source is at hand)."""
+    if outcome.failure and not outcome.error:
+        outcome.error = _failure_message(outcome.name, outcome.failure, outcome.path, outcome.log)
+    return outcome
+
+
+def execute(name: str, profile: str, overrides: dict | None = None, output: Path | None = None,
+            rerun: bool = False, recompute: bool = False, quiet: bool = False, env: dict | None = None) -> Outcome:
+    """Execute chapter ``name`` under ``profile`` (plus ``overrides``) into ``output`` (``prepare``, then ``run_job``
+    here).
+
+    Papermill injects ``profile`` and the overrides; the chapter takes the rest from the profile (``profiles.apply``).
+    ``rerun`` executes it again even if a current notebook exists; ``recompute`` also recomputes every result the
+    chapter reads from the results store (``ANISOTROPY_RECOMPUTE``) instead of reading it.
+    A finished notebook whose stamp (profile, parameters, source hash) matches is reused, not executed again.
+    """
+    job = prepare(name, profile, overrides, output, rerun=rerun, recompute=recompute, env=env)
+    return job if isinstance(job, Outcome) else finish(run_job(job))
+
+
+def progress(outcome: Outcome, profile: str, index: int, total: int, label: str | None = None) -> None:
+    if outcome.blocked:
+        status = "not run"
+    else:
+        status = "reused" if outcome.reused else ("FAILED" if outcome.error else f"{outcome.seconds:7.1f} s")
+        if outcome.cpu_seconds is not None and not (outcome.reused or outcome.error):
+            status += f" ({outcome.cpu_seconds:.0f} s CPU)"
+    print(f"[{index}/{total}] {label or outcome.name:<32} profile={profile:<6} {status}", flush=True)
+
+
+# ---- what a chapter runs after ---------------------------------------------------------------------------------------
+
+def dependencies(names: list[str] | None = None) -> dict[str, list[str]]:
+    """For each chapter, the chapters it runs after, as its front matter states (``anisotropy: {after: [...]}``):
+    those whose stored results or trained suites it reads. Each must be a chapter that comes before it in
+    ``_toc.yml`` (the serial order stays a valid order)."""
+    order = chapters()
+    names = names or order
+    found, problems = {}, []
+    for name in names:
+        after = profiles.read_notebook(name).metadata.get("anisotropy", {}).get("after", []) or []
+        for dep in after:
+            if dep not in order:
+                problems.append(f"notebooks/{name}.md runs after {dep!r}, which is not a chapter of _toc.yml")
+            elif name in order and order.index(dep) >= order.index(name):
+                problems.append(f"notebooks/{name}.md runs after {dep!r}, which comes after it in _toc.yml")
+        found[name] = list(after)
+    if problems:
+        raise RunnerError("; ".join(problems) + ".")
+    return found
+
+
+def _build_chapter(name: str, env: dict, profile: str, rerun: bool, recompute: bool) -> Outcome:
+    return execute(name, profile, rerun=rerun, recompute=recompute, env={**KERNEL_THREADS, **env})
+
+
+# One torch/BLAS thread per chapter kernel of a build: the build keeps every core busy with chapters (and their own
+# Dask workers), and two threads on one core spin against each other. It also keeps the numbers independent of how
+# the chapters happen to overlap. A value set in the environment is kept.
+KERNEL_THREADS = {name: os.environ.get(name, "1") for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+# The allocator settings of every chapter kernel (``prepare``: a build's, a sweep's, a chapter run alone), which
+# passes them on to its Dask workers: ``executor.MALLOC_DEFAULTS`` says why.
+KERNEL_MALLOC = executor.malloc_env()
+
+
+def execute_all(profile: str, only: list[str] | None = None, rerun: bool = False, recompute: bool = False,
+                jobs: int | None = None, processes: bool = False) -> list[Outcome]:
+    """Execute the chapters (``only`` some) under ``profile``: each after the chapters it depends on
+    (``dependencies``), independent ones at the same time, ``jobs`` at a time (default: the cores; the cores are
+    shared with what a chapter starts itself through ``executor.map``). One progress line per chapter as it ends; a
+    failed chapter does not stop the others, but those that run after it are not run. Returns the outcomes in
+    ``_toc.yml`` order."""
+    import functools
+
+    names = chapters()
+    if only:
+        unknown = [n for n in only if n not in names]
+        if unknown:
+            raise RunnerError(f"Not chapters of the book: {', '.join(unknown)}. Chapters: {', '.join(names)}.")
+        names = [n for n in names if n in only]
+    profiles.check_profile(profile, names)
+    after = dependencies(names)
+    outcomes: dict[str, Outcome] = {}
+
+    def done(name, result) -> None:
+        if isinstance(result, executor.Blocked):
+            outcome = Outcome(name, root() / EXECUTED / f"{name}.ipynb", 0.0, blocked=True,
+                              error=f"{name}: not run, because it runs after {result.because}, which "
+                                    f"{'was not run' if outcomes[result.because].blocked else 'failed'}")
+        elif isinstance(result, BaseException):
+            outcome = Outcome(name, root() / EXECUTED / f"{name}.ipynb", 0.0,
+                              error=f"{name}: {type(result).__name__}: {first_line(result)}")
+        else:
+            outcome = result
+        outcomes[name] = outcome
+        progress(outcome, profile, len(outcomes), len(names))
+
+    fn = functools.partial(_build_chapter, profile=profile, rerun=rerun, recompute=recompute)
+    try:
+        executor.schedule(fn, names, after, jobs=jobs, processes=processes, failed=lambda o: bool(o.error),
+                          on_done=done)
+    except KeyboardInterrupt:
+        kernels.stop_kernels()  # the chapters still running: their partial notebooks stay partial
+        raise
+    return [outcomes[n] for n in names]
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process and of every child it has waited for (the chapters' kernels, with whatever they
+    started and waited for in turn: their Dask workers, jupyter-book)."""
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def vendor_mathjax() -> Path:
+    """Copy MathJax's self-contained SVG build (and its licence) from the installed ``django-static-mathjax`` wheel
+    into ``book/_static/mathjax/``, where ``_config.yml``'s ``mathjax_path`` points."""
+    import importlib.util
+    import shutil
+
+    spec = importlib.util.find_spec("mathjax")
+    if spec is None or not spec.submodule_search_locations:
+        raise RunnerError("MathJax is missing: pip install django-static-mathjax==3.2.2.1 (`make book` does)")
+    source = Path(list(spec.submodule_search_locations)[0]) / "static" / "mathjax"
+    target = root() / "book" / "_static" / "mathjax"
+    target.mkdir(parents=True, exist_ok=True)
+    for name in ("es5/tex-svg.js", "LICENSE"):
+        dest = target / Path(name).name
+        if not dest.is_file() or dest.stat().st_size != (source / name).stat().st_size:
+            shutil.copy2(source / name, dest)
+    return target / "tex-svg.js"
+
+
+def build_html(strict: bool = True) -> Path:
+    """Render the executed notebooks with Jupyter Book (a warning is a failure when ``strict``)."""
+    vendor_mathjax()
+    jb = Path(sys.executable).parent / "jupyter-book"
+    cmd = [str(jb) if jb.exists() else "jupyter-book", "build", str(root()), "--builder", "html"]
+    if strict:
+        cmd += ["-W", "-n", "--keep-going"]
+    proc = subprocess.run(cmd, cwd=root(), capture_output=True, text=True)
+    if proc.returncode != 0:
+        lines = [line for line in (proc.stdout + proc.stderr).splitlines()
+                 if "WARNING" in line or "ERROR" in line or "Error" in line]
+        detail = "\n    ".join(lines[-15:]) or (proc.stdout + proc.stderr)[-2000:]
+        raise RunnerError(f"Jupyter Book failed to render the book:\n    {detail}")
+    return root() / "_build" / "html" / "index.html"
+
+
+def build(profile: str = "local", rerun: bool = False, recompute: bool = False, jobs: int | None = None,
+          processes: bool = False, html: bool = True) -> Path | None:
+    """Execute every chapter under ``profile`` (``execute_all``: independent chapters at once, ``jobs`` at a time),
+    then render the book (unless not ``html``: then returns None). Reports wall and CPU time beside the machine's
+    calibration (``machine``): before it starts, the estimate from the committed reference build, and after it, the
+    measured figures, also written to ``_build/build-times.json`` (the reference's format); raises ``ChapterFailed``
+    with one report."""
+    from anisotropy.book import machine
+    from anisotropy.executor import cores
+
+    start, cpu_start = time.perf_counter(), _cpu_seconds()
+    jobs = max(1, jobs or cores())
+    cal = ref = None
+    if profile == machine.REFERENCE_PROFILE:  # the full-size build: its times are worth comparing across machines
+        ref = machine.reference()
+        cal = machine.calibrate(profile)
+        print(f"This machine: {machine.describe(cal)} (calibrated in {cal['seconds']:.0f} s).", flush=True)
+    if cal and ref and ref.get("calibration") and ref.get("profile") == profile:
+        est = machine.estimate_build(cal, ref, chapters())
+        print(f"Estimated for a fresh build here: {est['cpu_seconds'] / 60:.0f} CPU-minutes, "
+              f"{est['wall_seconds'] / 60:.0f} minutes of wall time (the reference build of {ref['commit']}: "
+              f"{ref['cpu_seconds'] / 60:.0f} CPU-minutes on a machine {1 / est['speed_index']:.2f} times "
+              f"{'slower' if est['speed_index'] > 1 else 'faster'} at the suites' updates; one calibration varies "
+              f"10-30% between runs a minute apart on the same machine, so read it as +/- 20%; chapters already "
+              f"executed are reused, so a rebuild takes less).", flush=True)
+    outcomes = execute_all(profile, rerun=rerun, recompute=recompute, jobs=jobs, processes=processes)
+    failed = [o for o in outcomes if o.error and not o.blocked]
+    blocked = [o for o in outcomes if o.blocked]
+    ran = sum(o.seconds for o in outcomes)
+    wall, cpu = time.perf_counter() - start, _cpu_seconds() - cpu_start
+    print(f"{len(outcomes) - len(failed) - len(blocked)} of {len(outcomes)} chapters executed ({ran:.0f} s of "
+          f"execution, up to {jobs} at a time): {wall:.0f} s of wall time, {cpu:.0f} s of CPU time (this process "
+          f"and the chapters' kernels), {cpu / max(wall, 1e-9):.2f} cores busy on average.")
+    if failed or blocked:
+        report = "\n".join(f"  - {o.error}" for o in failed + blocked)
+        after = f" ({len(blocked)} not run after them)" if blocked else ""
+        raise ChapterFailed(f"{len(failed)} chapter(s) failed{after}; the book was not rendered:\n{report}")
+    if not html:
+        return None
+    index = build_html()
+    wall, cpu = time.perf_counter() - start, _cpu_seconds() - cpu_start
+    print(f"Book built in {wall:.0f} s of wall time, {cpu:.0f} s of CPU time ({cpu / max(wall, 1e-9):.2f} cores "
+          f"busy on average): open {index}")
+    _record_times(profile, outcomes, wall, cpu, cal)
+    return index
+
+
+def _record_times(profile: str, outcomes: list[Outcome], wall: float, cpu: float, cal: dict | None) -> Path:
+    """Write ``_build/build-times.json``: the build's wall and CPU seconds, each executed chapter's CPU seconds and the
+    calibration, in the format of ``machine.REFERENCE`` (a fresh build's file, copied there, is the next reference).
+    With chapters reused, the file describes a partial build (``reused`` lists them)."""
+    per = {o.name: o.cpu_seconds for o in outcomes if o.cpu_seconds is not None and not o.reused}
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root(), capture_output=True,
+                                text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown"
+    record = {"profile": profile, "commit": commit, "wall_seconds": round(wall, 1), "cpu_seconds": round(cpu, 1),
+              "chapters_cpu_seconds": per, "other_cpu_seconds": round(max(0.0, cpu - sum(per.values())), 1),
+              "chapters_wall_seconds": {o.name: round(o.seconds, 1) for o in outcomes if not o.reused},
+              "reused": [o.name for o in outcomes if o.reused], "calibration": cal}
+    out = root() / "_build" / "build-times.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=1) + "\n")
+    return out
+
+
+def clean(dry_run: bool = False) -> tuple[list, int]:
+    """Remove what no key of the current code reaches: stored results computed by other code, trained runs and
+    tokenizers of another trainer, conversions of other converters, executed notebooks stamped with other code (those
+    of sweeps too, in a URL store). Returns (paths or URLs, bytes freed)."""
+    import shutil
+
+    from anisotropy.models import conversion
+    from anisotropy.training import checkpoints
+
+    store = results.Store()
+    stored = store.stale()
+    local = checkpoints.stale_runs() + conversion.stale_conversions()
+    code = fingerprint.package()
+
+    def stale_stamp(text: str | None) -> bool:
+        try:
+            stamp = json.loads(text)["metadata"].get("anisotropy", {}).get("stamp", {})
+        except (TypeError, ValueError, KeyError, AttributeError):
+            stamp = {}
+        return stamp.get("code") != code
+
+    for folder in (root() / EXECUTED, root() / SWEEPS):
+        for nb in sorted(folder.rglob("*.ipynb")) if folder.is_dir() else []:
+            if stale_stamp(_read_text(nb)):
+                local.append(nb)
+    if store.remote:
+        for url in store.glob(SWEEPS_IN_STORE, "*", "*.ipynb") + store.glob(SWEEPS_IN_STORE, "*", ".*.ipynb"):
+            if stale_stamp(_read_text(url)):
+                stored.append(url)
+    size = store.size(stored) + sum(f.stat().st_size for p in local for f in ([p] if p.is_file() else p.rglob("*"))
+                                    if f.is_file())
+    if not dry_run:
+        store.remove(stored)
+        for p in local:
+            shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
+    return stored + local, size
+
+
+# ---- glued values ---------------------------------------------------------------------------------------------------
+
+# Glued names that report a wall-clock measurement (training or run time) end this way; they are the only glued
+# values allowed to differ between two runs of the same profile and seed.
+WALL_CLOCK_GLUE = re.compile(r"(seconds|minutes)$")
+
+
+def glued_values(nb_path, wall_clock: bool = True) -> dict:
+    """The scalars a notebook (a path, or a URL of the results store) glued, as plain text (myst-nb stores them as
+    ``display_data`` outputs tagged ``scrapbook``, under ``application/papermill.record/text/plain``);
+    ``wall_clock=False`` leaves out timings."""
+    import nbformat
+
+    nb = nbformat.reads(_read_text(nb_path), as_version=4) if results.is_url(nb_path) else \
+        nbformat.read(nb_path, as_version=4)
+    values = {}
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            name = out.get("metadata", {}).get("scrapbook", {}).get("name")
+            data = out.get("data", {})
+            text = next((v for k, v in data.items() if k.endswith("text/plain")), None)
+            if not name or text is None or any(k.endswith("image/png") for k in data):
+                continue
+            if wall_clock or not WALL_CLOCK_GLUE.search(name):
+                try:  # report.glue stores formatted strings, so most values come back as their repr
+                    values[name] = ast.literal_eval(text)
+                except (ValueError, SyntaxError):
+                    values[name] = text
+    return values

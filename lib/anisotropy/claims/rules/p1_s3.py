@@ -1,0 +1,216 @@
+"""The rules of Paper 1's Appendix B (the isotropic null) and Section 3 (anisotropy in every modality; drift and
+anisotropy). See ``rules`` for what a rule is.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from anisotropy.claims.rules.common import Outcome, majority, per_model, spearman, too_few, rule
+
+
+# Appendix B
+
+@rule
+def null_concentrates(quantiles: pd.DataFrame, tolerance: float = 0.02) -> Outcome:
+    """The exact isotropic q95 decreases with d and sqrt(d) * q95 approaches the Gaussian limit at the largest d."""
+    from scipy.stats import norm
+
+    q = quantiles.sort_values("d")
+    if len(q) < 2:
+        return Outcome(None, "fewer than two dimensions")
+    decreasing = bool((np.diff(q["exact_q95"].to_numpy()) < 0).all())
+    d = float(q["d"].iloc[-1])
+    scaled = float(np.sqrt(d) * q["exact_q95"].iloc[-1])
+    limit = float(norm.ppf(0.95))
+    close = abs(scaled / limit - 1) <= tolerance
+    return Outcome(decreasing and close, f"√d·q95 = {scaled:.3f} at d = {d:,.0f} (limit {limit:.3f}); "
+                                         f"{'decreasing' if decreasing else 'not decreasing'} in d")
+
+
+@rule
+def models_above_null(measured: pd.DataFrame) -> Outcome:
+    """Every model's layer-averaged mean cosine exceeds the isotropic q95 of its dimension."""
+    if measured.empty:
+        return Outcome(None, "no model")
+    above = measured["mean_cosine"] > measured["null_q95"]
+    ratio = measured["mean_cosine"] / measured["null_q95"]
+    below = measured.loc[~above, "label"].tolist()
+    return Outcome(bool(above.all()), f"{int(above.sum())} of {len(measured)} models above (mean cosine / q95 from "
+                                      f"{ratio.min():.1f} to {ratio.max():.1f})"
+                   + (f"; below: {', '.join(below)}" if below else ""))
+
+
+# Paper 1, Section 3: layer-wise mean cosines (columns label, layer, mean_cosine, null_q95, family)
+
+@rule
+def most_layers_above_null(layers: pd.DataFrame, share: float = 0.5) -> Outcome:
+    parts = [(name, float((p["mean_cosine"] > p["null_q95"]).mean())) for name, p in per_model(layers)]
+    if not parts:
+        return Outcome(None, "no model")
+    return Outcome(all(s >= share for _, s in parts),
+                   "share of layers above the isotropic q95: " + ", ".join(f"{n} {s:.0%}" for n, s in parts))
+
+
+@rule
+def some_layer_above_null(layers: pd.DataFrame, at_least: int = 1) -> Outcome:
+    """Every model has at least ``at_least`` layers whose mean cosine exceeds the isotropic q95 of their dimension
+    (Paper 1's "anisotropic in at least one of their layers")."""
+    parts = [(name, int((p["mean_cosine"] > p["null_q95"]).sum()), len(p)) for name, p in per_model(layers)]
+    if not parts:
+        return Outcome(None, "no model")
+    return Outcome(all(k >= at_least for _, k, _ in parts),
+                   "layers above the isotropic q95: " + ", ".join(f"{n} {k} of {t}" for n, k, t in parts))
+
+
+@rule
+def every_layer_above(layers: pd.DataFrame, threshold: float = 0.2) -> Outcome:
+    if layers.empty:
+        return Outcome(None, "no model")
+    low = layers.loc[layers["mean_cosine"].idxmin()]
+    return Outcome(bool(low["mean_cosine"] > threshold),
+                   f"lowest layer mean cosine {low['mean_cosine']:.3f} ({low['label']}, layer {int(low['layer'])}), "
+                   f"against {threshold:g}")
+
+
+@rule
+def close_to_isotropic(layers: pd.DataFrame, threshold: float = 0.1) -> Outcome:
+    parts = [(name, float(p["mean_cosine"].abs().max())) for name, p in per_model(layers)]
+    if not parts:
+        return Outcome(None, "no model")
+    return Outcome(all(v < threshold for _, v in parts),
+                   "largest |layer mean cosine|: " + ", ".join(f"{n} {v:.3f}" for n, v in parts)
+                   + f" (threshold {threshold:g})")
+
+
+@rule
+def majority_isotropic(layers: pd.DataFrame, threshold: float = 0.1, min_models: int = 2) -> Outcome:
+    """More than half of the models have a median layer mean cosine below ``threshold`` ("most": at least
+    ``min_models`` models, since the majority of one model is that model)."""
+    parts = [(name, float(p["mean_cosine"].median())) for name, p in per_model(layers)]
+    if len(parts) < min_models:
+        return too_few("models", len(parts), min_models)
+    flags = [v < threshold for _, v in parts]
+    return Outcome(majority(flags), f"{sum(flags)} of {len(parts)} below {threshold:g} (median layer mean cosine: "
+                                     + ", ".join(f"{n} {v:.3f}" for n, v in parts) + ")")
+
+
+@rule
+def falls_with_depth(layers: pd.DataFrame, min_layers: int = 4) -> Outcome:
+    """Per model: Spearman rho(depth, mean cosine) < 0 and the last layer below the first, on at least
+    ``min_layers`` layers (a rank correlation of three points is one of six orderings)."""
+    parts = []
+    for name, p in per_model(layers):
+        if len(p) < min_layers:
+            return too_few(f"layers in {name}", len(p), min_layers)
+        rho = spearman(p["layer"], p["mean_cosine"])
+        first, last = float(p["mean_cosine"].iloc[0]), float(p["mean_cosine"].iloc[-1])
+        parts.append((name, rho, first, last, bool(rho < 0 and last < first)))
+    if not parts:
+        return Outcome(None, "no model")
+    return Outcome(all(p[-1] for p in parts), "; ".join(
+        f"{n}: Spearman ρ(depth, mean cosine) {rho:+.2f}, first {first:.3f}, last {last:.3f}"
+        for n, rho, first, last, _ in parts))
+
+
+def _group(frame: pd.DataFrame, spec: dict) -> pd.DataFrame:
+    keep = pd.Series(False, index=frame.index)
+    if spec.get("models"):
+        keep |= frame["model"].isin(spec["models"])
+    if spec.get("families"):
+        keep |= frame["family"].isin(spec["families"])
+    return frame[keep]
+
+
+@rule
+def group_above(layers: pd.DataFrame, high: dict, low: dict, min_models: int = 2) -> Outcome:
+    """The mean over the ``high`` group's models of their layer-averaged mean cosine exceeds the ``low`` group's
+    (groups by ``models`` or ``families``), each group holding at least ``min_models`` models: one model against
+    one compares two draws, not two kinds of model."""
+    means = []
+    for spec in (high, low):
+        part = _group(layers, spec)
+        per_model = part.groupby("label", sort=False)["mean_cosine"].mean()
+        means.append(per_model)
+    if means[0].empty or means[1].empty:
+        return Outcome(None, "one of the two groups was not measured")
+    if min(len(m) for m in means) < min_models:
+        return too_few("models in a group", min(len(m) for m in means), min_models,
+                        f"{len(means[0])} against {len(means[1])}")
+    a, b = float(means[0].mean()), float(means[1].mean())
+    words = lambda s: ", ".join(f"{n} {v:.3f}" for n, v in s.items())  # noqa: E731
+    return Outcome(a > b, f"{a:.3f} ({words(means[0])}) against {b:.3f} ({words(means[1])})")
+
+
+# Paper 1, Section 3.3: correlations (columns label, family, spearman, spearman_p, n_layers)
+
+def spearman_interval(rho: float, n: int, level: float = 0.95) -> tuple[float, float]:
+    """Confidence interval of a Spearman correlation of ``n`` points: Fisher's z with the variance
+    (1 + rho^2 / 2) / (n - 3) of Bonett and Wright (2000); (-1, 1) below four points."""
+    from scipy.stats import norm
+
+    if n < 4 or not np.isfinite(rho):
+        return -1.0, 1.0
+    z = np.arctanh(np.clip(rho, -0.999, 0.999))
+    half = norm.ppf(0.5 + level / 2) * np.sqrt((1 + rho**2 / 2) / (n - 3))
+    return float(np.tanh(z - half)), float(np.tanh(z + half))
+
+
+@rule
+def drift_correlated(corr: pd.DataFrame, alpha: float = 0.05, share: float = 0.5, min_layers: int = 6,
+                     min_models: int = 2) -> Outcome:
+    """At least ``share`` of the Transformers have Spearman rho > 0 with p < ``alpha`` across their layers. A model
+    with fewer than ``min_layers`` layers is left out (with five points, p < 0.05 needs a perfect ordering), and
+    the verdict needs ``min_models`` Transformers left."""
+    valid = corr.dropna(subset=["spearman_p"])
+    valid = valid[valid["family"] != "cnn"]
+    short = valid[valid["n_layers"] < min_layers]
+    valid = valid[valid["n_layers"] >= min_layers]
+    if len(valid) < min_models:
+        return too_few(f"Transformers with {min_layers} layers or more", len(valid), min_models)
+    sig = (valid["spearman_p"] < alpha) & (valid["spearman"] > 0)
+    return Outcome(bool(sig.mean() >= share), f"{int(sig.sum())} of {len(valid)} Transformers significantly positive"
+                   + (f" (not: {', '.join(valid.loc[~sig, 'label'])})" if (~sig).any() else "")
+                   + (f"; left out, too few layers: {', '.join(short['label'])}" if len(short) else ""))
+
+
+@rule
+def drift_contrast(corr: pd.DataFrame, alpha: float = 0.05, max_rho: float = 0.5, level: float = 0.95,
+                   min_models: int = 2, cnn_families=("cnn",)) -> Outcome:
+    """CNNs show no drift correlation where Transformers do. A test that is not significant is no evidence of no
+    correlation: a CNN counts as *without* one only when the upper end of the ``level`` interval of its rho
+    (``spearman_interval``) is below ``max_rho``, as *with* one when rho > 0 at p < ``alpha``, and as undecided
+    otherwise (4-5 stage points give intervals wider than the whole range). Holds when at least ``min_models``
+    CNNs are decided, most of them without, and a larger share of Transformers than of CNNs is significantly
+    positive; does not hold when most decided CNNs have one, or the Transformers' share is not larger."""
+    valid = corr.dropna(subset=["spearman_p"])
+    is_cnn = valid["family"].isin(list(cnn_families))
+    cnn, transformers = valid[is_cnn], valid[~is_cnn]
+    if cnn.empty or transformers.empty:
+        return Outcome(None, "needs both CNNs and Transformers")
+    positive = lambda f: (f["spearman_p"] < alpha) & (f["spearman"] > 0)  # noqa: E731
+    upper = np.array([spearman_interval(r, int(n), level)[1] for r, n in zip(cnn["spearman"], cnn["n_layers"])])
+    without, with_ = upper < max_rho, positive(cnn).to_numpy()
+    decided = without | with_
+    words = ", ".join(f"{name}: ρ {r:+.2f} over {int(n)} layers, {level:.0%} interval up to {u:.2f}"
+                      for name, r, n, u in zip(cnn["label"], cnn["spearman"], cnn["n_layers"], upper))
+    if decided.sum() < min_models:
+        return too_few("CNNs with enough layers to tell no correlation from too few points", int(decided.sum()),
+                        min_models, words)
+    cnn_share, tr_share = float(with_.mean()), float(positive(transformers).mean())
+    return Outcome(bool(without.sum() > decided.sum() / 2 and cnn_share < tr_share),
+                   f"{int(without.sum())} of {int(decided.sum())} decided CNNs without a drift correlation "
+                   f"(ρ below {max_rho:g}); significantly positive: {cnn_share:.0%} of {len(cnn)} CNNs, "
+                   f"{tr_share:.0%} of {len(transformers)} Transformers ({words})")
+
+
+
+@rule
+def drift_correlated_pearson(corr: pd.DataFrame, **params) -> Outcome:
+    """Paper 1, Appendix A (Figure 16): ``drift_correlated`` with Pearson's r and its p-value in place of
+    Spearman's rho (columns pearson, pearson_p of ``layerwise.drift_correlations``)."""
+    if not {"pearson", "pearson_p"} <= set(corr.columns):
+        return Outcome(None, "no Pearson correlation in the frame")
+    out = drift_correlated(corr.assign(spearman=corr["pearson"], spearman_p=corr["pearson_p"]), **params)
+    return Outcome(out.holds, f"Pearson's r: {out.value}")

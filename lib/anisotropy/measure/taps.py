@@ -1,0 +1,469 @@
+"""Model + raw examples -> per-layer ``LayerStats``, streaming: each batch's hidden states go straight into per-layer
+accumulators, so memory does not grow with the corpus.
+
+Which vectors count (every rule applies to every variant of a model):
+
+- text: one vector per token; padding is always excluded; special tokens ([CLS], [SEP], <s>, </s>, BOS...) are
+  excluded unless ``keep_special=True``. Layer 0 = the embedding output.
+- encoder-decoder text models (T5, ByT5): encoder layers, then decoder layers. The decoder is fed the encoder's input
+  shifted right by one position (decoder start token first, last token dropped), i.e. teacher forcing on the same
+  text; the start token counts as a special token.
+- CANINE: three parts of different lengths, concatenated in this order unless ``part`` selects one: "character"
+  (character embeddings + initial local character encoder), "downsampled" (molecules, one per 4 characters: deep
+  stack input + its blocks; the [CLS] molecule is special; a molecule counts where the model's own molecule mask is
+  on), "upsampled" (projection back to characters + final character encoder).
+- speech: one vector per frame of the encoder (20 ms for wav2vec 2.0, HuBERT, Whisper); frames beyond an example's
+  real audio are excluded. Whisper's encoder always sees 30 s windows: frames are cropped to the real audio
+  (ceil(samples / 320)). When the examples carry a transcript (``{"array", "sampling_rate", "text"}``), Whisper's
+  decoder is fed [decoder start] + transcript tokens and its layers follow the encoder's.
+- vision transformers (ViT, BEiT, DeiT): one vector per patch token; the CLS (and DeiT's distillation) token is
+  special, excluded by default. MiT (Segformer encoder): each stage's map gives one vector per spatial position.
+- CNNs (ResNet, EfficientNet, CvT, ConvNeXt, VAN): each stage's (or block's) map is flattened to one vector of
+  dimension C*H*W per image. Layer 0 = the stem where the model exposes it; models without one start at layer 1.
+
+``part`` selects "encoder" / "decoder" (T5, ByT5, Whisper) or a CANINE part; layer numbers stay those of the whole
+model.
+
+Typical use::
+
+    loaded = registry.load("gpt2", variant="untrained")            # or "pretrained" / "tiny" / a checkpoint folder
+    stats = taps.extract(loaded, data.load("prose", 200, seed=0))  # {layer: LayerStats}
+    frame = taps.layer_frame(stats, seed=0)                        # one tidy row per layer
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+import torch
+
+from anisotropy.measure.metrics import LayerStats
+
+SAMPLING_RATE = 16_000
+_MIN_SAMPLES = 400  # receptive field of the wav2vec 2.0 / HuBERT feature encoder (25 ms)
+_CANINE_PARTS = ("character", "downsampled", "upsampled")
+_PARTS = {"encoder-decoder": ("encoder", "decoder"), "whisper": ("encoder", "decoder"), "canine": _CANINE_PARTS}
+_DEFAULT_SOURCE = {"text": "prose", "speech": "synthetic-speech", "vision": "synthetic-shapes"}
+
+
+class Extraction(dict):
+    """``{layer: LayerStats}`` with the layout of the layers: ``parts[layer]`` (e.g. "encoder", "downsampled"),
+    ``layer_in_part[layer]``, ``n_masked[layer]`` (positions excluded as padding / special tokens / beyond the
+    audio) and ``meta`` (model name, display name, variant, revision) for ``layer_frame``."""
+
+    def __init__(self, meta: dict | None = None):
+        super().__init__()
+        self.parts: dict[int, str] = {}
+        self.layer_in_part: dict[int, int] = {}
+        self.n_masked: dict[int, int] = {}
+        self.meta: dict = dict(meta or {})
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Examples: modality checks and batching
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _kind(example) -> str:
+    if isinstance(example, str):
+        return "text"
+    if isinstance(example, dict):
+        return "speech" if ("array" in example or "audio" in example) else "unknown"
+    try:
+        from PIL import Image
+
+        if isinstance(example, Image.Image):
+            return "vision"
+    except ImportError:  # pragma: no cover
+        pass
+    if isinstance(example, (np.ndarray, torch.Tensor)):
+        if example.ndim == 2:  # (channels, samples) audio is long and thin; a grayscale image is not
+            return "speech" if min(example.shape) <= 8 and max(example.shape) >= 64 * min(example.shape) else "vision"
+        return {1: "speech", 3: "vision"}.get(example.ndim, "unknown")
+    return "unknown"
+
+
+def _check_modality(spec, example) -> None:
+    kind = _kind(example)
+    if kind != spec.modality:
+        shape = getattr(example, "shape", None)
+        got = f"{type(example).__name__}" + (f" of shape {tuple(shape)}" if shape is not None else "")
+        raise ValueError(
+            f"{spec.name} is a {spec.modality} model but the examples look like {kind} data ({got}); "
+            f"load {spec.modality} examples, e.g. data.load({_DEFAULT_SOURCE[spec.modality]!r}, n)")
+
+
+def _audio(example) -> tuple[np.ndarray, str | None]:
+    """(16 kHz float32 waveform, transcript or None) of a speech example."""
+    text = None
+    if isinstance(example, dict):
+        text = example.get("text")
+        inner = example.get("audio", example)
+        array, rate = inner["array"], inner.get("sampling_rate", SAMPLING_RATE)
+    else:
+        array, rate = example, SAMPLING_RATE
+    array = np.asarray(array.cpu() if isinstance(array, torch.Tensor) else array, dtype=np.float32)
+    if array.ndim == 2:  # several channels, on the shorter axis: mix down to mono
+        array = array.mean(axis=int(np.argmin(array.shape)))
+    if array.ndim != 1:
+        raise ValueError(f"a speech example must be a waveform (samples,) or (channels, samples), got shape "
+                         f"{array.shape}")
+    if rate != SAMPLING_RATE:
+        from math import gcd
+
+        from scipy.signal import resample_poly
+
+        g = gcd(int(rate), SAMPLING_RATE)
+        array = resample_poly(array, SAMPLING_RATE // g, int(rate) // g).astype(np.float32)
+    return array, text
+
+
+def _image(example) -> np.ndarray:
+    """An (H, W, 3) array on the 0-255 scale that every image processor expects.
+
+    PIL images are converted to RGB; (H, W) and single-channel arrays are repeated to 3 channels, channels-first
+    arrays moved last, an alpha channel dropped; float arrays whose values all lie in [0, 1] are read as [0, 1]
+    images and scaled to 0-255 (the processors rescale by 1/255 themselves).
+    """
+    if hasattr(example, "convert") and hasattr(example, "mode"):  # PIL
+        example = example.convert("RGB")
+    if isinstance(example, torch.Tensor):
+        example = example.cpu().numpy()
+    a = np.asarray(example)
+    if a.ndim == 2:
+        a = a[..., None]
+    if a.ndim != 3:
+        raise ValueError(f"an image must be (H, W), (H, W, C) or (C, H, W), got shape {a.shape}")
+    if a.shape[0] in (1, 3, 4) and a.shape[-1] not in (1, 3, 4):
+        a = np.moveaxis(a, 0, -1)  # channels first -> last
+    if a.shape[-1] == 1:
+        a = np.repeat(a, 3, axis=-1)
+    elif a.shape[-1] == 4:
+        a = a[..., :3]  # RGBA: the alpha channel is not part of the picture the models were trained on
+    elif a.shape[-1] != 3:
+        raise ValueError(f"an image needs 1, 3 or 4 channels, got shape {a.shape}")
+    if a.dtype.kind == "f" and a.size and float(np.nanmax(a)) <= 1.0:
+        a = a.astype(np.float32) * 255.0
+    return a
+
+
+def _accepts(model) -> set[str]:
+    return set(inspect.signature(model.forward).parameters)
+
+
+def _to(batch: dict, device) -> dict:
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# One batch -> [(part, [hidden state per layer], keep mask (batch, positions) or None)], per layout
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def position_limit(loaded) -> int:
+    """The longest input the model takes: its position table (RoBERTa's starts after the padding index) or the
+    tokenizer's own limit (self-trained checkpoints set it to their training length)."""
+    config = loaded.model.config
+    limits = [getattr(loaded.preprocessor, "model_max_length", None)]
+    for attr in ("max_position_embeddings", "n_positions"):
+        value = getattr(config, attr, None)
+        if value:
+            limits.append(value - 2 if config.model_type in ("roberta", "xlm-roberta", "camembert", "mpnet") else value)
+    limits = [int(v) for v in limits if v and v < 1_000_000]
+    return min(limits) if limits else 1_000_000
+
+
+def _tokenize(tokenizer, texts, max_length):
+    return tokenizer(list(texts), padding=True, truncation=True, max_length=max_length, return_tensors="pt",
+                     return_special_tokens_mask=True, padding_side="right")
+
+
+def _content_mask(enc, keep_special: bool) -> torch.Tensor:
+    keep = enc["attention_mask"].bool()
+    if not keep_special:
+        keep &= ~enc["special_tokens_mask"].bool()
+    return keep
+
+
+def _text(loaded, texts, ctx):
+    enc = _tokenize(loaded.preprocessor, texts, ctx["max_length"])
+    if enc["input_ids"].shape[1] == 0:
+        return []
+    accepts = _accepts(loaded.model) - {"special_tokens_mask"}
+    if loaded.spec.stack == "decoder":
+        accepts.discard("token_type_ids")  # GPT-2 / GPT-J would add a type embedding common to every token
+    inputs = {k: v for k, v in enc.items() if k in accepts}
+    out = loaded.model(**_to(inputs, ctx["device"]), output_hidden_states=True)
+    return [("layers", out.hidden_states, _content_mask(enc, ctx["keep_special"]))]
+
+
+def _shift_right(ids: torch.Tensor, start: int) -> torch.Tensor:
+    return torch.cat([torch.full_like(ids[:, :1], start), ids[:, :-1]], dim=1)
+
+
+def _encoder_decoder(loaded, texts, ctx):
+    enc = _tokenize(loaded.preprocessor, texts, ctx["max_length"])
+    if enc["input_ids"].shape[1] == 0:
+        return []
+    model, device = loaded.model, ctx["device"]
+    ids, attn = enc["input_ids"], enc["attention_mask"]
+    enc_keep = _content_mask(enc, ctx["keep_special"])
+    if ctx["part"] == "encoder":
+        out = model.get_encoder()(input_ids=ids.to(device), attention_mask=attn.to(device), output_hidden_states=True)
+        return [("encoder", out.hidden_states, enc_keep)]
+    start = model.config.decoder_start_token_id
+    start = model.config.pad_token_id if start is None else start
+    dec_ids = _shift_right(ids, start)
+    # Right padding: decoder position j holds token j-1, so it is real exactly where the encoder position j is.
+    dec_keep = attn.bool().clone()
+    if not ctx["keep_special"]:
+        dec_keep &= ~_shift_right(enc["special_tokens_mask"], 1).bool()
+    out = model(input_ids=ids.to(device), attention_mask=attn.to(device), decoder_input_ids=dec_ids.to(device),
+                decoder_attention_mask=attn.to(device), output_hidden_states=True)
+    return [("encoder", out.encoder_hidden_states, enc_keep), ("decoder", out.decoder_hidden_states, dec_keep)]
+
+
+def _canine(loaded, texts, ctx):
+    enc = _tokenize(loaded.preprocessor, texts, ctx["max_length"])
+    model = loaded.model
+    out = model(**_to({k: enc[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc},
+                      ctx["device"]), output_hidden_states=True)
+    hs = out.hidden_states
+    n_deep = model.config.num_hidden_layers + 1
+    n_char = (len(hs) - n_deep) // 2
+    char_keep = _content_mask(enc, ctx["keep_special"])
+    # The model's own molecule mask: a molecule is on where any character of its window is (max-pool, stride rate).
+    rate = model.config.downsampling_rate
+    attn = enc["attention_mask"]
+    n_mol = attn.shape[1] // rate
+    mol_keep = attn[:, : n_mol * rate].reshape(attn.shape[0], n_mol, rate).amax(dim=2).bool()
+    if not ctx["keep_special"]:
+        mol_keep[:, 0] = False  # the [CLS] molecule
+    return [("character", hs[:n_char], char_keep), ("downsampled", hs[n_char:n_char + n_deep], mol_keep),
+            ("upsampled", hs[n_char + n_deep:], char_keep)]
+
+
+def _speech_encoder(loaded, examples, ctx):
+    fe, model = loaded.preprocessor, loaded.model
+    arrays = [_audio(e)[0] for e in examples]
+    feats = fe(arrays, sampling_rate=SAMPLING_RATE, padding=True, return_tensors="pt", return_attention_mask=True)
+    values = feats["input_values"]
+    lengths = torch.tensor([a.size for a in arrays])
+    if values.shape[1] < _MIN_SAMPLES:
+        values = torch.nn.functional.pad(values, (0, _MIN_SAMPLES - values.shape[1]))
+    inputs = {"input_values": values.to(model.dtype)}
+    if getattr(fe, "return_attention_mask", False):
+        mask = feats["attention_mask"]
+        inputs["attention_mask"] = torch.nn.functional.pad(mask, (0, values.shape[1] - mask.shape[1]))
+    out = model(**_to(inputs, ctx["device"]), output_hidden_states=True)
+    n_frames = out.hidden_states[0].shape[1]
+    frames = model._get_feat_extract_output_lengths(lengths).clamp(min=0)
+    keep = torch.arange(n_frames)[None, :] < frames[:, None]
+    return [("layers", out.hidden_states, keep)]
+
+
+def _whisper(loaded, examples, ctx):
+    fe, model, device = loaded.preprocessor, loaded.model, ctx["device"]
+    audio = [_audio(e) for e in examples]
+    feats = fe([a for a, _ in audio], sampling_rate=SAMPLING_RATE, return_tensors="pt", return_attention_mask=True)
+    # Mel frames are one per 160 samples; the encoder's second convolution has stride 2.
+    enc_keep = feats["attention_mask"][:, ::2].bool()
+    features = feats["input_features"].to(device=device, dtype=model.dtype)
+    texts = [t for _, t in audio]
+    if ctx["part"] == "decoder" and all(t is None for t in texts):
+        raise ValueError(f"{loaded.spec.name}: part='decoder' needs transcripts: give examples as "
+                         f"{{'array', 'sampling_rate', 'text'}} dicts")
+    if ctx["part"] == "encoder" or all(t is None for t in texts):
+        out = model.get_encoder()(features, output_hidden_states=True)
+        return [("encoder", out.hidden_states, enc_keep)]
+    tok = loaded.tokenizer
+    dec = tok([t or "" for t in texts], padding=True, truncation=True, max_length=ctx["max_length"] - 1,
+              return_tensors="pt", return_special_tokens_mask=True, padding_side="right")
+    start = model.config.decoder_start_token_id
+    ids, special, attn = dec["input_ids"], dec["special_tokens_mask"], dec["attention_mask"]
+    if ids.shape[1] == 0 or not bool((ids[:, 0] == start).all()):
+        ones = torch.ones_like(attn[:, :1])
+        ids = torch.cat([torch.full_like(ones, start), ids], dim=1)
+        special, attn = torch.cat([ones, special], dim=1), torch.cat([ones, attn], dim=1)
+    dec_keep = attn.bool() & (torch.ones_like(special).bool() if ctx["keep_special"] else ~special.bool())
+    out = model(input_features=features, decoder_input_ids=ids.to(device), decoder_attention_mask=attn.to(device),
+                output_hidden_states=True)
+    return [("encoder", out.encoder_hidden_states, enc_keep), ("decoder", out.decoder_hidden_states, dec_keep)]
+
+
+def _pixels(loaded, images, ctx):
+    arrays = [_image(e) for e in images]
+    pixels = loaded.preprocessor(arrays, return_tensors="pt", input_data_format="channels_last")["pixel_values"]
+    model = loaded.model
+    return model(pixel_values=pixels.to(device=ctx["device"], dtype=model.dtype), output_hidden_states=True)
+
+
+def _vit(loaded, images, ctx):
+    hs = _pixels(loaded, images, ctx).hidden_states
+    keep = torch.ones(hs[0].shape[:2], dtype=torch.bool)
+    if not ctx["keep_special"]:
+        keep[:, : loaded.spec.prefix_tokens] = False
+    return [("layers", hs, keep)]
+
+
+def _spatial_stages(loaded, images, ctx):
+    hs = _pixels(loaded, images, ctx).hidden_states
+    # (batch, C, H, W) -> (batch, H*W, C): one vector per spatial position.
+    maps = [h.flatten(2).transpose(1, 2) if h.ndim == 4 else h for h in hs]
+    return [("stages", maps, None)]
+
+
+def _cnn(loaded, images, ctx):
+    hs = _pixels(loaded, images, ctx).hidden_states
+    # One vector per image: the whole (C, H, W) map flattened in C-major order.
+    return [("stages", [h.reshape(h.shape[0], 1, -1) for h in hs], None)]
+
+
+_LAYOUT_FN = {"hidden_states": _text, "encoder-decoder": _encoder_decoder, "canine": _canine,
+              "speech-encoder": _speech_encoder, "whisper": _whisper, "vit": _vit, "spatial-stages": _spatial_stages,
+              "cnn": _cnn}
+# Models whose first hidden state is already a stage output (no embeddings/stem exposed): numbering starts at 1.
+_STARTS_AT_ONE = ("Segformer", "Cvt", "Van", "VGG16BN")
+
+
+def _first_layer(loaded) -> int:
+    return 1 if type(loaded.model).__name__.startswith(_STARTS_AT_ONE) else 0
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The streaming loop
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _chunks(examples: Iterable, size: int):
+    it = iter(examples)
+    while chunk := list(itertools.islice(it, size)):
+        yield chunk
+
+
+def extract(loaded, examples: Iterable, batch_size: int = 8, max_length: int = 128, keep_special: bool = False,
+            reservoir_size: int = 2048, seed: int = 0, device=None, progress: bool = False, part: str | None = None,
+            stats_factory: Callable[[int], Any] | None = None) -> Extraction:
+    """Stream ``examples`` through ``loaded.model`` and return ``{layer: LayerStats}`` (an ``Extraction``).
+
+    ``examples``: strings (text), waveforms at 16 kHz or ``{"array", "sampling_rate", "text"?}`` dicts (speech),
+    (H, W, 3) arrays or PIL images (vision). ``max_length`` caps tokens (characters for CANINE, bytes for ByT5, decoder
+    tokens for Whisper). ``part``: see the module docstring. Every layer's accumulator is
+    ``LayerStats(dim, reservoir_size, seed)`` (the same seed for every layer, so the reservoirs of all layers keep the
+    same positions) unless ``stats_factory(dim)`` is given: ``LayerStats`` holds a d x d float64 scatter matrix, which
+    flattened CNN maps (d = C*H*W, e.g. 802,816 for ResNet-50's first stage at 224 px) cannot afford, so give those a
+    lighter accumulator. ``device``: where the forward passes run (default: the model's device; the model is moved
+    there). Hidden states enter the accumulators in float32 whatever the model's dtype.
+    """
+    spec = loaded.spec
+    if batch_size < 1 or max_length < 1:
+        raise ValueError(f"batch_size and max_length must be >= 1, got {batch_size} and {max_length}")
+    layout_parts = _PARTS.get(spec.layout)
+    if part is not None and (layout_parts is None or part not in layout_parts):
+        raise ValueError(f"part={part!r} does not apply to {spec.name}; "
+                         f"{'its parts are ' + ', '.join(layout_parts) if layout_parts else 'it has a single part'}")
+    model = loaded.model
+    if device is None:
+        device = next(model.parameters()).device
+    model.to(device).eval()
+    make = stats_factory or (lambda dim: LayerStats(dim, reservoir_size=reservoir_size, seed=seed))
+    # Longer inputs would index past the position table (self-trained text models have 128 positions).
+    max_length = min(max_length, position_limit(loaded))
+    ctx = dict(device=torch.device(device), max_length=max_length, keep_special=keep_special, part=part)
+    fn = _LAYOUT_FN[spec.layout]
+    result = Extraction({"model": spec.name, "display": spec.display, "variant": loaded.variant,
+                         "revision": loaded.revision})
+    first = _first_layer(loaded)
+    n_examples, checked = 0, False
+    total = len(examples) if hasattr(examples, "__len__") else None
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=total, desc=f"{spec.name} layers", unit="ex")
+    with torch.inference_mode():
+        for chunk in _chunks(examples, batch_size):
+            if not checked:
+                _check_modality(spec, chunk[0])
+                checked = True
+            first_example = n_examples
+            n_examples += len(chunk)
+            offset = first
+            for name, states, keep in fn(loaded, chunk, ctx):
+                for i, h in enumerate(states):
+                    layer = offset + i
+                    if part is None or name == part:
+                        _feed(result, layer, name, i, h, keep, make, first_example)
+                offset += len(states)
+            if bar is not None:
+                bar.update(len(chunk))
+    if bar is not None:
+        bar.close()
+    if n_examples == 0:
+        raise ValueError(f"no examples given to extract ({spec.name}): the corpus is empty")
+    empty = [layer for layer, stats in result.items() if stats.n == 0]
+    if not result or empty:
+        what = "padding or special tokens" if spec.modality == "text" else "padding"
+        zeros = sum(result[layer].n_excluded for layer in empty)
+        raise ValueError(
+            f"{spec.name}: no vector was kept{f' in layers {empty}' if empty else ''} of {n_examples} examples: "
+            f"{sum(result.n_masked.get(layer, 0) for layer in empty)} positions were {what} "
+            f"(keep_special={keep_special}) and {zeros} vectors were zero, NaN or inf")
+    return result
+
+
+def _feed(result: Extraction, layer: int, part: str, index: int, h: torch.Tensor, keep, make,
+          first_example: int = 0) -> None:
+    rows = h.reshape(-1, h.shape[-1])
+    if layer not in result:
+        result[layer] = make(rows.shape[-1])
+        result.parts[layer], result.layer_in_part[layer], result.n_masked[layer] = part, index, 0
+    extra = {}
+    if getattr(result[layer], "wants_groups", False) and rows.shape[0] % h.shape[0] == 0:
+        # the example each row comes from (h is (examples, positions, d) or (examples, d)): for intervals that
+        # resample examples rather than positions
+        extra["groups"] = torch.arange(first_example, first_example + h.shape[0], device=rows.device
+                                       ).repeat_interleave(rows.shape[0] // h.shape[0])
+    if keep is None:
+        result[layer].update(rows.float(), **extra)
+        return
+    keep = keep[:, : h.shape[1]].reshape(-1)
+    result.n_masked[layer] += int((~keep).sum())
+    if bool(keep.any()):
+        result[layer].update(rows.float(), mask=keep, **extra)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Tidy frame
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def layer_frame(stats: dict, **cols):
+    """One row per layer: ``layer``, ``relative_depth`` (rank of the layer among those given, scaled to [0, 1]),
+    ``part``, ``layer_in_part``, ``n_masked`` (for an ``Extraction``), every ``LayerStats.as_dict()`` value, the
+    extraction's model / display / variant / revision, and ``cols`` (which override those)."""
+    import pandas as pd
+
+    layers = sorted(stats)
+    rows = []
+    for rank, layer in enumerate(layers):
+        row: dict = {"layer": layer, "relative_depth": rank / (len(layers) - 1) if len(layers) > 1 else 0.0}
+        if isinstance(stats, Extraction):
+            row.update(part=stats.parts[layer], layer_in_part=stats.layer_in_part[layer],
+                       n_masked=stats.n_masked[layer])
+        row.update(stats[layer].as_dict())
+        if isinstance(stats, Extraction):
+            row.update(stats.meta)
+        row.update(cols)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def stack(frames: Sequence) -> Any:
+    """Concatenate several ``layer_frame`` outputs (e.g. one per model or checkpoint) into one tidy frame."""
+    import pandas as pd
+
+    return pd.concat(list(frames), ignore_index=True)

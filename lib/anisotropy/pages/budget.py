@@ -1,0 +1,616 @@
+"""What a chapter will ask of a Colab runtime: the checkpoints and data it requests under given parameters, and
+estimates of download, disk, GPU and CPU memory and time on a T4, computed from the registry's parameter counts and the
+chapter's sample sizes (never typed by hand).
+
+``plan(chapter, params)`` lists the requests (``Checkpoint`` and data sources, and the training the chapter does);
+``estimate(plan)`` turns them into sizes and minutes; ``table`` is what a chapter page shows, and ``problems`` says what
+would not fit a free Colab runtime (``COLAB``) with the largest setting that does. The estimates are rough by design
+(stated on the page): the download assumes ``HUB_MB_PER_S``, the compute a fixed share of a T4's peak rate.
+
+Host memory (``host_ram_bytes``) counts what the measuring code holds on the CPU side, derived from what it allocates:
+Paper 2's per-layer pools (``batches.BatchedLayer``: ``pool_bytes``) and Section 3's per-example sums with their
+bootstrap interval (``layerwise.FirstMoments``: ``per_example_bytes``). Disk counts hf-xet's chunk cache
+(``xet_chunk_cache_gib``). A model whose size the registry does not know is listed as unknown, never counted as 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+# A free Colab runtime with a T4 (2026): GPU memory, host memory and disk, in GiB.
+COLAB = {"gpu": 15.0, "ram": 12.7, "disk": 78.0, "hours": 12.0}  # hours: the longest session
+# The host-memory limit ``problems`` checks against, in GiB: Colab's free runtime shows "System RAM 12.7 GB" in its
+# resources panel (its /proc/meminfo MemTotal, about 13.3e6 kB = 12.7 GiB).
+HOST_RAM_LIMIT_GIB = COLAB["ram"]
+RUNTIME_GIB = 1.5  # host memory of the kernel itself: Python, torch, the CUDA context, tokenizer and data
+# batches.POOL_TRIM_AT (a test checks they agree), copied: budget imports no measuring module at import time
+POOL_TRIM_AT = 1.25
+IMAGE_SIZE = 224  # pixels per side of the images the Section 3 vision models read (their processors' crop)
+# hf-xet's chunk cache (<HF_XET_CACHE>/<endpoint>/chunk-cache) holds the pieces of downloaded files again, up to
+# HF_XET_CHUNK_CACHE_SIZE_BYTES; its default is 10 GB (xet-runtime, config/groups/chunk_cache.rs:
+# DEFAULT_CHUNK_CACHE_CAPACITY = 10_000_000_000, 0 only in builds with the "no-default-cache" feature).
+XET_CHUNK_CACHE_ENV = "HF_XET_CHUNK_CACHE_SIZE_BYTES"
+XET_CHUNK_CACHE_DEFAULT_BYTES = 10_000_000_000
+# The resamples of Section 3's confidence intervals, layerwise.BOOTSTRAP["n_boot"] (not imported: layerwise reaches
+# this module through report; tests/test_budget.py checks the two agree).
+BOOTSTRAP_RESAMPLES = 1000
+T4_TFLOPS = {"float16": 65.0, "bfloat16": 65.0, "float32": 8.1}  # peak dense rates
+EFFICIENCY = 0.3  # share of the peak a measurement loop reaches (small batches, hooks, copies to the CPU)
+HUB_MB_PER_S = 80.0  # download rate from the Hub to a Colab runtime
+LOAD_S = 5.0  # per checkpoint: opening the files, building the model, moving it to the GPU
+GIB = 2**30
+BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+# Bytes per parameter in the files the Hub serves (the repos' own dtype), where it is not float32.
+STORED_HALF = ("pythia-", "bloom-", "opt-", "llama-2-", "falcon-")
+# Positions one example becomes, per modality, where the chapter does not set a length: a LibriSpeech utterance
+# (about 7 s, 50 frames/s; Whisper's encoder always reads 30 s = 1500 frames), a 224 x 224 image in 16-pixel patches.
+SPEECH_FRAMES, WHISPER_FRAMES, IMAGE_PATCHES = 350, 1500, 197
+EXTRACTION_BATCH = 8  # texts per forward pass in Paper 2's measurements (spectral.profile)
+CNN_MB_PER_IMAGE = 50.0  # float32 feature maps of one 224 x 224 image through a CNN's stages, kept per stage
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One download-and-measure: a registry model at a revision, ``examples`` of ``positions`` each, read in
+    ``dtype`` in batches of ``batch``; ``release``: deleted from the cache once measured; ``passes``: times it is
+    loaded and run (downloaded once: a checkpoint loaded twice stays in the cache until its last pass).
+
+    What it holds on the host while measured: ``pool`` > 0, Paper 2's shuffled pool of that many vectors per hidden
+    state (``batches.BatchedLayer``), measured ``metric_batch`` vectors at a time (``extra_states``: states beyond
+    the layers, e.g. the split final norm);
+    ``per_example``, Section 3's sum of unit vectors per example and layer (``layerwise.FirstMoments``).
+
+    ``reused_from``: the chapter whose stored measurement of this checkpoint (same model, data and sizes) the chapter
+    reads when that chapter ran before it with the same store (a full build, or the same Colab runtime); only a fresh
+    runtime, with an empty store, loads it here."""
+
+    model: str
+    revision: str | None = None
+    examples: int = 0
+    positions: int = 128
+    dtype: str = "float32"
+    batch: int = 8
+    release: bool = False
+    passes: int = 1
+    pool: int = 0
+    metric_batch: int = 0
+    extra_states: int = 0
+    per_example: bool = False
+    reused_from: str = ""
+
+
+@dataclass
+class Plan:
+    """A chapter's requests: checkpoints, data sources with their example counts, and training compute."""
+
+    chapter: str
+    checkpoints: list[Checkpoint] = field(default_factory=list)
+    data: list[tuple[str, int]] = field(default_factory=list)
+    training_flops: float = 0.0
+    notes: list[str] = field(default_factory=list)
+    profile: str = "paper"  # where the suites a chapter trains are defined (the checkpoint_suites chapter's)
+    trained: list[str] = field(default_factory=list)  # the profile's suites a measuring chapter trains first
+
+    @property
+    def requests(self) -> list[tuple[str, str | None]]:
+        """(hub id, revision) of every checkpoint the chapter loads from the Hub on a fresh runtime (an empty results
+        store), as ``registry.load`` asks for it."""
+        return _hub_locations(self.checkpoints)
+
+    @property
+    def build_requests(self) -> list[tuple[str, str | None]]:
+        """The ``requests`` it makes in a full build, where the chapters it runs after have stored their measurements:
+        none of the checkpoints another chapter measured for it (``Checkpoint.reused_from``)."""
+        return _hub_locations([c for c in self.checkpoints if not c.reused_from])
+
+    @property
+    def reused_from(self) -> list[str]:
+        """The chapters whose stored measurements this chapter reuses when they ran in this runtime."""
+        return list(dict.fromkeys(c.reused_from for c in self.checkpoints if c.reused_from))
+
+
+def _hub_locations(checkpoints) -> list[tuple[str, str | None]]:
+    from anisotropy.models import registry
+
+    out = []
+    for c in checkpoints:
+        s = registry.spec(c.model)
+        if not s.local_package:
+            out.append(s.hub_location(c.revision))
+    return out
+
+
+# ---- per chapter: which parameters name checkpoints and data ------------------------------------------------------
+
+def _pretrained(models, variant="pretrained") -> list[str]:
+    return list(models) if variant == "pretrained" else []
+
+
+def _text(p: dict, names, n: int, length: int, dtype: str = "float32", batch: int | None = None,
+          **host) -> list[Checkpoint]:
+    return [Checkpoint(m, None, n, length, dtype, batch or p.get("batch_size", 8), **host) for m in names]
+
+
+def _n(p: dict, model: str, n: int) -> int:
+    """The examples a Section 3 chapter gives ``model`` (``per_model`` overrides the chapter's count)."""
+    return int((p.get("per_model") or {}).get(model, {}).get("n", n))
+
+
+def _section3(p: dict, plan: Plan) -> None:
+    if "models" in p:  # token- and character-level pages
+        names = _pretrained(p["models"], p["variant"]) + list(p.get("pretrained", []))
+        plan.checkpoints += [Checkpoint(m, None, _n(p, m, p["n_samples"]), p["max_length"],
+                                        batch=p.get("batch_size", 8), per_example=True) for m in names]
+        plan.data.append((p["source"], p["n_samples"]))
+        return
+    speech = _pretrained(p["speech_models"], p["variant"])
+    vision = _pretrained(p["vit_models"] + p["cnn_models"], p["variant"])
+    plan.checkpoints += [Checkpoint(m, None, _n(p, m, p["n_speech"]),
+                                    WHISPER_FRAMES if "whisper" in m else SPEECH_FRAMES, batch=p["batch_size"],
+                                    per_example=True) for m in speech]
+    plan.checkpoints += [Checkpoint(m, None, _n(p, m, p["n_images"]), IMAGE_PATCHES, batch=p["batch_size"],
+                                    per_example=True) for m in vision]
+    plan.data += [(p["speech_source"], p["n_speech"]), (p["image_source"], p["n_images"])]
+
+
+def _drift(p: dict, plan: Plan) -> None:
+    """The drift chapter measures the models of the three Section 3 chapters with their parameters (the profiles give
+    both the same values, through YAML anchors): when those chapters ran in this runtime it reads their stored
+    measurements and loads nothing; on a fresh runtime (an empty store) it measures every one of them itself."""
+    import dataclasses
+
+    common = dict(variant=p["variant"], batch_size=p["batch_size"])
+    parts = {
+        "p1_s3_token_level": dict(common, models=p["token_models"], pretrained=p.get("pretrained", []),
+                                  source=p["text_source"], n_samples=p["n_texts"], max_length=p["token_max_length"]),
+        "p1_s3_character_level": dict(common, models=p["char_models"], pretrained=p.get("pretrained_char", []),
+                                      source=p["text_source"],
+                                      n_samples=p["n_char_texts"], max_length=p["char_max_length"],
+                                      per_model=p.get("char_per_model") or {}),
+        "p1_s3_modalities": dict(common, speech_models=p["speech_models"], vit_models=p["vit_models"],
+                                 cnn_models=p["cnn_models"], speech_source=p["speech_source"], n_speech=p["n_speech"],
+                                 image_source=p["image_source"], n_images=p["n_images"],
+                                 per_model=p.get("per_model") or {}),
+    }
+    for chapter, params in parts.items():
+        part = Plan(chapter, profile=plan.profile)
+        _section3(params, part)
+        plan.checkpoints += [dataclasses.replace(c, reused_from=chapter) for c in part.checkpoints]
+        plan.data += part.data
+    plan.notes.append("reuses the measurements the three Section 3 chapters stored (same models, same data) when they "
+                      "ran in this runtime; the estimates are a fresh runtime's, which measures them all")
+
+
+def _untrained_block(p: dict, plan: Plan) -> None:
+    names = _pretrained(p["reference_models"], p["reference_variant"])
+    plan.checkpoints += [Checkpoint(m, None, p["reference_texts"], p["reference_max_length"], batch=16) for m in names]
+
+
+def _qk_training(p: dict, plan: Plan) -> None:
+    from anisotropy.models import registry
+
+    if p["encoder"] == "multiberts":
+        for seed in p["seeds"]:
+            revisions = p["revisions"] or registry.spec(f"multiberts-seed-{seed}").revisions
+            # the first seed's checkpoints are loaded again for the vector samples of the figures
+            plan.checkpoints += [Checkpoint(f"multiberts-seed-{seed}", r, p["n_samples"], p["max_length"],
+                                            batch=p["batch_size"], release=True,
+                                            passes=2 if seed == p["seeds"][0] else 1) for r in revisions]
+    else:  # a self-trained suite of the profile as the encoder: its seeds are trained (qk_dynamics.runs)
+        _train_suites(plan, {p["encoder"]: p["seeds"]})
+    # Each extension is a suite of the profile, trained with all its seeds (qk_dynamics.runs(name, seeds=None)).
+    _train_suites(plan, {name: None for name in p.get("extensions") or []})
+    plan.data.append((p["datasets"]["text"], p["n_samples"]))
+
+
+def _train_suites(plan: Plan, wanted: dict) -> None:
+    """Add the training of the profile's suites ``{name: seeds or None (all)}`` to ``plan`` (the suites of the
+    profile's checkpoint_suites chapter, as ``training_recipes.suite_specs`` reads them)."""
+    from anisotropy import profiles
+
+    if not wanted:
+        return
+    specs = profiles.chapter_parameters(plan.profile, "checkpoint_suites").get("suites", {})
+    for name, seeds in wanted.items():
+        if name not in specs:
+            continue
+        spec = specs[name]
+        runs = len([s for s in spec.get("seeds", [0]) if seeds is None or s in seeds])
+        flops = _recipe_flops(spec) * runs
+        plan.training_flops += flops
+        plan.trained.append(name)
+        if spec.get("corpus", "prose") != "prose":
+            plan.data.append((spec["corpus"], 0))
+
+
+def _recipe_flops(recipe: dict) -> float:
+    """Training compute of one recipe: 6 x parameters x tokens (images: patches)."""
+    width, depth = recipe.get("width", 128), recipe.get("depth", 4)
+    params = 12 * depth * width**2 + recipe.get("vocab_size", 256) * width
+    if recipe.get("kind") in ("vit", "cnn"):
+        positions = (recipe.get("image_size", 32) // recipe.get("patch_size", 4)) ** 2
+    else:
+        positions = recipe.get("seq_len", 128)
+    return 6.0 * params * positions * recipe.get("batch_size", 16) * recipe.get("steps", 600)
+
+
+def _suites(p: dict, plan: Plan) -> None:
+    for spec in p["suites"].values():
+        plan.training_flops += _recipe_flops(spec) * len(spec.get("seeds", [0]))
+        if spec.get("corpus", "prose") != "prose":
+            plan.data.append((spec["corpus"], 0))
+
+
+def _ablation(p: dict, plan: Plan) -> None:
+    plan.training_flops += _recipe_flops(p["recipe"]) * len(p["variants"]) * len(p["seeds"])
+    if p["recipe"].get("corpus", "prose") != "prose":
+        plan.data.append((p["recipe"]["corpus"], 0))
+
+
+def _paper2(p: dict, plan: Plan) -> None:
+    dtype = p.get("dtype", "float32")
+    names = list(p.get("pretrained", [])) + _pretrained(p.get("models", []), p.get("variant", "pretrained"))
+    # Paper 2's batch_size counts vectors per metric batch; texts go through the model 8 at a time.
+    # Every hidden state pools batch_size x n_batches vectors (spectral.measure); the counterpoint splits the final
+    # norm, one state more.
+    host = dict(pool=p["batch_size"] * p["n_batches"], metric_batch=p["batch_size"],
+                extra_states=int(plan.chapter == "p2_counterpoint_pythia"))
+    plan.checkpoints += _text(p, names, p["n_texts"], p["max_length"], dtype, EXTRACTION_BATCH, **host)
+    for key in ("pythia", "bloom"):
+        for name in p.get(f"{key}_models", []):
+            from anisotropy.models import registry
+
+            revisions, _ = registry.checkpoint_revisions(name, p[f"{key}_revisions"])
+            plan.checkpoints += [Checkpoint(name, r, p["n_texts"], p["max_length"], dtype, EXTRACTION_BATCH, True,
+                                            **host) for r in revisions]
+    plan.data.append((p["source"], p["n_texts"]))
+
+
+CHAPTERS = {
+    "p1_s3_token_level": _section3, "p1_s3_character_level": _section3, "p1_s3_modalities": _section3,
+    "p1_s3_drift": _drift, "p1_s4_untrained_block": _untrained_block, "p1_s5_qk_training": _qk_training,
+    "checkpoint_suites": _suites, "beyond_sharp_without_anisotropy": _ablation, "p2_layer_profiles": _paper2,
+    "p2_training_dynamics": _paper2, "p2_two_measures": _paper2, "p2_counterpoint_pythia": _paper2,
+}
+
+
+def plan(chapter: str, params: dict, profile: str = "paper") -> Plan:
+    """The checkpoints, data and training a chapter requests with ``params`` (its resolved parameters); ``profile``
+    names where the suites it trains are defined."""
+    out = Plan(chapter, profile=profile)
+    if chapter in CHAPTERS:
+        CHAPTERS[chapter](params, out)
+    return out
+
+
+# ---- sizes and time -----------------------------------------------------------------------------------------------
+
+@lru_cache(maxsize=None)
+def _shape(model: str) -> tuple[int, int, int]:
+    """(width, layers, heads) of a registry model's config (1, 1, 1 where it has none, e.g. a CNN)."""
+    from transformers import AutoConfig
+
+    from anisotropy.models import registry
+
+    config = dict(registry.spec(model).config or {})
+    if not config:
+        return 1, 1, 1
+    cfg = AutoConfig.for_model(config.pop("model_type"), **config)
+    get = lambda *names: next((getattr(cfg, n) for n in names if isinstance(getattr(cfg, n, None), int)), 1)  # noqa
+    return (get("hidden_size", "n_embd", "d_model"), get("num_hidden_layers", "n_layer", "num_layers"),
+            get("num_attention_heads", "n_head", "num_heads"))
+
+
+def weights_gib(model: str, dtype: str = "float32") -> float:
+    from anisotropy.models import registry
+
+    return (registry.spec(model).n_params or 0) * BYTES.get(dtype, 4) / GIB
+
+
+def download_gib(model: str) -> float:
+    """Size of a checkpoint's weights as the Hub stores them (half precision for the families that publish it)."""
+    return weights_gib(model, "float16" if model.startswith(STORED_HALF) else "float32")
+
+
+def _gpu_gib(c: Checkpoint) -> float:
+    from anisotropy.models import registry
+
+    s = registry.spec(c.model)
+    width, layers, heads = _shape(c.model)
+    batch = min(c.batch, max(c.examples, 1))
+    if s.family == "cnn":
+        activations = batch * CNN_MB_PER_IMAGE * 2**20
+    else:  # every layer's hidden states are kept for one batch, and one layer's attention scores
+        activations = batch * c.positions * (width * (layers + 1) + heads * c.positions) * BYTES.get(c.dtype, 4)
+    return weights_gib(c.model, c.dtype) + activations / GIB
+
+
+# ---- host memory --------------------------------------------------------------------------------------------------
+
+def pool_bytes(states: int, width: int, pool: int, stream_rows: int, chunk_rows: int, metric: int = 0) -> int:
+    """Peak host bytes of Paper 2's pools: ``states`` hidden states of ``width``, each a ``batches.BatchedLayer``
+    with a shuffle seed pooling ``pool`` (= batch_size x n_batches) vectors, fed ``stream_rows`` valid vectors per
+    state in chunks of ``chunk_rows`` (one forward batch: texts x positions), one state after another per chunk as
+    ``taps.extract`` does; ``metric``: the bytes of the per-batch metrics (``metric_bytes``).
+
+    What ``BatchedLayer`` allocates: every state buffers its float32 rows (4 bytes x ``width``) and one float64 key
+    per row (8 bytes) until it holds ``T x pool`` rows (``T`` = ``POOL_TRIM_AT``), then keeps the ``pool`` smallest
+    keys (``_keep_smallest``: ``torch.cat`` of the buffer, a second copy, then the selected ``pool`` rows, a third,
+    plus int64 sort indices). While streaming, the peak is the first state's trim, every other state holding just
+    under ``T x pool`` rows:
+
+        rows = (states - 1) x H + 2 x R + min(pool, stream_rows),
+        H = min(stream_rows, T x pool),  R = min(stream_rows, T x pool + chunk_rows),
+        streaming = 4 x width x rows + 8 x states x R + 16 x R.
+
+    A stream shorter than ``T x pool`` is never trimmed; it is held whole (H = R = stream_rows) and shuffled at the
+    end, which the same formula gives. At the end the states are measured one at a time, the first one's pool
+    beside the others' buffers, so the metrics add to those only:
+
+        measuring = 4 x width x ((states - 1) x H + min(pool, stream_rows)) + 8 x states x R + metric,
+        bytes = max(streaming, measuring).   Units: bytes."""
+    h = min(stream_rows, int(POOL_TRIM_AT * pool))
+    r = min(stream_rows, int(POOL_TRIM_AT * pool) + chunk_rows)
+    kept = min(pool, stream_rows)
+    keys = 8 * states * r
+    streaming = 4 * width * ((states - 1) * h + 2 * r + kept) + keys + 16 * r
+    measuring = 4 * width * ((states - 1) * h + kept) + keys + metric
+    return int(max(streaming, measuring))
+
+
+def metric_bytes(batch: int, width: int) -> int:
+    """Host bytes of Paper 2's per-batch metrics on one pooled batch of ``batch`` vectors of ``width`` (``metrics``;
+    one metric at a time, so the larger of the two that allocate):
+
+    - ``sigma1_share``: the float64 d x d scatter with its merge and eigenvalue workspace (about six copies) and the
+      batch's float32 product: 50 x d^2 + 4 x batch x d;
+    - ``twonn_dimension``: the augmented float32 copies of the centred batch (two), ``numpy.unique``'s sorted copy and
+      the float64 recomputation of the candidates (about six float32 copies in all), and the float32 Gram block of
+      at most ``metrics._GRAM_BLOCK_ENTRIES`` (32 Mi) entries with its top-k temporaries (about four):
+      24 x batch x d + 16 x min(batch^2, 32 Mi).
+
+    An upper bound, checked against the allocations at small sizes (``tests/test_budget.py``). Units: bytes."""
+    sigma1 = 50 * width**2 + 4 * batch * width
+    twonn = 24 * batch * width + 16 * min(batch**2, 32 << 20)
+    return int(max(sigma1, twonn))
+
+
+def per_example_bytes(examples: int, widths, n_boot: int | None = None) -> int:
+    """Peak host bytes of Section 3's accumulators (``layerwise.FirstMoments``, one per hidden state of the given
+    ``widths``) for ``examples`` examples (texts, clips, images).
+
+    Held: one float32 sum of unit vectors per example and state, 4 x examples x sum(widths). Transient, for one
+    state at a time when its row is written (``FirstMoments.interval``): the sums stacked in float32 and converted to
+    float64 (12 x examples x width of the widest state), their examples x examples float64 Gram matrix, and the
+    bootstrap's ``n_boot`` x examples float64 counts, their squares and the einsum's product (3 x 8 x n_boot x
+    examples; ``layerwise.BOOTSTRAP``):
+
+        bytes = 4 x n x sum(widths) + 12 x n x max(widths) + 8 x n^2 + 24 x n_boot x n,   n = examples.
+
+    The per-batch sums travel from the GPU as float32 examples-in-batch x width (counted in the transient). Bytes."""
+    n_boot = BOOTSTRAP_RESAMPLES if n_boot is None else n_boot
+    widths = list(widths)
+    if not widths or examples < 1:
+        return 0
+    n = int(examples)
+    return int(4 * n * sum(widths) + 12 * n * max(widths) + 8 * n * n + 24 * n_boot * n)
+
+
+@lru_cache(maxsize=None)
+def state_widths(model: str) -> tuple[int, ...]:
+    """The width of every hidden state a Section 3 measurement of ``model`` accumulates: a CNN's flattened maps
+    (C x H x W per stage at ``IMAGE_SIZE`` pixels, from a forward pass of the true-size config on the meta device:
+    no memory, no weights), a stage model's channels, otherwise the layers plus the embeddings (twice for an
+    encoder-decoder)."""
+    from anisotropy.models import registry
+
+    s = registry.spec(model)
+    if s.modality == "vision" and s.layout in ("cnn", "spatial-stages") and s.config:
+        import torch
+        from transformers import AutoConfig, AutoModel
+
+        config = dict(s.config)
+        cfg = AutoConfig.for_model(config.pop("model_type"), **config)
+        with torch.device("meta"), torch.no_grad():
+            out = AutoModel.from_config(cfg)(pixel_values=torch.empty(1, 3, IMAGE_SIZE, IMAGE_SIZE),
+                                             output_hidden_states=True)
+        if s.layout == "cnn":
+            return tuple(int(h[0].numel()) for h in out.hidden_states)
+        return tuple(int(h.shape[1] if h.ndim == 4 else h.shape[-1]) for h in out.hidden_states)
+    width, layers, _ = _shape(model)
+    return (width,) * ((layers + 1) * (2 if s.stack == "encoder-decoder" else 1))
+
+
+def held_bytes(c: Checkpoint) -> int:
+    """Host bytes one checkpoint's measurement holds (``pool_bytes`` with ``metric_bytes``, or
+    ``per_example_bytes``), at the registry's true-size shapes. Bytes."""
+    if c.pool:
+        width, layers, _ = _shape(c.model)
+        states = layers + 1 + c.extra_states
+        return pool_bytes(states, width, c.pool, c.examples * c.positions, c.batch * c.positions,
+                          metric_bytes(c.metric_batch or c.pool, width))
+    if c.per_example:
+        return per_example_bytes(c.examples, state_widths(c.model))
+    return 0
+
+
+def host_ram_bytes(c: Checkpoint) -> int:
+    """Host bytes one checkpoint needs beyond the kernel itself (``RUNTIME_GIB``): the larger of loading its
+    weights (a host copy in ``dtype``, before they move to the GPU) and what its measurement holds
+    (``held_bytes``). Bytes."""
+    return int(max(_params(c.model) * BYTES.get(c.dtype, 4), held_bytes(c)))
+
+
+def xet_chunk_cache_gib(hub_gib: float) -> float:
+    """Disk that hf-xet's chunk cache adds while ``hub_gib`` of Hub files are on disk at the peak: the same pieces
+    again, up to its cap (``HF_XET_CHUNK_CACHE_SIZE_BYTES`` when set, else the 10 GB default). ``hub.release``
+    clears it with each released checkpoint, so released series count their largest checkpoint only. GiB."""
+    import os
+
+    text = os.environ.get(XET_CHUNK_CACHE_ENV, "").strip()
+    cap = int(text) if text.isdigit() else XET_CHUNK_CACHE_DEFAULT_BYTES
+    return min(cap / GIB, hub_gib)
+
+
+def unknown_sizes(p: Plan) -> list[str]:
+    """Hub ids of the plan's checkpoints whose size the registry does not record (``ModelSpec.n_params`` None):
+    their download, disk and memory are not in the estimate."""
+    from anisotropy.models import registry
+
+    return sorted({registry.spec(c.model).hub_id for c in p.checkpoints
+                   if registry.spec(c.model).n_params is None and not _local(c.model)})
+
+
+def estimate(p: Plan) -> dict:
+    """Rough needs of a plan: ``download_gib``, peak ``disk_gib`` (kept checkpoints + the largest released one +
+    data + hf-xet's chunk cache, ``xet_gib``), peak ``gpu_gib`` and ``ram_gib`` (one model at a time: the kernel,
+    ``RUNTIME_GIB``, plus the largest ``host_ram_bytes``), ``t4_minutes`` (downloads, loading, forward passes and
+    the training the chapter does, ``training_minutes``), and ``unknown`` (hub ids whose size is not known, left out
+    of every figure above)."""
+    from anisotropy.data import sources as data
+
+    downloads = [download_gib(c.model) for c in p.checkpoints if not _local(c.model)]
+    data_gib = sum((data.SOURCES[s].download_mb if n else data.SOURCES[s].train_mb + data.SOURCES[s].download_mb)
+                   for s, n in dict.fromkeys(p.data) if s in data.SOURCES) / 1024  # n = 0: a training corpus
+    kept = sum(download_gib(c.model) for c in p.checkpoints if not c.release and not _local(c.model))
+    released = max([download_gib(c.model) for c in p.checkpoints if c.release] or [0.0])
+    # The first MultiBERTs seed stays in the cache until its vectors are sampled.
+    kept += sum(download_gib(c.model) for c in p.checkpoints if c.release and c.passes > 1)
+    xet = xet_chunk_cache_gib(kept + released)
+    flops = {c: 2.0 * _params(c.model) * c.examples * c.positions * c.passes for c in p.checkpoints}
+    compute_s = sum(f / (T4_TFLOPS.get(c.dtype, 8.1) * 1e12 * EFFICIENCY) for c, f in flops.items())
+    training_s = p.training_flops / (T4_TFLOPS["float32"] * 1e12 * EFFICIENCY)
+    seconds = (sum(downloads) + data_gib) * 1024 / HUB_MB_PER_S + compute_s + training_s + LOAD_S * sum(
+        c.passes for c in p.checkpoints)
+    host = max([host_ram_bytes(c) for c in p.checkpoints] or [0])
+    return {"checkpoints": len(p.checkpoints), "download_gib": sum(downloads) + data_gib,
+            "disk_gib": kept + released + data_gib + xet, "xet_gib": xet,
+            "gpu_gib": max([_gpu_gib(c) for c in p.checkpoints] or [0.0]),
+            "ram_gib": RUNTIME_GIB + host / GIB, "t4_minutes": seconds / 60, "training_minutes": training_s / 60,
+            "forward_tflop": sum(flops.values()) / 1e12, "unknown": unknown_sizes(p)}
+
+
+def _params(model: str) -> float:
+    from anisotropy.models import registry
+
+    return float(registry.spec(model).n_params or 0)
+
+
+def _local(model: str) -> bool:
+    from anisotropy.models import registry
+
+    return bool(registry.spec(model).local_package)
+
+
+def problems(p: Plan, e: dict | None = None) -> list[str]:
+    """What would not fit a free Colab runtime, each with the largest setting that does."""
+    e = e or estimate(p)
+    out = []
+    if e["gpu_gib"] > COLAB["gpu"]:
+        too_big = sorted({c.model for c in p.checkpoints if _gpu_gib(c) > COLAB["gpu"]})
+        half = [m for m in too_big if weights_gib(m, "float16") * 1.3 < COLAB["gpu"]]
+        fits = [c.model for c in p.checkpoints if _gpu_gib(c) <= COLAB["gpu"]]
+        largest = max(fits, key=_params) if fits else None
+        out.append(f"GPU memory: {', '.join(too_big)} need more than a T4's {COLAB['gpu']:.0f} GiB in "
+                   f"{p.checkpoints[0].dtype}" + (f"; in float16 {', '.join(half)} would fit" if half else "")
+                   + (f"; the largest model that fits as set is {largest}" if largest else ""))
+    if e["disk_gib"] > COLAB["disk"]:
+        out.append(f"disk: about {e['disk_gib']:.0f} GiB at the peak, more than Colab's {COLAB['disk']:.0f} GiB; "
+                   f"measure fewer checkpoints or keep ANISOTROPY_KEEP_CHECKPOINTS unset")
+    if e["t4_minutes"] > COLAB["hours"] * 60:
+        share = COLAB["hours"] * 60 / e["t4_minutes"]
+        out.append(f"time: about {_minutes(e['t4_minutes'])}, longer than a Colab session ({COLAB['hours']:.0f} h); "
+                   f"about {share:.0%} of the work (fewer seeds, variants, steps or checkpoints) fits one session")
+    if e["ram_gib"] > HOST_RAM_LIMIT_GIB:
+        worst = max(p.checkpoints, key=host_ram_bytes)
+        what = ("pools its vectors (batch_size x n_batches per layer): use fewer batches or a narrower model"
+                if worst.pool else "keeps one sum per example and layer: use fewer examples"
+                if worst.per_example and host_ram_bytes(worst) > _params(worst.model) * BYTES.get(worst.dtype, 4)
+                else "loads its weights: use dtype float16 or a smaller model")
+        out.append(f"host memory: about {e['ram_gib']:.1f} GiB at the peak ({worst.model} {what}), more than "
+                   f"Colab's {HOST_RAM_LIMIT_GIB:.1f} GiB")
+    if e["unknown"]:
+        out.append(f"size unknown: {', '.join(e['unknown'])} (the registry records no parameter count); download, "
+                   f"disk and memory leave {'it' if len(e['unknown']) == 1 else 'them'} out")
+    return out
+
+
+def table(chapter: str, params: dict, profile: str = "paper"):
+    """The page's Colab budget: one row per quantity, value and what a free Colab runtime offers. Sizes that leave
+    out a model of unknown size read "at least"; a row names those models."""
+    import pandas as pd
+
+    p = plan(chapter, params, profile)
+    e = estimate(p)
+    low = "at least " if e["unknown"] else ""
+    rows = [("checkpoints loaded", f"{e['checkpoints']}", ""),
+            ("download (models and data)", low + _gib(e["download_gib"]), ""),
+            ("disk at the peak" + (" (with hf-xet's chunk cache)" if e["xet_gib"] else ""),
+             low + _gib(e["disk_gib"]), f"{COLAB['disk']:.0f} GiB"),
+            ("GPU memory at the peak", low + _gib(e["gpu_gib"]), f"{COLAB['gpu']:.0f} GiB (T4)"),
+            ("host memory at the peak", low + _gib(e["ram_gib"]), f"{HOST_RAM_LIMIT_GIB:.1f} GiB"),
+            ("time on a T4" + (" (with training)" if e["training_minutes"] else ""), _minutes(e["t4_minutes"]),
+             f"{COLAB['hours']:.0f} h a session")]
+    if e["training_minutes"]:
+        suites = f" ({', '.join(p.trained)} suite{'s' if len(p.trained) > 1 else ''})" if p.trained else ""
+        rows.append(("of which training" + suites, _minutes(e["training_minutes"]),
+                     "less if checkpoint_suites trained them in this runtime" if p.trained else ""))
+    if p.reused_from:
+        rows.append(("reused when they ran in this runtime", ", ".join(p.reused_from),
+                     "then nothing above is downloaded or measured again"))
+    if e["unknown"]:
+        rows.append(("size unknown (not counted)", ", ".join(e["unknown"]), ""))
+    return pd.DataFrame(rows, columns=["quantity", "estimate", "free Colab"])
+
+
+def _gib(x: float) -> str:
+    return f"{x * 1024:.0f} MiB" if x < 1 else f"{x:.1f} GiB"
+
+
+def _minutes(m: float) -> str:
+    return f"{max(m, 0.1):.1f} min" if m < 90 else f"{m / 60:.1f} h"
+
+
+def describe(chapter: str, params: dict, profile: str = "paper") -> str:
+    """What the chapter measures from the Hub with ``params``, in words: hub ids (with their number of revisions)
+    and the data, e.g. "the pretrained bert-base-uncased and gpt2 on 2,000 examples of WikiText-103 ..."."""
+    from anisotropy.data import sources as data
+    from anisotropy.models import registry
+
+    p = plan(chapter, params, profile)
+    counts: dict[str, int] = {}
+    for c in p.checkpoints:
+        counts[c.model] = counts.get(c.model, 0) + 1
+    names = [f"{registry.spec(m).hub_id}" + (f" ({k} checkpoints)" if k > 1 else "") for m, k in counts.items()]
+    used = [f"{n:,} examples of {data.SOURCES[s].description}" for s, n in dict.fromkeys(p.data) if n
+            and s in data.SOURCES]
+    if not names:
+        return p.notes[0] if p.notes else "no pretrained model"
+    listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    text = f"the pretrained {listed}" + (f" on {' and '.join(used)}" if used else "")
+    if p.reused_from:
+        return (f"reuses the measurements of {', '.join(p.reused_from)} when they ran in this runtime (same models, "
+                f"same data); on a fresh runtime it measures {text}")
+    return text
+
+
+def summary(chapter: str, params: dict, profile: str = "paper") -> str:
+    """One sentence for the narrative: what the chapter downloads, how long it takes on a T4 (training included) and
+    its host memory, or why it does not fit."""
+    p = plan(chapter, params, profile)
+    e = estimate(p)
+    if not p.checkpoints and not p.training_flops:
+        return "it downloads no model" + (f" ({p.notes[0]})" if p.notes else "")
+    if not p.checkpoints:
+        text = f"about {_minutes(e['t4_minutes'])} of training on a Colab T4 and {_gib(e['download_gib'])} of data"
+    else:
+        training = f", {_minutes(e['training_minutes'])} of it training" if e["training_minutes"] else ""
+        text = (f"about {_minutes(e['t4_minutes'])} on a Colab T4{training}, {e['checkpoints']} checkpoint"
+                f"{'s' if e['checkpoints'] != 1 else ''}, {'at least ' if e['unknown'] else ''}"
+                f"{_gib(e['download_gib'])} of downloads and {_gib(e['ram_gib'])} of host memory at the peak")
+    if p.reused_from:
+        text += (f" on a fresh runtime (none when {', '.join(p.reused_from)} ran in this runtime: their stored "
+                 f"measurements are reused)")
+    issues = problems(p, e)
+    return text + (f"; it does not fit a free Colab as set ({'; '.join(issues)})" if issues else "")
