@@ -32,10 +32,10 @@ WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_mo
 PICKLE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "merges.txt", "spiece.model",
                    "tokenizer.model", "sentencepiece.bpe.model")
-# The Hub datasets the data sources (lib/anisotropy/data_*.py) read, by data source name: repository, revision, the files it reads.
-DATASETS = {"wikitext-103": ("Salesforce/wikitext", "main", "data_wikipedia.WIKITEXT_FILES"),
-            "librispeech": ("openslr/librispeech_asr", "main", "data_speech.LIBRISPEECH_FILES"),
-            "imagenette": ("frgfm/imagenette", "refs/convert/parquet", "data_images.IMAGENETTE_FILES")}
+# The Hub datasets the data sources (lib/anisotropy/data/*.py) read, by data source name: repository, revision, the files it reads.
+DATASETS = {"wikitext-103": ("Salesforce/wikitext", "main", "data.wikipedia.WIKITEXT_FILES"),
+            "librispeech": ("openslr/librispeech_asr", "main", "data.speech.LIBRISPEECH_FILES"),
+            "imagenette": ("frgfm/imagenette", "refs/convert/parquet", "data.images.IMAGENETTE_FILES")}
 
 
 @pytest.fixture(scope="module")
@@ -253,7 +253,7 @@ def test_check_catches_a_checkpoint_without_tokenizer(manifest):
 
 
 def test_datasets_read_files_the_hub_holds(manifest):
-    """The data files the sources (lib/anisotropy/data_*.py) ask for (data_files globs) match files of the recorded
+    """The data files the sources (lib/anisotropy/data/*.py) ask for (data_files globs) match files of the recorded
     revision where the manifest lists them."""
     import importlib
 
@@ -267,7 +267,7 @@ def test_datasets_read_files_the_hub_holds(manifest):
         files = rev.get("files")
         if not isinstance(files, dict):
             continue  # unverified
-        module, _, name = attr.partition(".")
+        module, _, name = attr.rpartition(".")
         patterns = getattr(importlib.import_module(f"anisotropy.{module}"), name)
         patterns = [patterns.format(split="validation")] if isinstance(patterns, str) else list(patterns.values())
         for pattern in patterns:

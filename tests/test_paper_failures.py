@@ -162,7 +162,7 @@ def test_missing_revision_names_the_nearest_that_exist(standin, repo_copy, tmp_p
             registry.load("bloom-560m", revision="global_step50000")
         except hub.MissingRevision as exc:
             print(exc)
-        entries, notes = __import__("anisotropy.experiments.spectral").spectral.hub_checkpoints(
+        entries, notes = __import__("anisotropy.experiments.spectral").experiments.spectral.hub_checkpoints(
             "bloom-560m", ["global_step1000", "global_step50000"])
         print([e["revision"] for e in entries], notes)
     """

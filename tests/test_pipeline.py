@@ -51,19 +51,24 @@ def test_every_name_a_chapter_uses_is_imported_or_defined(path):
 
 
 def _missing_library_names(code: str) -> list[str]:
-    """``module.name`` of every library module a chapter imports (``from anisotropy import x``) whose name the module
-    does not have."""
+    """``module.name`` of every library module a chapter imports (``from anisotropy.<layer> import x``) whose name the
+    module does not have."""
     import importlib
+    import importlib.util
 
     lines = [line[:len(line) - len(line.lstrip())] + "pass" if line.lstrip().startswith(("%", "!")) else line
              for line in code.splitlines()]  # an IPython magic, maybe the only line of a block
     tree = ast.parse("\n".join(lines))
-    modules = {alias.asname or alias.name: alias.name for node in ast.walk(tree)
-               if isinstance(node, ast.ImportFrom) and node.module == "anisotropy" for alias in node.names}
+    modules = {}  # the name bound -> the module it is (``from anisotropy.data import sources``)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "anisotropy":
+            for alias in node.names:
+                if importlib.util.find_spec(f"{node.module}.{alias.name}") is not None:
+                    modules[alias.asname or alias.name] = f"{node.module}.{alias.name}"
     used = {(node.value.id, node.attr) for node in ast.walk(tree) if isinstance(node, ast.Attribute)
             and isinstance(node.value, ast.Name) and node.value.id in modules}
     return sorted(f"{name}.{attr}" for name, attr in used
-                  if not hasattr(importlib.import_module(f"anisotropy.{modules[name]}"), attr))
+                  if not hasattr(importlib.import_module(modules[name]), attr))
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

@@ -1,5 +1,6 @@
 """Book: building the book: papermill execution and the parallel build (``runner``), the kernels that execute chapters,
 parameter sweeps, the machine's calibration and the command line (``python -m anisotropy``).
 
-May import: every sub-package but ``chapters``.
+May import: the foundation modules, ``data``, ``measure``, ``models``, ``training``, ``experiments``, ``pages``,
+``claims``.
 """
