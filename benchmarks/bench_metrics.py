@@ -122,7 +122,7 @@ def bench_mean_cosine(sizes, d, repeats, rows_out, brute_budget):
                          "value": value, "abs_diff": abs(value - ref) if slab == n else float("nan"),
                          "extrapolated": slab < n, "note": f"float32 Gram; {slab} of {n} rows timed"})
         print_section(rows_out, "mean_cosine", n)
-        del x, xt
+        x = xt = None  # free both before the next size's arrays (the lambdas above read them by name)
 
 
 def hidden_state_like(n: int, d: int, seed: int) -> np.ndarray:

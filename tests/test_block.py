@@ -114,10 +114,13 @@ def test_attention_statistics_match_brute_force(causal):
                 keys = slice(0, i + 1) if causal else slice(0, S)
                 row, sc = p[b, h, i, keys], s[b, h, i, keys]
                 values.extend(sc)
-                rows["max"].append(row.max()); rows["median"].append(np.median(row)); rows["min"].append(row.min())
+                for stat, value in (("max", row.max()), ("median", np.median(row)), ("min", row.min())):
+                    rows[stat].append(value)
                 if i >= first:
                     e = -(row * np.log(row)).sum()
-                    entropy.append(e); ratio.append(e / np.log(len(row))); row_std.append(sc.std(ddof=1))
+                    entropy.append(e)
+                    ratio.append(e / np.log(len(row)))
+                    row_std.append(sc.std(ddof=1))
     for name in rows:
         per_position = np.array(rows[name]).reshape(B, H, S).mean(axis=0)
         assert stats[f"softmax_{name}"] == pytest.approx(per_position.mean(), rel=1e-5)

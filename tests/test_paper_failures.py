@@ -17,7 +17,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from conftest import CHAPTER_S, PYTHON, book_env, copy_repo, run_cli, run_guarded
+from conftest import CHAPTER_S, PYTHON, book_env, run_cli, run_guarded
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))

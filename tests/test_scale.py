@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import (CHAPTER_S, PYTHON, ROOT, SMOKE_BUILD_S, book_env, communicate_guarded, copy_repo,
+from conftest import (CHAPTER_S, PYTHON, SMOKE_BUILD_S, book_env, communicate_guarded, copy_repo,
                       hang_failure, hang_guard, run_cli, run_guarded)
 
 CHAPTER = "appendix_b_isotropic"  # a smoke point is a few seconds, most of it the kernel's start

@@ -44,7 +44,7 @@ def training_note(stages) -> str | None:
     else:
         text += f"; chance is {base['chance']:.2f}"
     if last.get("accuracy") is not None:
-        text += f", accuracy {100 * last['accuracy']:.0f}% over {len(data_images.SHAPES)} classes"
+        text += f", accuracy {100 * last['accuracy']:.0f}% over {len(images.SHAPES)} classes"
     if not learnt.run_learnt(state):  # the book's one definition: LEARNT_NATS below that baseline
         text += (f" — less than {learnt.LEARNT_NATS} nats better than that baseline, so this run shows what early "
                  "optimisation does to attention, not what a model that has learned its task looks like")
