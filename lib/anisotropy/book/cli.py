@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from anisotropy import profiles
-from anisotropy.book import runner, sweeps
+from anisotropy.book import checkout, runner, sweeps
 from anisotropy.errors import UserError
 
 
@@ -108,12 +108,12 @@ def main(argv: list[str] | None = None) -> int:
                                  address=args.scheduler, workers=args.workers)
             print(f"sweep table: {table}")
         elif args.command == "sync":
-            changed = runner.sync(check=args.check)
+            changed = checkout.sync(check=args.check)
             verb = "out of sync" if args.check else "written"
             print(f"{len(changed)} notebook(s) {verb}" + (f": {', '.join(changed)}" if changed else ""))
             return 1 if (args.check and changed) else 0
         elif args.command == "clean":
-            removed, size = runner.clean(dry_run=args.dry_run)
+            removed, size = checkout.clean(dry_run=args.dry_run)
             for path in removed:
                 print(path)
             verb = "would free" if args.dry_run else "freed"

@@ -53,54 +53,6 @@ def root() -> Path:
     return found
 
 
-# ---- chapters -------------------------------------------------------------------------------------------------------
-
-def paired_ipynb_text(name: str) -> str:
-    """The exact text of the committed output-free ``notebooks/<name>.ipynb`` for the current source."""
-    import nbformat
-
-    nb = profiles.read_notebook(name)
-    # Only jupytext's filter stays: it keeps the chapter's `anisotropy` metadata (what it runs after) when the .ipynb
-    # is converted back to MyST.
-    kept = nb.metadata.pop("jupytext", {}).get("notebook_metadata_filter")
-    if kept:
-        nb.metadata["jupytext"] = {"notebook_metadata_filter": kept}
-    for index, cell in enumerate(nb.cells):
-        cell.metadata.pop("vscode", None)
-        # nbformat draws random cell ids; derive them from the content so the pair check is reproducible.
-        cell["id"] = hashlib.sha256(f"{index}\n{cell.source}".encode()).hexdigest()[:8]
-    return nbformat.writes(nb) + "\n"
-
-
-_INSTALL_LINE = re.compile(r'^( *)%pip install -q "anisotropy\[colab\] @ git\+[^"]*"$', flags=re.M)
-
-
-def sync(check: bool = False) -> list[str]:
-    """Write (or with ``check``, only compare) every chapter's Colab install line, derived from the repository of
-    ``_config.yml`` (``report.install_command``), and every ``notebooks/<name>.ipynb`` from its MyST source.
-
-    Returns the names whose source or .ipynb was (or would be) changed.
-    """
-    from anisotropy.pages.report import install_command
-
-    command = install_command()
-    changed = []
-    for md in sorted((root() / "notebooks").glob("*.md")):
-        text = md.read_text()
-        installed = _INSTALL_LINE.sub(lambda m: m.group(1) + command, text)
-        if installed != text:
-            changed.append(md.stem)
-            if not check:
-                md.write_text(installed)
-        target = md.with_suffix(".ipynb")
-        paired = paired_ipynb_text(md.stem)
-        if not target.is_file() or target.read_text() != paired:
-            changed.append(md.stem)
-            if not check:
-                target.write_text(paired)
-    return sorted(set(changed))
-
-
 # ---- execution ------------------------------------------------------------------------------------------------------
 
 @dataclass
@@ -160,7 +112,7 @@ def _stamp(profile: str, params: dict, name: str) -> dict:
     return stamp if inputs is None else {**stamp, "inputs": inputs}
 
 
-def _read_text(where) -> str | None:
+def read_text(where) -> str | None:
     """The text of a file at a path or an fsspec URL; None when it is not there."""
     try:
         if results.is_url(where):
@@ -182,7 +134,7 @@ def write_bytes(where, data: bytes) -> None:
 
 
 def _is_current(output, stamp: dict) -> bool:
-    text = _read_text(output)
+    text = read_text(output)
     if text is None:
         return False
     try:
@@ -451,9 +403,12 @@ def execute_all(profile: str, only: list[str] | None = None, rerun: bool = False
 
 def _cpu_seconds() -> float:
     """CPU time of this process and of every child it has waited for (the chapters' kernels, with whatever they
-    started and waited for in turn: their Dask workers, jupyter-book)."""
-    import resource
-
+    started and waited for in turn: their Dask workers, jupyter-book). The one POSIX-only call of the library: where
+    ``resource`` is missing (Windows), this process's own CPU time alone, the children counting 0."""
+    try:
+        import resource
+    except ImportError:
+        return time.process_time()
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
@@ -560,44 +515,6 @@ def _record_times(profile: str, outcomes: list[Outcome], wall: float, cpu: float
     return out
 
 
-def clean(dry_run: bool = False) -> tuple[list, int]:
-    """Remove what no key of the current code reaches: stored results computed by other code, trained runs and
-    tokenizers of another trainer, conversions of other converters, executed notebooks stamped with other code (those
-    of sweeps too, in a URL store). Returns (paths or URLs, bytes freed)."""
-    import shutil
-
-    from anisotropy.models import conversion
-    from anisotropy.training import checkpoints
-
-    store = results.Store()
-    stored = store.stale()
-    local = checkpoints.stale_runs() + conversion.stale_conversions()
-    code = fingerprint.package()
-
-    def stale_stamp(text: str | None) -> bool:
-        try:
-            stamp = json.loads(text)["metadata"].get("anisotropy", {}).get("stamp", {})
-        except (TypeError, ValueError, KeyError, AttributeError):
-            stamp = {}
-        return stamp.get("code") != code
-
-    for folder in (root() / EXECUTED, root() / SWEEPS):
-        for nb in sorted(folder.rglob("*.ipynb")) if folder.is_dir() else []:
-            if stale_stamp(_read_text(nb)):
-                local.append(nb)
-    if store.remote:
-        for url in store.glob(SWEEPS_IN_STORE, "*", "*.ipynb") + store.glob(SWEEPS_IN_STORE, "*", ".*.ipynb"):
-            if stale_stamp(_read_text(url)):
-                stored.append(url)
-    size = store.size(stored) + sum(f.stat().st_size for p in local for f in ([p] if p.is_file() else p.rglob("*"))
-                                    if f.is_file())
-    if not dry_run:
-        store.remove(stored)
-        for p in local:
-            shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
-    return stored + local, size
-
-
 # ---- glued values ---------------------------------------------------------------------------------------------------
 
 # Glued names that report a wall-clock measurement (training or run time) end this way; they are the only glued
@@ -611,7 +528,7 @@ def glued_values(nb_path, wall_clock: bool = True) -> dict:
     ``wall_clock=False`` leaves out timings."""
     import nbformat
 
-    nb = nbformat.reads(_read_text(nb_path), as_version=4) if results.is_url(nb_path) else \
+    nb = nbformat.reads(read_text(nb_path), as_version=4) if results.is_url(nb_path) else \
         nbformat.read(nb_path, as_version=4)
     values = {}
     for cell in nb.cells:
