@@ -77,10 +77,11 @@ def scheduler_address(address: str | None = None) -> str | None:
 # ---- cores shared between a build and its chapters ------------------------------------------------------------------
 
 class Slots:
-    """The cores of a build as a folder of lock files, one per core (a jobserver, as ``make -j`` shares its jobs with
-    the makes it starts). Whoever holds a file's lock (``fcntl.flock``) may keep one core busy; the lock goes away
-    with its holder, so a killed kernel never keeps a core. The build holds one slot per chapter it runs; a
-    chapter's ``map`` takes the free ones for extra worker processes and gives them back when it ends."""
+    """The cores of a build as a folder of files, one per core (a jobserver, as ``make -j`` shares its jobs with the
+    makes it starts). Whoever holds the OS file lock beside a core's file (``filelock.FileLock``: flock on POSIX,
+    LockFileEx on Windows) may keep one core busy; the lock goes away with its holder, so a killed kernel never keeps
+    a core. The build holds one slot per chapter it runs; a chapter's ``map`` takes the free ones for extra worker
+    processes and gives them back when it ends."""
 
     def __init__(self, folder: str | Path):
         self.folder = Path(folder)
@@ -98,35 +99,35 @@ class Slots:
         folder = os.environ.get(SLOTS_ENV)
         if not folder or not Path(folder).is_dir():
             return None
-        try:
-            import fcntl  # noqa: F401 - POSIX only
-        except ImportError:
-            return None
         return cls(folder)
 
     def __len__(self) -> int:
         return len(list(self.folder.glob("slot-*")))
 
-    def take(self) -> int | None:
-        """A free slot (an open file descriptor holding its lock), or None when every core is busy."""
-        import fcntl
+    def take(self):
+        """A free slot (a held ``filelock.FileLock`` on the hidden ``.slot-<i>.lock`` beside ``slot-<i>``), or None
+        when every core is busy. The lock is a file of its own because Windows removes a lock's file on release."""
+        from filelock import FileLock, Timeout
 
         for path in sorted(self.folder.glob("slot-*")):
-            try:
-                fd = os.open(path, os.O_RDWR)
-            except OSError:
+            if not path.is_file():
                 return None  # the build has ended and removed its slots
+            # not thread-local: the thread that gives a slot back need not be the one that took it
+            lock = FileLock(path.with_name(f".{path.name}.lock"), thread_local=False)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return fd
-            except OSError:
-                os.close(fd)
+                lock.acquire(timeout=0)
+            except (Timeout, OSError):  # held by another process, or by another slot holder of this one
+                continue
+            if not path.is_file():  # the build ended while we took it
+                lock.release()
+                return None
+            return lock
         return None
 
     @staticmethod
-    def release(fd: int | None) -> None:
-        if fd is not None:
-            os.close(fd)  # closing the descriptor releases its lock
+    def release(lock) -> None:
+        if lock is not None:
+            lock.release()
 
 
 # ---- a Dask client --------------------------------------------------------------------------------------------------
@@ -310,7 +311,7 @@ def _with_slots(fn, items, slots: Slots, wanted: int, retries, on_done, errors, 
     """Inside a build: this process's own core plus the free ones. The items run here until the build frees a slot;
     then on the LocalCluster, one more task at once for each slot the build frees (up to ``wanted``), each slot given
     back as soon as nothing is left to start on it."""
-    held: list[int] = []
+    held: list = []  # the slots' locks
     try:
         out: list = []
         i = 0
@@ -378,7 +379,7 @@ def schedule(fn: Callable, items: list, after: dict, *, jobs: int | None = None,
     wanted = set(items)
     deps = {item: [d for d in after.get(item, ()) if d in wanted] for item in items}
     results: dict = {}
-    running: dict = {}  # item -> (future, slot descriptor)
+    running: dict = {}  # item -> (future, slot lock)
     woken = threading.Event()
 
     def bad(result) -> bool:

@@ -73,14 +73,12 @@ def write_folder_once(target: Path, write, marker: str = "conversion.json") -> P
     removes a folder another process is reading. (``atomic_folder``: a folder whose first complete copy wins.)"""
     if (target / marker).is_file():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f".{target.name}.lock", "w") as lock:
-        try:
-            import fcntl
+    from filelock import FileLock
 
-            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed, or its holder dies
-        except ImportError:  # not POSIX: no concurrent builds to guard against
-            pass
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # An OS lock (flock on POSIX, LockFileEx on Windows): the second process waits here; released on leaving the
+    # block, or when its holder dies.
+    with FileLock(target.parent / f".{target.name}.lock"):
         if (target / marker).is_file():
             return target
         tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
