@@ -105,7 +105,7 @@ def test_every_rule_of_the_ledger_is_tested_here():
     source = inspect.getsource(sys.modules[__name__])
     untested = []
     for name in {c.rule for c in claims.ledger()}:
-        called = f"{rules.RULES[name].__module__.rsplit('.', 1)[-1]}.{name}"  # e.g. rules_p2.bell_shaped
+        called = f"{common.RULES[name].__module__.rsplit('.', 1)[-1]}.{name}"  # e.g. p2.bell_shaped
         if not any(f"{called}{end}" in source for end in "(,)"):
             untested.append(name)
     assert sorted(untested) == []
@@ -1020,7 +1020,7 @@ def test_every_chapter_shows_its_claims_and_the_closing_chapter_comes_last():
         if name == "what_holds_up":
             assert "claims.gather(profile)" in text
         else:
-            assert f'claims.evaluate("{name}", P' in text and "claims.show(" in text, name
+            assert f'ledger.evaluate("{name}", P' in text and "ledger.show(" in text, name
     # a gathering chapter runs after every chapter it reads
     assert chapters[-1] == "what_holds_up"
     assert chapters.index("appendix_b_isotropic") > max(chapters.index(c) for c in claims.MEASURING_CHAPTERS)

@@ -89,55 +89,114 @@ class Claim:
 
 
 @lru_cache(maxsize=1)
+def _claim_schema():
+    """The schema of one entry of claims.yml (a pydantic model with the fields of ``Claim``, no other field): ``paper``
+    and ``section`` read as text, ``input`` one name or a list, absent or empty lists and params as empty ones, the
+    wording normalised (one line); its validators refuse an unknown rule, scope or paper, a pretrained or training
+    claim without models, and a claim whose quote and reading do not go together (``_check_wording``)."""
+    from typing import Annotated, Any, Literal
+
+    from pydantic import BaseModel, BeforeValidator, ConfigDict, field_validator, model_validator
+
+    def line(value) -> str:
+        return " ".join(str(value or "").split())
+
+    Text = Annotated[str, BeforeValidator(str)]
+    Names = Annotated[tuple[str, ...], BeforeValidator(lambda value: value or ())]
+
+    class ClaimEntry(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+
+        id: str
+        paper: Annotated[Literal[tuple(PAPER_NAMES)], BeforeValidator(str)]
+        section: Text
+        figure: str
+        chapter: str
+        claim: str
+        evidence: str
+        quantity: str
+        rule: str
+        input: Annotated[tuple[str, ...], BeforeValidator(lambda value: value if isinstance(value, list) else (value,))]
+        scope: Literal[SCOPES]
+        models: Names = ()
+        params: Annotated[dict[str, Any], BeforeValidator(lambda value: value or {})] = {}
+        real_models: Names = ()
+        quote: Annotated[str, BeforeValidator(line)] = ""
+        reading: Annotated[str, BeforeValidator(lambda value: str(value or ""))] = ""
+        reading_why: Annotated[str, BeforeValidator(line)] = ""
+
+        @field_validator("rule")
+        @classmethod
+        def _known_rule(cls, rule: str) -> str:
+            if rule not in RULES:
+                raise ValueError(f" names an unknown rule {rule!r}")
+            return rule
+
+        @model_validator(mode="after")
+        def _coherent(self):
+            _check_wording(self)
+            if self.scope in ("pretrained", "training") and not self.models:
+                raise ValueError(f" (scope {self.scope}) names no models that decide it")
+            return self
+
+    return ClaimEntry
+
+
+def _check_wording(entry) -> None:
+    """A claim of a paper quotes its sentence (or says UNVERIFIED); ``reading`` is READING_BOOK or absent, and a
+    book's reading says why. Raises ``ValueError`` with the rest of the line after "claims.yml: claim <id>"."""
+    if entry.paper in ("1", "2") and not entry.quote:
+        raise ValueError(f" quotes no sentence of its paper (write `quote: {UNVERIFIED}` if none was found)")
+    if entry.reading not in ("", READING_BOOK):
+        raise ValueError(f": reading must be {READING_BOOK!r} or absent, not {entry.reading!r}")
+    if bool(entry.reading) != bool(entry.reading_why):
+        raise ValueError(f": `reading: {READING_BOOK}` goes with a one-line `reading_why`, and only with it")
+
+
+def _claim(entry) -> Claim:
+    """One entry of claims.yml as a ``Claim``, validated by ``_claim_schema``; an error is one line starting with
+    "claims.yml: claim <id>"."""
+    from pydantic import ValidationError
+
+    schema = _claim_schema()
+    where = f"claims.yml: claim {entry.get('id') if isinstance(entry, dict) else repr(entry)}"
+    try:
+        valid = schema.model_validate(entry)
+    except ValidationError as err:
+        errors = err.errors()
+        unknown = sorted(str(e["loc"][0]) for e in errors if e["type"] == "extra_forbidden")
+        missing = sorted(str(e["loc"][0]) for e in errors if e["type"] == "missing")
+        e = errors[0]
+        if unknown:
+            problem = f": unknown field(s) {unknown}"
+        elif missing:
+            problem = f": missing field(s) {missing}"
+        elif e["loc"] and e["loc"][0] in ("scope", "paper") and e["type"] == "literal_error":
+            problem = f" has scope {entry.get('scope')!r} / paper {str(entry.get('paper'))!r}"
+        elif e["type"] == "value_error":
+            problem = str(e["ctx"]["error"])
+        else:
+            problem = f": {'.'.join(map(str, e['loc'])) or 'entry'}: {e['msg']} (got {e['input']!r})"
+        raise ValueError(where + problem) from None
+    return Claim(**{name: getattr(valid, name) for name in type(valid).model_fields})
+
+
+@lru_cache(maxsize=1)
 def _read_ledger() -> tuple[Claim, ...]:
     import yaml
 
-    raw = yaml.safe_load(LEDGER.read_text())["claims"]
-    found = []
-    for entry in raw:
-        entry = dict(entry)
-        entry["paper"] = str(entry["paper"])
-        entry["section"] = str(entry["section"])
-        inputs = entry.get("input")
-        entry["input"] = tuple(inputs) if isinstance(inputs, list) else (inputs,)
-        entry["models"] = tuple(entry.get("models") or ())
-        entry["real_models"] = tuple(entry.get("real_models") or ())
-        entry["params"] = dict(entry.get("params") or {})
-        _check_wording(entry)
-        found.append(Claim(**entry))
-    return tuple(found)
-
-
-def _check_wording(entry: dict) -> None:
-    """A claim of a paper quotes its sentence (or says UNVERIFIED); ``reading`` is READING_BOOK or absent, and a
-    book's reading says why."""
-    where = f"claims.yml: claim {entry.get('id')}"
-    entry["quote"] = " ".join(str(entry.get("quote") or "").split())
-    entry["reading"] = str(entry.get("reading") or "")
-    entry["reading_why"] = " ".join(str(entry.get("reading_why") or "").split())
-    if entry["paper"] in ("1", "2") and not entry["quote"]:
-        raise ValueError(f"{where} quotes no sentence of its paper (write `quote: {UNVERIFIED}` if none was found)")
-    if entry["reading"] not in ("", READING_BOOK):
-        raise ValueError(f"{where}: reading must be {READING_BOOK!r} or absent, not {entry['reading']!r}")
-    if bool(entry["reading"]) != bool(entry["reading_why"]):
-        raise ValueError(f"{where}: `reading: {READING_BOOK}` goes with a one-line `reading_why`, and only with it")
-
-
-def ledger() -> list[Claim]:
-    """Every claim of ``claims.yml``, in its order (checked: unique ids, known rules, papers and scopes)."""
-    claims = list(_read_ledger())
-    ids = [c.id for c in claims]
+    found = tuple(_claim(entry) for entry in yaml.safe_load(LEDGER.read_text())["claims"])
+    ids = [c.id for c in found]
     duplicates = sorted({i for i in ids if ids.count(i) > 1})
     if duplicates:
         raise ValueError(f"claims.yml: duplicate ids {duplicates}")
-    for c in claims:
-        if c.rule not in RULES:
-            raise ValueError(f"claims.yml: claim {c.id} names an unknown rule {c.rule!r}")
-        if c.scope not in SCOPES or c.paper not in PAPER_NAMES:
-            raise ValueError(f"claims.yml: claim {c.id} has scope {c.scope!r} / paper {c.paper!r}")
-        if c.scope in ("pretrained", "training") and not c.models:
-            raise ValueError(f"claims.yml: claim {c.id} (scope {c.scope}) names no models that decide it")
-    return claims
+    return found
+
+
+def ledger() -> list[Claim]:
+    """Every claim of ``claims.yml``, in its order (checked on reading: unique ids, known rules, papers and scopes,
+    see ``_claim_schema``)."""
+    return list(_read_ledger())
 
 
 def for_chapter(chapter: str) -> list[Claim]:

@@ -9,6 +9,8 @@ the ``local`` one was not set by the user and is taken from the named profile (`
 
 Chapter sources (``notebooks/<name>.md``) are read here too, for their parameters cell: defaults and the ``allowed:``
 rules of its comments (``Rule``). That needs a checkout; on Colab the packaged profiles alone check kinds.
+
+May import: the foundation modules (it is one of them: the profiles are what every layer reads its parameters from).
 """
 
 from __future__ import annotations
@@ -46,6 +48,42 @@ def _merge(base: dict, over: dict) -> dict:
     return out
 
 
+@lru_cache(maxsize=1)
+def _profile_schema():
+    """The schema of a profile file (a pydantic model, no other field): ``description``, ``base`` (another profile)
+    and ``notebooks`` (chapter -> parameters, a block may be empty)."""
+    from typing import Any
+
+    from pydantic import BaseModel, ConfigDict
+
+    class ProfileFile(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+
+        description: str | None = None
+        base: str | None = None
+        notebooks: dict[str, dict[str, Any] | None] = {}
+
+    return ProfileFile
+
+
+def _validated(name: str, path: Path, raw) -> dict:
+    """A profile file's contents checked against ``_profile_schema``: the fields it sets, or one ``ProfileError``."""
+    from pydantic import ValidationError
+
+    try:
+        valid = _profile_schema().model_validate(raw)
+    except ValidationError as err:
+        errors = err.errors()
+        unknown = sorted(str(e["loc"][0]) for e in errors if e["type"] == "extra_forbidden")
+        if unknown:
+            problem = f"unknown field(s) {unknown}; a profile holds description, base and notebooks"
+        else:
+            e = errors[0]
+            problem = f"{'.'.join(map(str, e['loc'])) or 'the file'}: {e['msg']} (got {e['input']!r})"
+        raise ProfileError(f"Profile {name!r} ({path.name}): {problem}.") from None
+    return {key: getattr(valid, key) for key in raw}  # in the file's order
+
+
 @lru_cache(maxsize=None)
 def _load(name: str) -> dict:
     path = FOLDER / f"{name}.yml"
@@ -54,7 +92,7 @@ def _load(name: str) -> dict:
         close = difflib.get_close_matches(name, known, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
         raise ProfileError(f"Unknown profile {name!r}.{hint} Known profiles: {', '.join(known)}.")
-    profile = yaml.safe_load(path.read_text()) or {}
+    profile = _validated(name, path, yaml.safe_load(path.read_text()) or {})
     profile.setdefault("notebooks", {})
     base = profile.pop("base", None)
     if base:
@@ -235,19 +273,47 @@ class Rule:
             rule.choices = tuple(a or b for a, b in re.findall(r'"([^"]*)"|\'([^\']*)\'', choices.group(1)))
         return rule
 
+    def validators(self):
+        """The rule as pydantic validators of one item: ``(choices, range)``, a ``TypeAdapter`` of ``Literal[...]``
+        and one of a float with its bounds (``Field(ge=...)`` and the like); None where the rule sets none."""
+        return _rule_validators(self.choices, self.low, self.low_inclusive, self.high, self.high_inclusive)
+
     def violation(self, value) -> str | None:
-        """Why ``value`` is not allowed (None when it is)."""
+        """Why ``value`` is not allowed (None when it is): each item (of a list value) goes through ``validators``;
+        the range applies to numbers only (not to bools)."""
+        from pydantic import ValidationError
+
+        choices, bounds = self.validators()
         items = value if isinstance(value, (list, tuple)) else [value]
         for item in items:
-            if self.choices and item not in self.choices:
-                return f"{item!r} is not one of {', '.join(map(repr, self.choices))}"
-            if isinstance(item, bool) or not isinstance(item, (int, float)):
-                continue
-            if self.low is not None and (item < self.low or (item == self.low and not self.low_inclusive)):
-                return f"{item!r} is below the allowed range ({self.text})"
-            if self.high is not None and (item > self.high or (item == self.high and not self.high_inclusive)):
-                return f"{item!r} is above the allowed range ({self.text})"
+            if choices is not None:
+                try:
+                    choices.validate_python(item)
+                except ValidationError:
+                    return f"{item!r} is not one of {', '.join(map(repr, self.choices))}"
+            if bounds is None or isinstance(item, bool) or not isinstance(item, (int, float)) or item != item:
+                continue  # (item != item: NaN, which no bound refuses)
+            try:
+                bounds.validate_python(item)
+            except ValidationError as err:
+                side = "below" if err.errors()[0]["type"] in ("greater_than", "greater_than_equal") else "above"
+                return f"{item!r} is {side} the allowed range ({self.text})"
         return None
+
+
+@lru_cache(maxsize=None)
+def _rule_validators(choices: tuple, low, low_inclusive: bool, high, high_inclusive: bool):
+    from typing import Annotated, Literal
+
+    from pydantic import Field, TypeAdapter
+
+    bounds = {}
+    if low is not None:
+        bounds["ge" if low_inclusive else "gt"] = low
+    if high is not None:
+        bounds["le" if high_inclusive else "lt"] = high
+    return (TypeAdapter(Literal[choices]) if choices else None,
+            TypeAdapter(Annotated[float, Field(strict=True, **bounds)]) if bounds else None)
 
 
 def parameter_rules(name: str) -> dict[str, Rule]:
