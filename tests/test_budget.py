@@ -83,12 +83,20 @@ def test_per_example_formula_matches_the_sums_allocated():
     assert 0.85 * estimated <= measured <= 1.15 * estimated + 2**20, (measured, estimated)
 
 
-def test_the_bootstrap_resamples_are_the_chapters():
-    assert budget.BOOTSTRAP_RESAMPLES == layerwise.BOOTSTRAP["n_boot"]
+def test_budget_reads_the_measuring_modules_own_constants(monkeypatch):
+    # No copies: the bootstrap's resamples are measure.metrics' (what layerwise runs), the pool's trimming point is
+    # measure.batches' (what BatchedLayer trims at); changing the owner's value changes the estimate.
+    from anisotropy.measure import metrics
 
-
-def test_the_pool_trimming_point_is_the_spectral_modules():
-    assert budget.POOL_TRIM_AT == batches.POOL_TRIM_AT
+    assert layerwise.BOOTSTRAP is metrics.BOOTSTRAP
+    assert not hasattr(budget, "BOOTSTRAP_RESAMPLES") and not hasattr(budget, "POOL_TRIM_AT")
+    n, widths = 50, (32, 64)
+    assert budget.per_example_bytes(n, widths) == budget.per_example_bytes(n, widths, metrics.BOOTSTRAP["n_boot"])
+    monkeypatch.setitem(metrics.BOOTSTRAP, "n_boot", 10)
+    assert budget.per_example_bytes(n, widths) == budget.per_example_bytes(n, widths, 10)
+    before = budget.pool_bytes(2, 16, 100, 10_000, 10)
+    monkeypatch.setattr(batches, "POOL_TRIM_AT", 2 * batches.POOL_TRIM_AT)
+    assert budget.pool_bytes(2, 16, 100, 10_000, 10) > before
 
 
 def test_cnn_widths_are_the_flattened_maps():

@@ -168,6 +168,26 @@ def test_enwik8_is_downloaded_once_and_verified(served, tmp_path, monkeypatch):
         wikipedia.enwik8_url()
 
 
+def test_enwik8_default_url_is_fetched_with_pooch_into_the_cache(served, tmp_path, monkeypatch):
+    # No mirror set: the module's own URL and checksum (here pointing at the local server) are what pooch fetches.
+    folder, url = served
+    digest = _zip(folder / "enwik8.zip", DUMP)
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("ANISOTROPY_CACHE", str(cache))
+    monkeypatch.delenv("ANISOTROPY_ENWIK8", raising=False)
+    monkeypatch.delenv("ANISOTROPY_ENWIK8_URL", raising=False)
+    monkeypatch.setattr(wikipedia, "ENWIK8_TIMEOUT", 5)
+    monkeypatch.setattr(wikipedia, "ENWIK8_URL", f"{url}/missing.zip#sha256={digest}")
+    with pytest.raises(common.DataUnavailableError, match=f"could not be downloaded from {url}/missing.zip .*404"):
+        wikipedia.download_enwik8()
+    assert not cache.exists() or not any(cache.iterdir()), "a failed download leaves nothing behind"
+    monkeypatch.setattr(wikipedia, "ENWIK8_URL", f"{url}/enwik8.zip#sha256={digest}")
+    path = wikipedia.download_enwik8()
+    assert path == (cache / "enwik8.zip").resolve() and sorted(p.name for p in cache.iterdir()) == ["enwik8.zip"]
+    assert path.read_bytes() == (folder / "enwik8.zip").read_bytes()
+    assert wikipedia.enwik8_path() == cache / "enwik8.zip"
+
+
 def test_missing_or_offline_sources_fail_in_one_line(monkeypatch, tmp_path):
     monkeypatch.setenv("ANISOTROPY_CACHE", str(tmp_path))
     monkeypatch.delenv("ANISOTROPY_ENWIK8", raising=False)
@@ -218,7 +238,7 @@ def test_espeak_speech_is_deterministic_in_any_order_and_any_process():
     for x, y in zip(a, b):
         assert x["text"] == y["text"] and x["voice"] == y["voice"]
         np.testing.assert_array_equal(x["array"], y["array"])
-    code = ("import hashlib; from anisotropy import data; "
+    code = ("import hashlib; from anisotropy.data import sources as data; "
             "print(hashlib.sha256(data.load('espeak-speech', 3, seed=1)[2]['array'].tobytes()).hexdigest())")
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     import hashlib
@@ -377,7 +397,7 @@ def test_docstring_corpus_is_cached_and_keys_the_recipes(tmp_path, monkeypatch):
     monkeypatch.setattr(data_docstrings, "DOCSTRING_PACKAGES", ("pygments",))
     real = data_docstrings.docstring_corpus
     real.cache_clear()
-    recipes._data_fingerprint.cache_clear()
+    recipes.data_fingerprint.cache_clear()
     recipes.split_paragraphs.cache_clear()
     try:
         first = data_docstrings.docstring_corpus()
@@ -391,11 +411,11 @@ def test_docstring_corpus_is_cached_and_keys_the_recipes(tmp_path, monkeypatch):
         recipe = recipes.Recipe(suite="s", kind="mlm", corpus="docstrings")
         before = recipe.hash
         data_docstrings.docstring_corpus.cache_clear()
-        recipes._data_fingerprint.cache_clear()
+        recipes.data_fingerprint.cache_clear()
         monkeypatch.setattr(data_docstrings, "docstring_corpus", lambda: data_docstrings.DocstringCorpus(
             first.train, first.validation, first.packages, first.documents, "0" * 16))
         assert recipe.hash != before  # another content hash, other weights
     finally:  # the corpus of one package must not stay in the caches of this process
         real.cache_clear()
-        recipes._data_fingerprint.cache_clear()
+        recipes.data_fingerprint.cache_clear()
         recipes.split_paragraphs.cache_clear()

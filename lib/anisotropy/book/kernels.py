@@ -95,12 +95,19 @@ def kernel(env: dict, cwd: str, log: Path, cpu: list | None = None, peak: list |
     started = []
     with open(log, "w") as stream:
         class ChapterKernel(AsyncKernelManager):
-            async def _async_pre_start_kernel(self, **kw):
+            # Public API only: start_kernel's keyword arguments are the kernel process's Popen arguments (env, cwd,
+            # stdout, stderr), kept by jupyter_client for restarts too; restart_kernel relaunches without calling
+            # start_kernel, so it registers the new process itself.
+            async def start_kernel(self, **kw):
                 kw.update(env=dict(env), cwd=cwd, stdout=stream, stderr=stream)
-                return await super()._async_pre_start_kernel(**kw)
+                await super().start_kernel(**kw)
+                self._register()
 
-            async def _async_post_start_kernel(self, **kw):
-                await super()._async_post_start_kernel(**kw)
+            async def restart_kernel(self, now=False, newports=False, **kw):
+                await super().restart_kernel(now=now, newports=newports, **kw)
+                self._register()
+
+            def _register(self):
                 pid = getattr(self.provisioner, "pid", None)
                 if pid:
                     started.append(pid)

@@ -37,6 +37,8 @@ def wikitext(n: int, seed: int = 0, min_chars: int = 80) -> list[str]:
 # The Hutter Prize file: 36,445,475 bytes zipped, 10^8 bytes unzipped. A mirror is given as ANISOTROPY_ENWIK8_URL with
 # its own checksum in the URL's fragment (pip's convention), e.g. "http://host/enwik8.zip#sha256=<hex>".
 ENWIK8_URL = "http://mattmahoney.net/dc/enwik8.zip#sha256=547994d9980ebed1288380d652999f38a14fe291a6247c157c3d33d4932534bc"
+# Seconds the download may wait for the server to connect or to send the next bytes (requests' timeout).
+ENWIK8_TIMEOUT = 60
 
 
 def enwik8_url() -> tuple[str, str]:
@@ -51,32 +53,26 @@ def enwik8_url() -> tuple[str, str]:
 
 def download_enwik8(folder: str | os.PathLike | None = None) -> Path:
     """Download enwik8.zip once into ``folder`` (default the cache), verify its SHA-256, and return its path.
-    A partial or corrupted download never takes the final name."""
-    import hashlib
-    import urllib.request
+    ``pooch.retrieve`` streams it to a temporary file beside it and renames it only once the checksum matches, so a
+    partial or corrupted download never takes the final name."""
+    import pooch
 
     from anisotropy.paths import cache_dir
 
     address, expected = enwik8_url()
     target = Path(folder or cache_dir()) / "enwik8.zip"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(".enwik8.zip.part")
-    digest = hashlib.sha256()
     try:
-        with urllib.request.urlopen(address, timeout=60) as response, open(partial, "wb") as out:
-            while chunk := response.read(1 << 20):
-                digest.update(chunk)
-                out.write(chunk)
-    except OSError as err:
-        partial.unlink(missing_ok=True)
-        raise DataUnavailableError(f"enwik8 could not be downloaded from {address} ({err}): connect to the network, "
+        return Path(pooch.retrieve(address, known_hash=f"sha256:{expected}", fname=target.name, path=target.parent,
+                                   progressbar=True,
+                                   downloader=pooch.HTTPDownloader(progressbar=True, timeout=ENWIK8_TIMEOUT)))
+    except ValueError as err:  # pooch's checksum mismatch ("... expected <hex> but got <hex>. ..."), file deleted
+        got = re.search(r"but got ([0-9a-f]{64})", str(err))
+        raise DataUnavailableError(f"enwik8 from {address} has SHA-256 {got[1] if got else 'of another file'}, not "
+                                   f"{expected}: the download is damaged or not enwik8; nothing was kept") from None
+    except OSError as err:  # requests' errors (connection refused, timeout, HTTP 404...) are OSErrors
+        reason = " ".join(str(err).split())
+        raise DataUnavailableError(f"enwik8 could not be downloaded from {address} ({reason}): connect to the network, "
                                    f"or put enwik8.zip into {target.parent} yourself") from None
-    if digest.hexdigest() != expected:
-        partial.unlink(missing_ok=True)
-        raise DataUnavailableError(f"enwik8 from {address} has SHA-256 {digest.hexdigest()}, not {expected}: the "
-                                   f"download is damaged or not enwik8; nothing was kept")
-    os.replace(partial, target)
-    return target
 
 
 def enwik8_path(path: str | os.PathLike | None = None, download: bool = True) -> Path:

@@ -24,17 +24,12 @@ COLAB = {"gpu": 15.0, "ram": 12.7, "disk": 78.0, "hours": 12.0}  # hours: the lo
 # resources panel (its /proc/meminfo MemTotal, about 13.3e6 kB = 12.7 GiB).
 HOST_RAM_LIMIT_GIB = COLAB["ram"]
 RUNTIME_GIB = 1.5  # host memory of the kernel itself: Python, torch, the CUDA context, tokenizer and data
-# batches.POOL_TRIM_AT (a test checks they agree), copied: budget imports no measuring module at import time
-POOL_TRIM_AT = 1.25
 IMAGE_SIZE = 224  # pixels per side of the images the Section 3 vision models read (their processors' crop)
 # hf-xet's chunk cache (<HF_XET_CACHE>/<endpoint>/chunk-cache) holds the pieces of downloaded files again, up to
 # HF_XET_CHUNK_CACHE_SIZE_BYTES; its default is 10 GB (xet-runtime, config/groups/chunk_cache.rs:
 # DEFAULT_CHUNK_CACHE_CAPACITY = 10_000_000_000, 0 only in builds with the "no-default-cache" feature).
 XET_CHUNK_CACHE_ENV = "HF_XET_CHUNK_CACHE_SIZE_BYTES"
 XET_CHUNK_CACHE_DEFAULT_BYTES = 10_000_000_000
-# The resamples of Section 3's confidence intervals, layerwise.BOOTSTRAP["n_boot"] (not imported: layerwise reaches
-# this module through report; tests/test_budget.py checks the two agree).
-BOOTSTRAP_RESAMPLES = 1000
 T4_TFLOPS = {"float16": 65.0, "bfloat16": 65.0, "float32": 8.1}  # peak dense rates
 EFFICIENCY = 0.3  # share of the peak a measurement loop reaches (small batches, hooks, copies to the CPU)
 HUB_MB_PER_S = 80.0  # download rate from the Hub to a Colab runtime
@@ -335,9 +330,9 @@ def pool_bytes(states: int, width: int, pool: int, stream_rows: int, chunk_rows:
     ``taps.extract`` does; ``metric``: the bytes of the per-batch metrics (``metric_bytes``).
 
     What ``BatchedLayer`` allocates: every state buffers its float32 rows (4 bytes x ``width``) and one float64 key
-    per row (8 bytes) until it holds ``T x pool`` rows (``T`` = ``POOL_TRIM_AT``), then keeps the ``pool`` smallest
-    keys (``_keep_smallest``: ``torch.cat`` of the buffer, a second copy, then the selected ``pool`` rows, a third,
-    plus int64 sort indices). While streaming, the peak is the first state's trim, every other state holding just
+    per row (8 bytes) until it holds ``T x pool`` rows (``T`` = ``batches.POOL_TRIM_AT``), then keeps the ``pool``
+    smallest keys (``_keep_smallest``: ``torch.cat`` of the buffer, a second copy, then the selected ``pool`` rows, a
+    third, plus int64 sort indices). While streaming, the peak is the first state's trim, every other state holding just
     under ``T x pool`` rows:
 
         rows = (states - 1) x H + 2 x R + min(pool, stream_rows),
@@ -350,8 +345,10 @@ def pool_bytes(states: int, width: int, pool: int, stream_rows: int, chunk_rows:
 
         measuring = 4 x width x ((states - 1) x H + min(pool, stream_rows)) + 8 x states x R + metric,
         bytes = max(streaming, measuring).   Units: bytes."""
-    h = min(stream_rows, int(POOL_TRIM_AT * pool))
-    r = min(stream_rows, int(POOL_TRIM_AT * pool) + chunk_rows)
+    from anisotropy.measure import batches  # imported here: budget loads no measuring module (torch) at import time
+
+    h = min(stream_rows, int(batches.POOL_TRIM_AT * pool))
+    r = min(stream_rows, int(batches.POOL_TRIM_AT * pool) + chunk_rows)
     kept = min(pool, stream_rows)
     keys = 8 * states * r
     streaming = 4 * width * ((states - 1) * h + 2 * r + kept) + keys + 16 * r
@@ -384,12 +381,15 @@ def per_example_bytes(examples: int, widths, n_boot: int | None = None) -> int:
     state at a time when its row is written (``FirstMoments.interval``): the sums stacked in float32 and converted to
     float64 (12 x examples x width of the widest state), their examples x examples float64 Gram matrix, and the
     bootstrap's ``n_boot`` x examples float64 counts, their squares and the einsum's product (3 x 8 x n_boot x
-    examples; ``layerwise.BOOTSTRAP``):
+    examples; ``metrics.BOOTSTRAP``):
 
         bytes = 4 x n x sum(widths) + 12 x n x max(widths) + 8 x n^2 + 24 x n_boot x n,   n = examples.
 
     The per-batch sums travel from the GPU as float32 examples-in-batch x width (counted in the transient). Bytes."""
-    n_boot = BOOTSTRAP_RESAMPLES if n_boot is None else n_boot
+    if n_boot is None:
+        from anisotropy.measure import metrics  # imported here, as batches in ``pool_bytes``
+
+        n_boot = metrics.BOOTSTRAP["n_boot"]
     widths = list(widths)
     if not widths or examples < 1:
         return 0
