@@ -91,7 +91,7 @@ def test_variant_checkpoint_reloads_bit_identically_with_variant_active(tmp_path
                                      vocab_size=300, batch_size=4, steps=3, warmup=1, n_checkpoints=2, eval_every=0,
                                      eval_size=4, attention_variant=variant)
     last = trainer.train(recipe, out_dir=tmp_path, progress=False, threads=1)[-1]
-    trained = recipes._load_model(recipe, last.path).eval()
+    trained = recipes.load_model(recipe, last.path).eval()
     loaded = registry.load(last.path).model  # the one loader restores the variant
     assert attention_variants.variant_of(loaded) == variant
     saved = trained.state_dict()

@@ -163,11 +163,11 @@ def test_saved_checkpoint_reloads_bit_identically(kind, overrides, tmp_path):
     r = tiny(kind, steps=3, **overrides)
     ckpts = run(r, out_dir=tmp_path)
     initial = training_recipes.build_model(r)
-    reloaded = training_recipes._load_model(r, ckpts[0].path)
+    reloaded = training_recipes.load_model(r, ckpts[0].path)
     assert_same_weights(initial.state_dict(), reloaded.state_dict())
     # the reloaded final model reproduces the validation loss recorded during training
-    task = tasks._task(r)
-    final = training_recipes._load_model(r, ckpts[-1].path).eval()
+    task = tasks.task_for(r)
+    final = training_recipes.load_model(r, ckpts[-1].path).eval()
     with torch.no_grad():
         assert task.evaluate(final, "cpu")["loss"] == pytest.approx(ckpts[-1].loss, rel=1e-6)
     assert AutoModel.from_pretrained(ckpts[-1].path) is not None  # what registry.load does
@@ -301,7 +301,7 @@ def test_task_losses_equal_the_models_own_losses(tmp_path):
     BertForMaskedLM compute themselves on the same batch."""
     for kind in ("clm", "mlm"):
         recipe = tiny(kind)
-        task = tasks._task(recipe)
+        task = tasks.task_for(recipe)
         model = training_recipes.build_model(recipe, task).eval()  # no dropout: both passes see the same network
         batch = task.batch(1)
         with torch.no_grad():

@@ -39,7 +39,7 @@ def checkpoint_statistics(folder, texts: list[str], max_length: int = 64, batch_
     """Tidy rows for one checkpoint: ``what`` = "head" (layer, head, entropy, entropy_uniform, cos_qk) or "hidden"
     (layer, mean_cosine, sigma1_share)."""
     loaded = registry.load(folder, attn_implementation="eager")
-    body = qk_dynamics._body(loaded)
+    body = qk_dynamics.model_body(loaded)
     with torch.no_grad():
         heads = qk_dynamics.head_statistics(body, qk_dynamics.batches(loaded, texts, batch_size, max_length))
         per_layer: dict[int, list[torch.Tensor]] = {}
@@ -79,7 +79,7 @@ def run(variants, seeds, recipe: dict, n_texts: int = 32, max_length: int = 64, 
 def _measure_checkpoint(job: tuple) -> None:
     """Measure one checkpoint into the store (in a worker process of ``executor.map``)."""
     root, key, folder, texts, max_length, threads = job
-    with trainer._threads(threads):
+    with trainer.torch_threads(threads):
         results.Store(root).cached(CHAPTER, key, lambda: checkpoint_statistics(folder, texts, max_length))
 
 

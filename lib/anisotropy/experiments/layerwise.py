@@ -23,7 +23,7 @@ import pandas as pd
 import torch
 
 from anisotropy.measure import baseline, metrics
-from anisotropy import results
+from anisotropy import devices, results
 
 STORE_CHAPTER = "p1_layerwise"  # one namespace shared by every chapter that measures layer-wise geometry
 # With stats="full", wider layers (CNN maps flattened to C*H*W) still get first moments only: LayerStats' d x d
@@ -124,7 +124,7 @@ def self_trained_refs(suites: Sequence[str], profile: str = "local", train_missi
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-BOOTSTRAP = {"n_boot": 1000, "level": 0.95}  # the bands of Figures 1-4: resampling the examples (texts, clips, images)
+BOOTSTRAP = metrics.BOOTSTRAP  # the bands of Figures 1-4, defined where they are computed
 
 
 class FirstMoments:
@@ -304,12 +304,6 @@ def measurement_key(ref: ModelRef, source: str, n: int, seed: int, max_length: i
             "stats": stats, "reservoir_size": reservoir_size if stats == "full" else 0, "dtype": dtype}
 
 
-def _resolve_device(device: str | None) -> str:
-    if device in (None, "auto"):
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
-
-
 def _dtype(dtype: str | None):
     return None if dtype in (None, "float32") else getattr(torch, dtype)
 
@@ -357,7 +351,7 @@ def measure(ref: ModelRef, examples, *, source: str, n: int, seed: int = 0, max_
                           data_options, dtype)
 
     def compute() -> pd.DataFrame:
-        dev = _resolve_device(device)
+        dev = devices.resolve(device)
         start = time.perf_counter()
         if ref.is_folder:
             loaded = registry.load(ref.name, device=dev, dtype=_dtype(dtype))

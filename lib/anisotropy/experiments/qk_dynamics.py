@@ -29,7 +29,7 @@ import torch
 from anisotropy.measure import attention
 from anisotropy.data import sources
 from anisotropy.models import registry
-from anisotropy import results
+from anisotropy import devices, results
 
 CHAPTER = "p1_s5_qk_training"
 KINDS = ("query", "key")
@@ -246,12 +246,6 @@ def head_statistics(model, batch_iter, layers=None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _device(device: str) -> str:
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
-
-
 def step_statistics(stages: list[Stage], dataset: str = "prose", n_samples: int = 32, sample_seed: int = 0,
                     max_length: int = 128, batch_size: int = 8, layers=None, device: str = "cpu",
                     store: results.Store | None = None, chapter: str = CHAPTER, progress: bool = True,
@@ -277,7 +271,7 @@ def _per_stage(stages: list[Stage], what: dict, extra_key: dict, measure, datase
     from anisotropy import executor
 
     store = store or results.Store()
-    device = _device(device)
+    device = devices.resolve(device)
     inputs = {}  # image size -> examples (the same for every stage; built once per process)
 
     def key(stage: Stage) -> dict:
@@ -291,7 +285,7 @@ def _per_stage(stages: list[Stage], what: dict, extra_key: dict, measure, datase
                 inputs[size] = examples(dataset, n_samples, sample_seed, size)
             try:
                 with torch.no_grad():
-                    frame = measure(_body(loaded), batches(loaded, inputs[size], batch_size, max_length, device))
+                    frame = measure(model_body(loaded), batches(loaded, inputs[size], batch_size, max_length, device))
             except torch.cuda.OutOfMemoryError:
                 del loaded
                 torch.cuda.empty_cache()
@@ -314,7 +308,7 @@ def _per_stage(stages: list[Stage], what: dict, extra_key: dict, measure, datase
     return pd.concat(frames, ignore_index=True)
 
 
-def _body(loaded: registry.Loaded):
+def model_body(loaded: registry.Loaded):
     """The model without its task head (BertForMaskedLM -> BertModel, ...): the head does not change queries, keys
     or attention, and the language-modelling head over the vocabulary costs as much as a layer."""
     return getattr(loaded.model, "base_model", loaded.model)
@@ -332,8 +326,8 @@ def head_vectors(model, batch_iter, heads, fraction: float = 0.2, max_vectors: i
     ``max_vectors``). The tokens are drawn by ``seed`` among the valid tokens enumerated in input order, so every
     checkpoint fed the same inputs gets the same tokens. Columns: layer, head, kind ("query"/"key"), token,
     vector."""
-    heads = sorted({(int(l), int(h)) for l, h in heads})
-    layers = sorted({l for l, _ in heads})
+    heads = sorted({(int(layer), int(h)) for layer, h in heads})
+    layers = sorted({layer for layer, _ in heads})
     kept: dict[tuple[int, int, str], list] = {}
     for inputs, valid in batch_iter:
         caps = attention.capture(model, inputs, layers=layers, keep_probs=False)
@@ -358,7 +352,7 @@ def step_vectors(stages: list[Stage], heads, dataset: str = "prose", n_samples: 
                  device: str = "cpu", store: results.Store | None = None, chapter: str = CHAPTER,
                  progress: bool = True, fan_out: str = "none") -> pd.DataFrame:
     """``head_vectors`` of every stage, streamed and stored per stage like ``step_statistics``."""
-    heads = sorted({(int(l), int(h)) for l, h in heads})
+    heads = sorted({(int(layer), int(h)) for layer, h in heads})
     return _per_stage(stages, {"what": "qk vector sample"},
                       {"heads": [list(h) for h in heads], "fraction": fraction, "max_vectors": max_vectors},
                       lambda body, batch_iter: head_vectors(body, batch_iter, heads, fraction, max_vectors,
@@ -549,7 +543,7 @@ def alignment_summary(stats: pd.DataFrame) -> pd.DataFrame:
 
 __all__ = ["CHAPTER", "Stage", "revision_step", "multiberts_stages", "suite_stages", "twin_stages", "pick_stages",
            "examples",
-           "batches", "head_statistics", "step_statistics", "head_vectors", "step_vectors", "svd_basis",
+           "batches", "model_body", "head_statistics", "step_statistics", "head_vectors", "step_vectors", "svd_basis",
            "projection_basis", "project_vectors", "project_means", "concatenated_alignment", "head_dynamics",
            "pick_heads",
            "null_cosine_bound", "alignment_summary"]

@@ -35,6 +35,7 @@ import torch
 
 from anisotropy.measure import metrics
 from anisotropy.measure.batches import BATCH_METRICS, BATCH_SIZE, DEFAULT_METRICS, BatchedLayer
+from anisotropy import devices
 
 STORE_CHAPTER = "paper2_spectral"  # every measurement of this module lives under results/<STORE_CHAPTER>/
 
@@ -216,12 +217,6 @@ def _torch_dtype(dtype):
     return getattr(torch, str(dtype).removeprefix("torch."))
 
 
-def _device(device):
-    if device in (None, "auto"):
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
-
-
 def profile(model: str | Path, variant: str = "pretrained", revision: str | None = None, *, source: str = "prose",
             n_texts: int = 256, data_seed: int = 0, batch_size: int = BATCH_SIZE, n_batches: int = 4,
             metric_names: Sequence[str] = DEFAULT_METRICS, max_length: int = 128, extraction_batch: int = 8,
@@ -255,7 +250,7 @@ def profile(model: str | Path, variant: str = "pretrained", revision: str | None
     store = store or results.Store()
 
     def compute() -> pd.DataFrame:
-        dev = _device(device)
+        dev = devices.resolve(device)
         loaded = (registry.load(folder, device=dev, dtype=_torch_dtype(dtype)) if is_folder else
                   registry.load(model, variant=variant, revision=revision, device=dev, dtype=_torch_dtype(dtype),
                                 seed=model_seed, release=revision is not None))

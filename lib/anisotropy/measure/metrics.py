@@ -864,6 +864,11 @@ def bootstrap_mean_cosine(x, n_boot: int = 1000, level: float = 0.95, seed: int 
     return ConfidenceInterval(estimate, float(low), float(high), float(level), int(n_boot))
 
 
+# The bands of Figures 1-4 (``grouped_bootstrap_mean_cosine`` as Section 3 calls it): resampling the examples (texts,
+# clips, images); the Colab budget counts the resamples' memory (``pages.budget``).
+BOOTSTRAP = {"n_boot": 1000, "level": 0.95}
+
+
 def grouped_bootstrap_mean_cosine(gram, sizes, n_boot: int = 1000, level: float = 0.95, seed: int = 0
                                   ) -> ConfidenceInterval:
     """Percentile bootstrap confidence interval for the mean cosine of vectors that come in groups (the tokens of a

@@ -30,7 +30,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
-from anisotropy import hub
+from anisotropy import devices, hub
 from anisotropy.errors import ModelTooLargeError
 from anisotropy.models.offline_tokenizers import OFFLINE_TOKENIZERS, offline_tokenizer
 
@@ -170,7 +170,6 @@ MODELS_FILE = Path(__file__).with_name("models.yml")
 STACKS = ("encoder", "decoder", "encoder-decoder", "convolutional")
 ACCESS = ("open", "gated")
 CONVERTERS = (None, "ct2", "state-dict", "onnx", "st-zip", "gguf")
-_TUPLES = ("revisions", "papers")
 
 
 def _series(series: Mapping[str, Any]) -> tuple[str, ...]:
@@ -182,37 +181,81 @@ def _series(series: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(series["format"].format(s) for s in steps)
 
 
+# The enumerated fields of an entry and what each may be: the schema types them as Literals.
+_CHOICES = {"modality": MODALITIES, "family": FAMILIES, "layout": LAYOUTS, "stack": STACKS, "access": ACCESS,
+            "converter": CONVERTERS}
+
+
+@lru_cache(maxsize=1)
+def _entry_schema():
+    """The schema of one ``models:`` entry (a pydantic ``TypeAdapter`` of a TypedDict): the fields of ``ModelSpec``
+    but ``name`` (the entry's key), typed as in the dataclass, the enumerated ones as Literals, no other field
+    (``extra="forbid"``); those without a default in ``ModelSpec`` are required. A string ``revisions`` names a series
+    of ``revision_series`` (the validation context's ``series``)."""
+    from typing import Annotated, Literal, NotRequired, Required, get_type_hints
+
+    from pydantic import BeforeValidator, ConfigDict, TypeAdapter, ValidationInfo
+    from typing_extensions import TypedDict
+
+    def revisions(value, info: ValidationInfo):
+        if isinstance(value, str):
+            series = (info.context or {}).get("series", {})
+            if value not in series:
+                raise ValueError(f"no revision series {value!r}")
+            return series[value]
+        return value
+
+    hints = get_type_hints(ModelSpec)
+    columns = {}
+    for f in fields(ModelSpec):
+        if f.name == "name":
+            continue
+        kind = Literal[_CHOICES[f.name]] if f.name in _CHOICES else hints[f.name]
+        if f.name == "revisions":
+            kind = Annotated[kind, BeforeValidator(revisions)]
+        required = f.default is MISSING and f.default_factory is MISSING
+        columns[f.name] = Required[kind] if required else NotRequired[kind]
+    schema = TypedDict("ModelEntry", columns)
+    schema.__pydantic_config__ = ConfigDict(extra="forbid")
+    return TypeAdapter(schema)
+
+
+def _schema_problem(err) -> str:
+    """The first problem of a pydantic ``ValidationError`` of an entry, in the table's words: unknown fields, then
+    missing ones, then the first other (a value outside its field's choices, an unknown revision series, a type)."""
+    errors = err.errors()
+    unknown = sorted(str(e["loc"][0]) for e in errors if e["type"] == "extra_forbidden")
+    if unknown:
+        return f"unknown field(s) {unknown}"
+    missing = sorted(str(e["loc"][0]) for e in errors if e["type"] == "missing")
+    if missing:
+        return f"missing field(s) {missing}"
+    e = errors[0]
+    what = str(e["loc"][0]) if e["loc"] else "entry"
+    if e["type"] == "literal_error" and what in _CHOICES:
+        return f"{what} {e['input']!r} is not one of {_CHOICES[what]}"
+    if e["type"] == "value_error":
+        return str(e["ctx"]["error"])
+    return f"{'.'.join(map(str, e['loc'])) or what}: {e['msg']} (got {e['input']!r})"
+
+
 def _entry(name: str, entry: Mapping[str, Any], models: Mapping[str, ModelSpec],
            series: Mapping[str, tuple[str, ...]]) -> ModelSpec:
-    """One ``models:`` entry of models.yml as a ``ModelSpec``; every error names the entry."""
+    """One ``models:`` entry of models.yml as a ``ModelSpec``, validated by ``_entry_schema`` (an entry with a
+    ``base`` is validated with the base's fields under its own); every error names the entry."""
+    from pydantic import ValidationError
+
     entry = dict(entry)
     base = entry.pop("base", None)
-    known = {f.name for f in fields(ModelSpec)} - {"name"}
-    if set(entry) - known:
-        raise ValueError(f"{MODELS_FILE.name}: {name}: unknown field(s) {sorted(set(entry) - known)}")
-    if isinstance(entry.get("revisions"), str):
-        if entry["revisions"] not in series:
-            raise ValueError(f"{MODELS_FILE.name}: {name}: no revision series {entry['revisions']!r}")
-        entry["revisions"] = series[entry["revisions"]]
-    for key in _TUPLES:
-        if key in entry:
-            entry[key] = tuple(entry[key])
     if base is not None:
         if base not in models:
             raise ValueError(f"{MODELS_FILE.name}: {name}: base {base!r} must be an entry above it")
-        spec = replace(models[base], name=name, **entry)
-    else:
-        missing = {f.name for f in fields(ModelSpec) if f.default is MISSING and f.default_factory is MISSING}
-        missing -= {"name", *entry}
-        if missing:
-            raise ValueError(f"{MODELS_FILE.name}: {name}: missing field(s) {sorted(missing)}")
-        spec = ModelSpec(name=name, **entry)
-    for what, value, allowed in (("modality", spec.modality, MODALITIES), ("family", spec.family, FAMILIES),
-                                 ("layout", spec.layout, LAYOUTS), ("stack", spec.stack, STACKS),
-                                 ("access", spec.access, ACCESS), ("converter", spec.converter, CONVERTERS)):
-        if value not in allowed:
-            raise ValueError(f"{MODELS_FILE.name}: {name}: {what} {value!r} is not one of {allowed}")
-    return spec
+        entry = {**{f.name: getattr(models[base], f.name) for f in fields(ModelSpec) if f.name != "name"}, **entry}
+    try:
+        values = _entry_schema().validate_python(entry, context={"series": series})
+    except ValidationError as err:
+        raise ValueError(f"{MODELS_FILE.name}: {name}: {_schema_problem(err)}") from None
+    return ModelSpec(name=name, **values)
 
 
 def load_table(path: Path = MODELS_FILE) -> tuple[dict[str, ModelSpec], dict[str, tuple[str, ...]]]:
@@ -457,7 +500,7 @@ def load(name_or_path: str | os.PathLike, variant: str = "pretrained", revision:
 
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
-    device = resolve_device(device)
+    device = devices.resolve(device)
     path = Path(name_or_path)
     if str(name_or_path) not in MODELS and path.is_dir():
         return load_folder(path, device=device, dtype=dtype, attn_implementation=attn_implementation)
@@ -502,15 +545,6 @@ def load(name_or_path: str | os.PathLike, variant: str = "pretrained", revision:
         raise out_of_memory(s.name, dtype) from None
     model.eval()
     return Loaded(model, pre, s, variant, revision, source, tokenizer)
-
-
-def resolve_device(device="auto") -> str:
-    """"auto" -> "cuda" when a GPU is visible, else "cpu"; anything else is returned as given."""
-    if str(device) != "auto":
-        return device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def load_folder(folder: str | os.PathLike, device="cpu", dtype=None, attn_implementation: str | None = None) -> Loaded:
@@ -563,7 +597,7 @@ def load_folder(folder: str | os.PathLike, device="cpu", dtype=None, attn_implem
     if s.layout == "whisper":
         tokenizer = pre if not hasattr(pre, "sampling_rate") else offline_tokenizer("bpe")
     _ensure_pad(pre)
-    model = model.to(device=resolve_device(device))
+    model = model.to(device=devices.resolve(device))
     model.eval()
     return Loaded(model, pre, s, "self-trained", None, str(folder), tokenizer)
 

@@ -80,7 +80,8 @@ def training_state(checkpoint: Checkpoint | str | Path) -> dict:
 
 # ---- writing and resuming --------------------------------------------------------------------------------------------
 
-def _save(folder: Path, model, task, state: dict, optimizer=None) -> None:
+def save_checkpoint(folder: Path, model, task, state: dict, optimizer=None) -> None:
+    """Write ``folder`` at once (model, preprocessor, optional optimiser state, ``training_state.json`` last)."""
     def write(tmp: Path):
         model.save_pretrained(tmp)
         task.preprocessor.save_pretrained(tmp)
@@ -93,7 +94,7 @@ def _save(folder: Path, model, task, state: dict, optimizer=None) -> None:
     paths.atomic_folder(folder, write)
 
 
-def _resumable(run: Path) -> Path | None:
+def resumable(run: Path) -> Path | None:
     """The newest folder (checkpoint or snapshot) holding model, optimiser and state."""
     best = None
     for folder in [*run.glob("step-*"), *run.glob("resume-*")]:
@@ -103,7 +104,8 @@ def _resumable(run: Path) -> Path | None:
     return best
 
 
-def _drop_old_optimizer_states(run: Path, keep: Path) -> None:
+def drop_old_optimizer_states(run: Path, keep: Path) -> None:
+    """Remove the run's snapshots and optimiser states except ``keep``'s: one resume point is enough."""
     for folder in [*run.glob("step-*"), *run.glob("resume-*")]:
         if folder == keep:
             continue
@@ -113,7 +115,7 @@ def _drop_old_optimizer_states(run: Path, keep: Path) -> None:
             (folder / "optimizer.pt").unlink()
 
 
-def _fresh_state(recipe: Recipe, task, threads: int) -> dict:
+def fresh_state(recipe: Recipe, task, threads: int) -> dict:
     """The ``training_state.json`` of step 0; the loss lists grow along the run (train_loss[i] is update i + 1)."""
     import transformers
 

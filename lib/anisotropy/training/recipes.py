@@ -128,7 +128,7 @@ class Recipe:
         and the training data."""
         content = {k: v for k, v in asdict(self).items() if k not in ("suite", "seed")}
         payload = {"recipe": content, "trainer": fingerprint.trainer(),
-                   "data": _data_fingerprint(self.kind, self.image_size, self.corpus)}
+                   "data": data_fingerprint(self.kind, self.image_size, self.corpus)}
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 
     def lr_at(self, step: int) -> float:
@@ -170,9 +170,10 @@ def suite(name: str, profile: str = "local") -> list[Recipe]:
 # ---- data: the corpus split, tokenizers, images ----------------------------------------------------------------------
 
 @lru_cache(maxsize=None)
-def _data_fingerprint(kind: str, image_size: int, corpus: str = "prose") -> str:
+def data_fingerprint(kind: str, image_size: int, corpus: str = "prose") -> str:
+    """12 hex digits naming the training data of ``kind`` (part of the recipe hash and of the tokenizer's name)."""
     if kind in TEXT_KINDS and corpus == "docstrings":
-        blob = f"docstrings {data_docstrings.docstring_corpus().content_hash}".encode()  # its content, not the packages' names
+        blob = f"docstrings {docstrings.docstring_corpus().content_hash}".encode()  # its content, not the packages' names
     elif kind in TEXT_KINDS and corpus != "prose":
         blob = corpus.encode()  # a published, fixed dataset: its name identifies it
     elif kind in TEXT_KINDS:
@@ -244,7 +245,7 @@ def tokenizer(recipe: Recipe):
         raise ValueError(f"a {recipe.kind} recipe has no tokenizer")
     vocab = recipe.vocab_size if recipe.kind != "char-mlm" else 256
     folder = paths.cache_dir() / "tokenizers" / (
-        f"{recipe.kind}-v{vocab}-len{recipe.seq_len}-{recipe.corpus}-{_data_fingerprint(recipe.kind, 0, recipe.corpus)}"
+        f"{recipe.kind}-v{vocab}-len{recipe.seq_len}-{recipe.corpus}-{data_fingerprint(recipe.kind, 0, recipe.corpus)}"
         f"-t{fingerprint.trainer()}")
     if not (folder / "tokenizer.json").is_file():
         paths.atomic_folder(folder, lambda tmp: _build_tokenizer(recipe.kind, vocab, recipe.seq_len, recipe.corpus)
@@ -337,7 +338,8 @@ def build_model(recipe: Recipe, task=None):
     return model
 
 
-def _load_model(recipe: Recipe, folder: Path):
+def load_model(recipe: Recipe, folder: Path):
+    """The recipe's model read from a checkpoint ``folder``, with its attention variant and implementation."""
     kwargs = {} if recipe.kind == "cnn" else {"attn_implementation": _attn_implementation(recipe)}
     if recipe.attention_variant != "standard":
         from anisotropy.models.attention_variants import from_pretrained

@@ -193,5 +193,6 @@ class _ImageTask:
         return {"loss": total / n, "accuracy": correct / n}
 
 
-def _task(recipe: Recipe):
+def task_for(recipe: Recipe):
+    """The recipe's training task (text windows or images): its preprocessor, batches, loss and validation."""
     return _TextTask(recipe) if recipe.kind in TEXT_KINDS else _ImageTask(recipe)

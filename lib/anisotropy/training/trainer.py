@@ -28,11 +28,11 @@ import torch
 
 from anisotropy.data import sources, docstrings
 from anisotropy import executor
-from anisotropy.training.checkpoints import (Checkpoint, _drop_old_optimizer_states, _fresh_state, _resumable, _save,
-                                             checkpoints, is_trained, run_dir, training_state)
-from anisotropy.training.recipes import (BERT_KINDS, TEXT_KINDS, Recipe, _data_fingerprint, _load_model, build_model,
+from anisotropy.training.checkpoints import (Checkpoint, checkpoints, drop_old_optimizer_states, fresh_state,
+                                             is_trained, resumable, run_dir, save_checkpoint, training_state)
+from anisotropy.training.recipes import (BERT_KINDS, TEXT_KINDS, Recipe, build_model, data_fingerprint, load_model,
                                          recipes, split_paragraphs, suite, tokenizer)
-from anisotropy.training.tasks import _task
+from anisotropy.training.tasks import task_for
 
 
 # ---- the suites of a profile -----------------------------------------------------------------------------------------
@@ -54,7 +54,8 @@ def _optimizer(recipe: Recipe, model) -> torch.optim.Optimizer:
 
 
 @contextmanager
-def _threads(n: int | None):
+def torch_threads(n: int | None):
+    """torch's intra-op threads set to ``n`` inside the block (None: left as they are), restored after."""
     before = torch.get_num_threads()
     torch.set_num_threads(n or before)
     try:
@@ -78,22 +79,22 @@ def train(recipe: Recipe, out_dir: str | Path | None = None, progress: bool = Tr
     if is_trained(recipe, out_dir):
         return checkpoints(recipe, out_dir)
     device = torch.device(recipe.device)
-    task = _task(recipe)
+    task = task_for(recipe)
     ckpt_steps, eval_steps = set(recipe.checkpoint_steps), set(recipe.eval_steps)
     # the cores this process may use: torch's own default can exceed a container's quota
     threads = threads or recipe.threads or executor.cores()
-    with _threads(threads), torch.random.fork_rng(
+    with torch_threads(threads), torch.random.fork_rng(
             devices=[device] if device.type == "cuda" else []):
-        resume = _resumable(run)
+        resume = resumable(run)
         if resume is not None:
             state = json.loads((resume / "training_state.json").read_text())
-            model = _load_model(recipe, resume).to(device)
+            model = load_model(recipe, resume).to(device)
             optimizer = _optimizer(recipe, model)
             optimizer.load_state_dict(torch.load(resume / "optimizer.pt", map_location=device, weights_only=True))
         else:
             model = build_model(recipe, task).to(device)
             optimizer = _optimizer(recipe, model)
-            state = _fresh_state(recipe, task, threads)
+            state = fresh_state(recipe, task, threads)
         model.train()
         start, clock, cpu_clock = state["step"], time.perf_counter(), time.process_time()
         last_snapshot, seconds0, cpu_seconds0 = clock, state["seconds"], state.get("cpu_seconds", 0.0)
@@ -113,7 +114,7 @@ def train(recipe: Recipe, out_dir: str | Path | None = None, progress: bool = Tr
         if start == 0 and not state["validation"]:
             validate(0)
             folder = run / "step-0"
-            _save(folder, model, task, checkpoint_state(0), optimizer)
+            save_checkpoint(folder, model, task, checkpoint_state(0), optimizer)
         last = recipe.steps if stop_after is None else min(recipe.steps, start + stop_after)
         bar = _progress_bar(recipe, start, progress)
         for step in range(start + 1, last + 1):
@@ -136,13 +137,13 @@ def train(recipe: Recipe, out_dir: str | Path | None = None, progress: bool = Tr
                             val=f"{state['validation'][-1]['loss']:.3f}", refresh=False)
             if step in ckpt_steps:
                 folder = run / f"step-{step}"
-                _save(folder, model, task, checkpoint_state(step), optimizer)
+                save_checkpoint(folder, model, task, checkpoint_state(step), optimizer)
             elif step == last or time.perf_counter() - last_snapshot > snapshot_every_s:
                 folder = run / f"resume-{step}"
-                _save(folder, model, task, checkpoint_state(step), optimizer)
+                save_checkpoint(folder, model, task, checkpoint_state(step), optimizer)
             else:
                 continue
-            _drop_old_optimizer_states(run, keep=folder)
+            drop_old_optimizer_states(run, keep=folder)
             last_snapshot = time.perf_counter()
         bar.close()
     return checkpoints(recipe, out_dir)
@@ -256,7 +257,7 @@ def corpus_summary(corpus: str) -> dict:
     out = {"corpus": corpus, "description": sources.SOURCES[corpus].description if corpus in sources.SOURCES else corpus,
            "train_paragraphs": len(train), "validation_paragraphs": len(held),
            "train_chars": sum(map(len, train)), "validation_chars": sum(map(len, held)),
-           "content_hash": _data_fingerprint("mlm", 0, corpus), "packages": {}, "train_documents": None,
+           "content_hash": data_fingerprint("mlm", 0, corpus), "packages": {}, "train_documents": None,
            "validation_documents": None}
     if corpus == "docstrings":
         found = docstrings.docstring_corpus()
@@ -284,5 +285,5 @@ def checkpoint_table(recipe_list: list[Recipe], out_dir: str | Path | None = Non
 
 
 __all__ = ["Recipe", "Checkpoint", "TEXT_KINDS", "BERT_KINDS", "recipes", "suite", "suite_checkpoints", "train",
-           "train_many", "cost", "checkpoints", "training_state", "loss_curves", "summary", "corpus_summary",
-           "checkpoint_table"]
+           "train_many", "torch_threads", "cost", "checkpoints", "training_state", "loss_curves", "summary",
+           "corpus_summary", "checkpoint_table"]
