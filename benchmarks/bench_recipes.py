@@ -55,7 +55,7 @@ def _preln() -> None:
         return F.cross_entropy(model.lm_head(hidden[chosen]), batch["labels"][chosen])
 
     recipes.model_config = model_config
-    recipes._model_class = lambda kind: transformers.RobertaPreLayerNormForMaskedLM
+    recipes.model_class = lambda kind: transformers.RobertaPreLayerNormForMaskedLM
     tasks._TextTask.loss = loss
 
 

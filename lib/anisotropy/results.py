@@ -105,7 +105,7 @@ def checkpoint_key(folder: str | Path) -> dict:
     return {"folder": where, "training_state": digest if state else None}
 
 
-def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
@@ -186,7 +186,7 @@ class Store:
 
     def _write(self, where, data: bytes) -> None:
         if not self.remote:
-            _atomic_write(where, lambda p: p.write_bytes(data))
+            atomic_write(where, lambda p: p.write_bytes(data))
         else:  # one request: the object exists whole or not at all
             self.fs.pipe_file(self._fs_path(where), data)
 
@@ -218,7 +218,7 @@ class Store:
              code: dict | None = None):
         data, meta = self._paths(chapter, key)
         if not self.remote:
-            _atomic_write(data, lambda p: frame.to_parquet(p, index=False))
+            atomic_write(data, lambda p: frame.to_parquet(p, index=False))
         else:
             buffer = io.BytesIO()
             frame.to_parquet(buffer, index=False)
@@ -233,7 +233,7 @@ class Store:
         }
         text = json.dumps(sidecar, indent=1, sort_keys=True, default=str)
         if not self.remote:
-            _atomic_write(meta, lambda p: p.write_text(text))
+            atomic_write(meta, lambda p: p.write_text(text))
         else:
             self._write(meta, text.encode())  # last: only now is the result complete
         return data

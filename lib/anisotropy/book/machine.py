@@ -83,9 +83,9 @@ def _synthetic_step(recipe) -> float:
     config = recipes.model_config(recipe, vocab if recipe.kind in recipes.TEXT_KINDS else None,
                                            special if recipe.kind in recipes.TEXT_KINDS else None)
     torch.manual_seed(0)
-    model = recipes._model_class(recipe.kind)(config)
+    model = recipes.model_class(recipe.kind)(config)
     model.train()
-    optimizer = trainer._optimizer(recipe, model)
+    optimizer = trainer.make_optimizer(recipe, model)
     gen = torch.Generator().manual_seed(0)
     b, n = recipe.batch_size, recipe.seq_len
     if recipe.kind in recipes.TEXT_KINDS:

@@ -130,7 +130,7 @@ def write_bytes(where, data: bytes) -> None:
         fs, path = results.filesystem(str(where))
         fs.pipe_file(path, data)
     else:
-        results._atomic_write(Path(where), lambda p: p.write_bytes(data))
+        results.atomic_write(Path(where), lambda p: p.write_bytes(data))
 
 
 def _is_current(output, stamp: dict) -> bool:

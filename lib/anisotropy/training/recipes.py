@@ -310,7 +310,7 @@ def _attn_implementation(recipe: Recipe) -> str:
     return "eager" if recipe.positions != "absolute" else ATTENTION_VARIANTS[recipe.attention_variant]
 
 
-def _model_class(kind: str):
+def model_class(kind: str):
     import transformers
 
     name = {"mlm": "BertForMaskedLM", "char-mlm": "BertForMaskedLM", "clm": "GPT2LMHeadModel",
@@ -330,7 +330,7 @@ def build_model(recipe: Recipe, task=None):
             special.update(bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id)
     config = model_config(recipe, vocab, special)
     torch.manual_seed(recipe.seed)
-    model = _model_class(recipe.kind)(config)
+    model = model_class(recipe.kind)(config)
     if recipe.attention_variant != "standard":
         from anisotropy.models.attention_variants import apply_attention_variant
 
@@ -344,5 +344,5 @@ def load_model(recipe: Recipe, folder: Path):
     if recipe.attention_variant != "standard":
         from anisotropy.models.attention_variants import from_pretrained
 
-        return from_pretrained(_model_class(recipe.kind), folder, **kwargs)
-    return _model_class(recipe.kind).from_pretrained(folder, **kwargs)
+        return from_pretrained(model_class(recipe.kind), folder, **kwargs)
+    return model_class(recipe.kind).from_pretrained(folder, **kwargs)

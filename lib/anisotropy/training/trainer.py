@@ -44,7 +44,7 @@ def suite_checkpoints(name: str, profile: str = "local", progress: bool = True) 
 
 # ---- the training loop -----------------------------------------------------------------------------------------------
 
-def _optimizer(recipe: Recipe, model) -> torch.optim.Optimizer:
+def make_optimizer(recipe: Recipe, model) -> torch.optim.Optimizer:
     """AdamW; biases, LayerNorm/BatchNorm weights and embeddings of positions are not decayed."""
     decay, plain = [], []
     for name, p in model.named_parameters():
@@ -89,11 +89,11 @@ def train(recipe: Recipe, out_dir: str | Path | None = None, progress: bool = Tr
         if resume is not None:
             state = json.loads((resume / "training_state.json").read_text())
             model = load_model(recipe, resume).to(device)
-            optimizer = _optimizer(recipe, model)
+            optimizer = make_optimizer(recipe, model)
             optimizer.load_state_dict(torch.load(resume / "optimizer.pt", map_location=device, weights_only=True))
         else:
             model = build_model(recipe, task).to(device)
-            optimizer = _optimizer(recipe, model)
+            optimizer = make_optimizer(recipe, model)
             state = fresh_state(recipe, task, threads)
         model.train()
         start, clock, cpu_clock = state["step"], time.perf_counter(), time.process_time()
