@@ -2,7 +2,7 @@
 
 ``of(module)`` hashes the source of a module of this package and of every package module it imports (read with
 ``ast``, at any depth of the file), the data files that are part of a module's code (``DATA_FILES``: the model table
-is ``registry``'s), plus the versions of the packages that shape numbers (``PACKAGES``). Two kinds of edges are not
+is ``models.table``'s), plus the versions of the packages that shape numbers (``PACKAGES``). Two kinds of edges are not
 followed:
 
 - modules that never change a number (``NOT_NUMERIC``): they present, schedule, locate or transport results
@@ -42,7 +42,7 @@ TRAINER = frozenset({"training.trainer", "training.recipes", "training.tasks", "
 # Data files that are part of a module's code: a changed entry of the model table changes registry's fingerprint; a
 # changed Hub manifest changes hub's, hence ``package()`` and every executed page's stamp (a paper page names the
 # manifest's unverified facts), though no measurement (hub is not numeric).
-DATA_FILES = {"models.registry": ("models/models.yml",), "hub": ("hub_manifest.yml",)}
+DATA_FILES = {"models.table": ("models/models.yml",), "hub": ("hub_manifest.yml",)}
 
 
 def _path(module: str) -> Path:
