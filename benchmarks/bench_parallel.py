@@ -80,7 +80,7 @@ def configurations(points: int, builds: bool) -> list[tuple[str, str, list[str]]
              ("sweep", "2 workers (LocalCluster)", [*sweep, "--workers", "2"])]
     if builds:
         build = [sys.executable, "-m", "anisotropy", "build", "--profile", "smoke"]
-        processes = [sys.executable, "-c", "from anisotropy import runner; runner.build('smoke', jobs=2, "
+        processes = [sys.executable, "-c", "from anisotropy.book import runner; runner.build('smoke', jobs=2, "
                      "processes=True)"]
         found += [("build", "one chapter at a time (--jobs 1)", [*build, "--jobs", "1"]),
                   ("build", "2 at a time, threads (default)", [*build, "--jobs", "2"]),

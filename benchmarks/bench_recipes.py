@@ -1,6 +1,6 @@
 """The recipe sweep behind the self-trained suites' recipes (issue 17): held-out loss against training cost.
 
-Trains every run of ``recipe_grid.json`` (name -> ``training_recipes.Recipe`` fields, plus the ``round`` of the sweep it
+Trains every run of ``recipe_grid.json`` (name -> ``training.recipes.Recipe`` fields, plus the ``round`` of the sweep it
 belonged to) and writes one JSON line per run to ``results/recipes.jsonl``: the recipe, the baselines, the validation
 curve, the final validation and training losses and ``training.cost`` (multiply-adds, the CPU cost up to a constant).
 The suites chapter plots it. Two experiment-only overrides, which no suite uses: ``_arch: preln`` trains

@@ -33,7 +33,7 @@ def peak_bytes(fn) -> int:
 
 
 def feed_pools(states, width, batch, n_batches, stream, chunk, metric_names):
-    """What ``spectral.measure`` does with ``taps.extract``'s states, on random rows: one shuffled ``BatchedLayer``
+    """What ``experiments.spectral.measure`` does with ``measure.taps.extract``'s states, on random rows: one shuffled ``BatchedLayer``
     per state, each forward batch's rows given to every state in turn, then the batches measured."""
     layers = [batches.BatchedLayer(width, batch, n_batches, metric_names, shuffle_seed=0) for _ in range(states)]
     g = torch.Generator().manual_seed(0)

@@ -22,7 +22,7 @@ from conftest import copy_repo, run_cli
 
 from anisotropy import fingerprint, results
 from anisotropy.book import runner
-from anisotropy.experiments import spectral
+from anisotropy.measure import planted
 
 CHAPTER = "p1_s3_token_level"
 
@@ -231,26 +231,26 @@ def test_the_package_imports_form_no_cycle_and_errors_import_nothing():
 
 
 def _planted_here():  # a function of this test module, as a notebook's ``def``: no fingerprint holds its code
-    return spectral.planted_measures(8, 4, steps=2)
+    return planted.planted_measures(8, 4, steps=2)
 
 
 def test_a_library_computation_is_keyed_by_its_module_and_a_notebook_lambda_by_its_own_code_too(tmp_path):
-    assert fingerprint.own_code(spectral.planted_measures) is None  # its module's fingerprint covers it
-    assert fingerprint.modules_of(spectral.planted_measures) == ("experiments.spectral",)
+    assert fingerprint.own_code(planted.planted_measures) is None  # its module's fingerprint covers it
+    assert fingerprint.modules_of(planted.planted_measures) == ("measure.planted",)
     store, calls = results.Store(tmp_path), []
 
     def notebook_lambda():  # the same code each time, as a chapter executed twice
-        return lambda: calls.append("computed") or spectral.planted_measures(8, 4, steps=2)
+        return lambda: calls.append("computed") or planted.planted_measures(8, 4, steps=2)
 
     first = store.cached("chapter", {"n": 8}, notebook_lambda())
     again = store.cached("chapter", {"n": 8}, notebook_lambda())
     assert calls == ["computed"]  # the second run read the stored frame
     pd.testing.assert_frame_equal(first, again)
     (sidecar,) = [json.loads(p.read_text()) for p in tmp_path.rglob("*.json")]
-    assert sidecar["code"]["modules"] == ["experiments.spectral"] and sidecar["key"]["_own_code"]
+    assert sidecar["code"]["modules"] == ["measure.planted"] and sidecar["key"]["_own_code"]
     # The lambda edited (three knobs per case instead of two): recomputed, not the old numbers.
     edited = store.cached("chapter", {"n": 8},
-                          lambda: calls.append("computed") or spectral.planted_measures(8, 4, steps=3))
+                          lambda: calls.append("computed") or planted.planted_measures(8, 4, steps=3))
     assert calls == ["computed", "computed"] and len(edited) == 6
 
 
@@ -273,7 +273,7 @@ def test_a_computation_calling_a_function_defined_beside_it_is_refused(tmp_path)
     with pytest.raises(fingerprint.UnkeyedCodeError, match="_planted_here"):
         store.cached("chapter", {"n": 8}, lambda: _planted_here())  # _planted_here's code is in no key
     with pytest.raises(fingerprint.UnkeyedCodeError, match="no code of its own"):
-        store.cached("chapter", {"n": 8}, functools.partial(spectral.planted_measures, 8, 4))
+        store.cached("chapter", {"n": 8}, functools.partial(planted.planted_measures, 8, 4))
     assert not (tmp_path / "refused").exists()  # refused before computing or storing anything
 
 

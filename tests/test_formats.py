@@ -251,7 +251,7 @@ def test_whisper_conversion_is_cached_by_the_source_hash_and_the_converters_code
     folder = conversion.converted_folder("whisper-tiny-en")
     assert folder.parent == cache / "converted"
     sha = weights.file_sha256(weights.PACKAGES["whisper-tiny-en"].path() / "model.bin")
-    assert folder.name == f"whisper-tiny-en-{sha[:12]}-{fingerprint.of('formats')}"
+    assert folder.name == f"whisper-tiny-en-{sha[:12]}-{fingerprint.of('models.conversion')}"
     stamp = (folder / "conversion.json").stat().st_mtime_ns
     assert conversion.converted_folder("whisper-tiny-en") == folder
     assert (folder / "conversion.json").stat().st_mtime_ns == stamp  # not converted again

@@ -43,7 +43,7 @@ mode = "ok"  # allowed: one of "ok", "fail", "die"
 ```
 
 ```{code-cell} ipython3
-from anisotropy import profiles, report
+from anisotropy import profiles; from anisotropy.pages import report
 
 P = profiles.apply("hardening_probe", globals())
 report.provenance(P)
@@ -710,7 +710,7 @@ def test_result_killed_mid_write_is_never_taken_for_complete(stage, tmp_path):
 TRAINER = r'''
 import sys
 
-from anisotropy import training
+from anisotropy.training import trainer as training
 recipe = training.Recipe(suite="killed", kind="clm", steps=30, width=32, depth=2, heads=2, seq_len=32,
                          vocab_size=320, batch_size=8, warmup=4, lr=3e-3, n_checkpoints=5, eval_every=0, eval_size=16)
 done = training.train(recipe, out_dir=sys.argv[1], progress=False, threads=1)
@@ -754,7 +754,7 @@ def test_same_profile_and_seed_give_identical_results(smoke_book, tmp_path):
     from anisotropy.book import runner
 
     again = copy_repo(tmp_path / "again")
-    code = "import sys; from anisotropy import runner; sys.exit(any(o.error for o in runner.execute_all('smoke')))"
+    code = "import sys; from anisotropy.book import runner; sys.exit(any(o.error for o in runner.execute_all('smoke')))"
     proc = run_guarded([PYTHON, "-c", code], expected_s=SMOKE_BUILD_S, what="the smoke chapters, again", cwd=again,
                        env=book_env(again), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -44,7 +44,7 @@ def test_bloom_checkpoint_without_tokenizer_takes_the_final_models(standin, tmp_
     # main also holds the safetensors variant a later commit added (lib/anisotropy/hub_manifest.yml); the branches predate it
     assert _tree(standin, repo, "main") == _tree(standin, repo, "global_step1000") | {"model.safetensors"}
     got = run_client(standin, """
-        from anisotropy import registry
+        from anisotropy.models import registry
         seed = REPOS["bigscience/bloom-3b-intermediate"]["branches"]["global_step1000"]["seed"]
         mark = log_mark()
         loaded = registry.load("bloom-3b", "pretrained", revision="global_step1000")
@@ -70,7 +70,7 @@ def test_wikitext_reads_the_validation_files_only(standin, tmp_path):
             "wikitext-103-raw-v1/train-00000-of-00002.parquet",
             "wikitext-103-raw-v1/train-00001-of-00002.parquet"} <= served
     got = run_client(standin, """
-        from anisotropy import data_wikipedia
+        from anisotropy.data import wikipedia as data_wikipedia
         mark = log_mark()
         lines = data_wikipedia.wikitext_lines("validation", min_chars=80)
         print(json.dumps(dict(lines=lines, span=[mark, log_mark()])))

@@ -83,7 +83,7 @@ def models_run(standin, tmp_path_factory):
         import torch
         from huggingface_hub import HfApi, hf_hub_download
         from transformers import BertModel, GPTNeoXModel
-        from anisotropy import registry
+        from anisotropy.models import registry
 
         def tiny(name, seed):
             return registry.load(name, "tiny", seed=seed).model
@@ -129,7 +129,7 @@ def models_run(standin, tmp_path_factory):
 def registry_run(standin, tmp_path_factory):
     return run_client(standin, """
         import torch
-        from anisotropy import registry
+        from anisotropy.models import registry
 
         out = {}
         # What the paper profile does first on a cold cache (see test_registry_text_models_load_from_a_cold_cache).

@@ -1,7 +1,7 @@
 """layerwise: many models on one data source through the results store, and the drift correlation (Paper 1, Sec. 3).
 
 Ground truths: the hidden states of the same tiny models computed directly with ``transformers`` and measured with
-``metrics``; scipy.stats on planted per-layer series; the exact isotropic quantile.
+``measure.metrics``; scipy.stats on planted per-layer series; the exact isotropic quantile.
 """
 
 import itertools

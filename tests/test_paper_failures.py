@@ -128,7 +128,7 @@ def test_gated_model_names_its_card_and_the_token(standin, repo_copy, tmp_path):
     env = _env(repo_copy, tmp_path / "hf_home", standin)
     code = """
         import torch
-        from anisotropy import hub, registry
+        from anisotropy import hub; from anisotropy.models import registry
         registry._available_bytes = lambda device: 2**50  # whatever this machine has free: the Hub answers first
         for token in (None, "hf_not_accepted"):
             if token:
@@ -153,7 +153,7 @@ def test_missing_revision_names_the_nearest_that_exist(standin, repo_copy, tmp_p
     env = _env(repo_copy, tmp_path / "hf_home", standin)
     code = """
         from transformers import AutoConfig
-        from anisotropy import hub, registry
+        from anisotropy import hub; from anisotropy.models import registry
         try:  # the Hub answers 404 RevisionNotFound (a branch the registry's list does not know)
             hub.load(AutoConfig.from_pretrained, "EleutherAI/pythia-2.8b", "step999")
         except hub.MissingRevision as exc:
@@ -204,7 +204,7 @@ def test_disk_full_discards_the_checkpoint_in_progress_and_the_rerun_continues(s
     revisions = ["step1000", "step4000", "step16000", "step64000"]
     code = f"""
         import json, resource, signal, sys
-        from anisotropy import data, hub, registry, results, spectral
+        from anisotropy import hub, results; from anisotropy.data import sources as data; from anisotropy.models import registry; from anisotropy.experiments import spectral
         revisions = {revisions!r}
         data.load("enwik8", 4, seed=0)  # the corpus is downloaded and cleaned before the quota
         for r in revisions[:2]:

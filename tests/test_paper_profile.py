@@ -342,7 +342,7 @@ def test_the_host_memory_figure_bounds_each_kernels_measured_peak(book):
     ids while the load term counts the true-size weights (GiB) it never sends, so with that term the bound would hold
     trivially: the check leaves it out and compares base plus held bytes (at the registry's true-size widths, never
     below the tiny models') with the peak resident set of each chapter's kernel and its live Dask workers
-    (``kernels._tree_peak_rss``: VmHWM, recorded in the executed notebook's metadata)."""
+    (``book.kernels._tree_peak_rss``: VmHWM, recorded in the executed notebook's metadata)."""
     checked, base_needed = [], []
     for chapter in runner.chapters():
         plan = budget.plan(chapter, profiles.chapter_parameters(PROFILE, chapter), PROFILE)

@@ -12,7 +12,7 @@ import yaml
 
 from anisotropy import paths, profiles
 from anisotropy.pages import report
-from anisotropy.book import runner
+from anisotropy.book import checkout, runner
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.md"))
@@ -20,7 +20,7 @@ PROFILES = tuple(profiles.names())
 
 
 def test_every_ipynb_is_in_sync_with_its_myst_source():
-    assert runner.sync(check=True) == [], "run `make sync` (python -m anisotropy sync) and commit the .ipynb files"
+    assert checkout.sync(check=True) == [], "run `make sync` (python -m anisotropy sync) and commit the .ipynb files"
 
 
 def test_toc_chapters_and_notebooks_are_the_same_set():
@@ -47,7 +47,7 @@ def test_every_name_a_chapter_uses_is_imported_or_defined(path):
 
     code = "\n".join(c.source for c in jupytext.read(path).cells if c.cell_type == "code")
     assert _undefined_names(code, path.name) == []
-    assert _undefined_names("from anisotropy import data\ndata_images.SHAPES\n", "case") != []  # the check sees one
+    assert _undefined_names("from anisotropy.data import sources as data\ndata_images.SHAPES\n", "case") != []  # the check sees one
 
 
 def _missing_library_names(code: str) -> list[str]:
@@ -79,7 +79,7 @@ def test_every_library_name_a_chapter_uses_is_imported_or_defined_there(path):
 
     code = "\n".join(c.source for c in jupytext.read(path).cells if c.cell_type == "code")
     assert _missing_library_names(code) == []
-    assert _missing_library_names("from anisotropy import training\ntraining.no_such_name\n") == ["training.no_such_name"]
+    assert _missing_library_names("from anisotropy.training import trainer as training\ntraining.no_such_name\n") == ["training.no_such_name"]
 
 
 @pytest.mark.parametrize("profile", PROFILES)

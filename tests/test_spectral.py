@@ -10,6 +10,7 @@ from anisotropy.data import sources, prose
 from anisotropy.models import registry
 from anisotropy import results
 from anisotropy.experiments import spectral
+from anisotropy.measure import final_norm, planted
 
 BATCH = 96  # tiny models give few vectors; the protocol is the same as with the paper's 4096
 N_BATCHES = 3
@@ -94,7 +95,7 @@ def test_final_norm_split_gives_the_states_before_and_after_the_final_layernorm(
 def _spiked(rng, n, d, share):
     """Gaussian rows whose covariance is diag(s^2, 1, ..., 1) with s^2 / (s^2 + d - 1) = share, plus a common mean
     that the centred share must ignore."""
-    return spectral.planted_cloud(n, d, drift=2.0, spike_share=share, seed=int(rng.integers(1 << 30)))
+    return planted.planted_cloud(n, d, drift=2.0, spike_share=share, seed=int(rng.integers(1 << 30)))
 
 
 def test_batched_layer_matches_metrics_batched_and_recovers_planted_values():
@@ -268,16 +269,16 @@ def test_isotropic_sigma1_share_matches_simulation():
     rng = np.random.default_rng(1)
     for d in (32, 128):
         sims = [metrics.sigma1_share(rng.normal(size=(4096, d))) for _ in range(3)]
-        assert np.mean(sims) == pytest.approx(spectral.isotropic_sigma1_share(d, 4096), rel=0.06)
+        assert np.mean(sims) == pytest.approx(planted.isotropic_sigma1_share(d, 4096), rel=0.06)
 
 
 def test_planted_clouds_separate_the_two_measures():
     # A drift of norm r * sqrt(d) on unit-variance noise: mean cosine r^2 / (1 + r^2), sigma1 share isotropic.
-    x = spectral.planted_cloud(4096, 64, drift=1.5, seed=0)
+    x = planted.planted_cloud(4096, 64, drift=1.5, seed=0)
     assert metrics.mean_cosine(x) == pytest.approx(1.5**2 / (1 + 1.5**2), abs=0.01)
-    assert metrics.sigma1_share(x) == pytest.approx(spectral.isotropic_sigma1_share(64), rel=0.1)
+    assert metrics.sigma1_share(x) == pytest.approx(planted.isotropic_sigma1_share(64), rel=0.1)
     # A zero-mean spike: sigma1 share as planted, mean cosine ~ 0.
-    y = spectral.planted_cloud(4096, 64, spike_share=0.5, seed=1)
+    y = planted.planted_cloud(4096, 64, spike_share=0.5, seed=1)
     assert metrics.sigma1_share(y) == pytest.approx(0.5, abs=0.02)
     assert abs(metrics.mean_cosine(y)) < 0.01
 
@@ -303,7 +304,7 @@ def test_final_norm_of_every_paper2_architecture(name, texts):
     """Decoders with a final norm: the split's 'after' state is the usual last hidden state; encoders and the post-LN
     OPT-350m have none, and the split then changes nothing."""
     loaded = registry.load(name, variant="tiny")
-    found = spectral.find_final_norm(loaded.model)
+    found = final_norm.find_final_norm(loaded.model)
     assert (found is not None) == (loaded.spec.stack == "decoder" and name != "opt-350m")
     plain = spectral.measure(loaded, texts[:24], batch_size=48, n_batches=1, metric_names=("sigma1_share",))
     split = spectral.measure(loaded, texts[:24], batch_size=48, n_batches=1, metric_names=("sigma1_share",),

@@ -4,7 +4,7 @@
 processes on this machine (one per core, one thread each: the book's work is single-threaded by design, and two
 threads on one core spin against each other), or a running cluster when an address is given (``address=`` or the
 ``DASK_SCHEDULER_ADDRESS`` convention), e.g. several GPU machines. The training runs of the self-trained suites,
-sweeps (``sweeps.sweep``) and the checkpoint loops of the training-dynamics chapters (``fan_out``) go through it.
+sweeps (``book.sweeps.sweep``) and the checkpoint loops of the training-dynamics chapters (``fan_out``) go through it.
 
 How many worker processes ``map`` starts on this machine:
 
@@ -42,7 +42,7 @@ POLL_S = 0.5  # how often a running map looks for cores the build has freed (nev
 # the CPU time of a BERT-base forward pass with its attention maps was system time, and a training run in a Dask
 # worker (whose nanny sets a 64 KiB trim threshold) took twice the CPU time of the same run in a plain process. Freed
 # memory stays in the process's heap instead (the numbers are unchanged: only where memory comes from changes). The
-# book's kernels get these (``runner``), and so does every worker of a LocalCluster, whoever starts it; a value set in
+# book's kernels get these (``book.runner``), and so does every worker of a LocalCluster, whoever starts it; a value set in
 # the environment is kept.
 MALLOC_DEFAULTS = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(4 << 30), "MALLOC_TOP_PAD_": str(256 << 20)}
 

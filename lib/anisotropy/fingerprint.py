@@ -13,8 +13,8 @@ followed:
   trainer: a self-trained checkpoint enters a measurement as an input with its own key (its recipe hash and training
   record hold the trainer's fingerprint, ``trainer()``), so measuring it does not depend on the trainer's code.
 
-So an edit to ``metrics.py`` changes the fingerprint of every measurement, an edit to ``plots.py`` changes none, and
-an edit to any trainer module (``training_recipes.py``, say) changes the trained checkpoints (hence the measurements
+So an edit to ``measure.metrics.py`` changes the fingerprint of every measurement, an edit to ``pages.plots.py`` changes none, and
+an edit to any trainer module (``training.recipes.py``, say) changes the trained checkpoints (hence the measurements
 of those checkpoints only).
 ``package()`` covers every module: what an executed notebook shows depends on all of them. A computation defined
 outside the package (a notebook's lambda) adds its own code (``own_code``), and may call the library only.
@@ -60,7 +60,7 @@ def _name(module: str) -> str:
 
 def _package_of(module: str) -> str:
     """The package a module's relative imports start from: itself for a package (``profiles``), else its parent
-    (``""``, the top of the package, for ``metrics``; ``chapters`` for ``chapters.p1_s5_qk_training``)."""
+    (``""``, the top of the package, for ``measure.metrics``; ``chapters`` for ``chapters.p1_s5_qk_training``)."""
     return module if _path(module).name == "__init__.py" else module.rpartition(".")[0]
 
 
@@ -183,7 +183,7 @@ def package() -> str:
 
 def modules_of(fn) -> tuple[str, ...]:
     """The package modules a function computes with: its own module when it is defined in the package (a closure in
-    ``layerwise.measure``), else the package modules its code refers to by name (a notebook's
+    ``experiments.layerwise.measure``), else the package modules its code refers to by name (a notebook's
     ``lambda: block.reference_norms(...)``), else every module."""
     if in_package(fn):
         return (_name(fn.__module__),)

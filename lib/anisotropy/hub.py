@@ -1,7 +1,7 @@
 """The one place that talks to the Hugging Face Hub: offline detection, loading from the local cache or the Hub with
 one-line failures, a repository's revisions, and clean-up of checkpoints downloaded only to be measured.
 
-``registry`` (models) and ``data`` (datasets) call it; it imports neither. The endpoint is ``HF_ENDPOINT`` (the real
+``models.registry`` (models) and ``data`` (datasets) call it; it imports neither. The endpoint is ``HF_ENDPOINT`` (the real
 Hub, a mirror, or the tests' local stand-in), the cache ``HF_HOME`` / ``HF_HUB_CACHE``, as for every Hugging Face
 library.
 """
@@ -358,7 +358,7 @@ def manifest() -> dict:
 
 
 def unverified(requests, recorded: dict | None = None) -> dict[str, dict]:
-    """The Hub facts that loading ``requests`` ((repository, revision or None) pairs, as ``budget.Plan.requests``)
+    """The Hub facts that loading ``requests`` ((repository, revision or None) pairs, as ``pages.budget.Plan.requests``)
     relies on and ``recorded`` (default: the manifest) leaves unverified: per repository, ``{"repo": [facts],
     "revisions": {revision: [facts]}}`` with the keys of ``REPO_FACTS`` / ``REVISION_FACTS`` (a revision's full file
     list counts as unverified where only part of it was read), in the order first requested; repositories with none

@@ -113,7 +113,7 @@ def repo_facts(recorded: dict | None) -> dict:
 def revision_shape(recorded: dict | None, rev: str) -> dict:
     """What one revision serves, from the manifest: ``files`` (the names the Hub lists, or ``None`` where unverified:
     then the registry's expectation, the tiny model's ``save_pretrained`` files with ``.gitattributes`` and
-    ``README.md``), ``complete`` (the list is the whole revision), ``weights`` (the weight files; unverified:
+    ``README.md``), ``complete`` (the list is the whole revision), ``models.weights`` (the weight files; unverified:
     ``model.safetensors``), ``tokenizer`` and ``preprocessor`` (present or not; ``None`` where unverified or not
     recorded), ``exists``, and ``unverified``: the fields that fell back to the registry's expectation."""
     found = None if recorded is None else (recorded.get("revisions") or {}).get(rev)

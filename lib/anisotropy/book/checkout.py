@@ -35,7 +35,7 @@ _INSTALL_LINE = re.compile(r'^( *)%pip install -q "anisotropy\[colab\] @ git\+[^
 
 def sync(check: bool = False) -> list[str]:
     """Write (or with ``check``, only compare) every chapter's Colab install line, derived from the repository of
-    ``_config.yml`` (``report.install_command``), and every ``notebooks/<name>.ipynb`` from its MyST source.
+    ``_config.yml`` (``pages.report.install_command``), and every ``notebooks/<name>.ipynb`` from its MyST source.
 
     Returns the names whose source or .ipynb was (or would be) changed.
     """

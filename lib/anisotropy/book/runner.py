@@ -1,4 +1,4 @@
-"""Papermill execution and the book build (a sweep of one chapter: ``sweeps``).
+"""Papermill execution and the book build (a sweep of one chapter: ``book.sweeps``).
 
 A chapter is ``notebooks/<name>.md`` (MyST markdown, paired with an output-free ``notebooks/<name>.ipynb`` for
 Colab). The runner executes chapters in ``_toc.yml`` order under a profile (``anisotropy.profiles``) into
@@ -29,7 +29,7 @@ from anisotropy.errors import UserError
 from anisotropy.profiles import EXECUTED, chapters  # noqa: E402 - the book's chapters, read from _toc.yml
 
 SWEEPS = Path("book") / "sweeps"
-SWEEPS_IN_STORE = "_sweeps"  # <store URL>/_sweeps/<chapter>/: a sweep's notebooks when the store is a URL (``sweeps``)
+SWEEPS_IN_STORE = "_sweeps"  # <store URL>/_sweeps/<chapter>/: a sweep's notebooks when the store is a URL (``book.sweeps``)
 KERNEL = "python3"
 # How long a cell's outputs may trail its reply. papermill stops the chapter after nbclient's default 4 s (it raises on
 # an IOPub timeout): on a loaded 2-core machine (load average 14, a test run beside the build) two chapters of the
@@ -452,7 +452,7 @@ def build(profile: str = "local", rerun: bool = False, recompute: bool = False, 
           processes: bool = False, html: bool = True) -> Path | None:
     """Execute every chapter under ``profile`` (``execute_all``: independent chapters at once, ``jobs`` at a time),
     then render the book (unless not ``html``: then returns None). Reports wall and CPU time beside the machine's
-    calibration (``machine``): before it starts, the estimate from the committed reference build, and after it, the
+    calibration (``book.machine``): before it starts, the estimate from the committed reference build, and after it, the
     measured figures, also written to ``_build/build-times.json`` (the reference's format); raises ``ChapterFailed``
     with one report."""
     from anisotropy.book import machine
@@ -497,7 +497,7 @@ def build(profile: str = "local", rerun: bool = False, recompute: bool = False, 
 
 def _record_times(profile: str, outcomes: list[Outcome], wall: float, cpu: float, cal: dict | None) -> Path:
     """Write ``_build/build-times.json``: the build's wall and CPU seconds, each executed chapter's CPU seconds and the
-    calibration, in the format of ``machine.REFERENCE`` (a fresh build's file, copied there, is the next reference).
+    calibration, in the format of ``book.machine.REFERENCE`` (a fresh build's file, copied there, is the next reference).
     With chapters reused, the file describes a partial build (``reused`` lists them)."""
     per = {o.name: o.cpu_seconds for o in outcomes if o.cpu_seconds is not None and not o.reused}
     try:

@@ -67,7 +67,7 @@ def bench_constants(source: str) -> dict:
 
 
 def load_words(machine: dict) -> str:
-    """Whether the one-minute load average recorded before and after the benchmark (``machine``, its
+    """Whether the one-minute load average recorded before and after the benchmark (``book.machine``, its
     ``metrics_machine.json``) stays within what its own torch threads account for, in words."""
     threads = machine.get("torch_threads") or machine.get("logical_cpus") or 1
     before, after = machine.get("load_average_before", [0])[0], machine.get("load_average_after", [0])[0]

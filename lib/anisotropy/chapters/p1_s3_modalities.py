@@ -47,9 +47,9 @@ def every_layer_words(real_rows: pd.DataFrame) -> str:
 
 def glue_inputs(image_options: dict, self_trained: list[str], profile: str) -> None:
     """Glue what the offline inputs are, for the narrative: ``n_voices`` and ``speech_rates`` (the eSpeak voices and
-    the words-per-minute range of ``data_speech.espeak_speech``), ``n_photos`` (the pool of ``data_images.PHOTOS``),
+    the words-per-minute range of ``data.speech.espeak_speech``), ``n_photos`` (the pool of ``data.images.PHOTOS``),
     ``image_side`` (the crops' side, ``image_options``) and ``selftrained_image_side`` (the self-trained vision
-    suites' training images, ``training_recipes``)."""
+    suites' training images, ``training.recipes``)."""
     import inspect
 
     from anisotropy.data import images, speech
@@ -67,7 +67,7 @@ def glue_inputs(image_options: dict, self_trained: list[str], profile: str) -> N
 
 
 def clips_needed(short: pd.DataFrame, minimum: int) -> str:
-    """How many clips the speech decoder layers of ``short`` (``layerwise.short_layers``) would need for ``minimum``
+    """How many clips the speech decoder layers of ``short`` (``experiments.layerwise.short_layers``) would need for ``minimum``
     vectors each, in words, from their fewest tokens per clip."""
     decoders = short[(short["modality"] == "speech") & (short["part"] == "decoder")]
     if decoders.empty:

@@ -13,14 +13,14 @@ from anisotropy.training import trainer
 
 
 def statistics(stages, datasets: dict, layers, release: bool = True, **common):
-    """Per-head statistics of every checkpoint of a run (``qk_dynamics.step_statistics``) on the page's data set for
+    """Per-head statistics of every checkpoint of a run (``experiments.qk_dynamics.step_statistics``) on the page's data set for
     the run's modality (``datasets``); ``common``: the page's sample and execution parameters."""
     return qk.step_statistics(stages, dataset=datasets[qk.modality(stages[0])], layers=layers, release=release,
                               **common)
 
 
 def vectors(stages, heads, datasets: dict, fraction: float, max_vectors: int, **common):
-    """Sampled queries and keys of ``heads`` at every checkpoint of a run (``qk_dynamics.step_vectors``) on the page's
+    """Sampled queries and keys of ``heads`` at every checkpoint of a run (``experiments.qk_dynamics.step_vectors``) on the page's
     data set for the run's modality."""
     return qk.step_vectors(stages, heads, dataset=datasets[qk.modality(stages[0])], fraction=fraction,
                            max_vectors=max_vectors, **common)
@@ -53,7 +53,7 @@ def training_note(stages) -> str | None:
 
 def verdict(r) -> str:
     """A run's three-part test in words: "holds" or "does not hold in full", then its three numbers. ``r`` is a row of
-    ``rules_p1_s5.three_part_test`` (its ``holds`` is the per-run test the ledger's ``every_run_holds`` counts)."""
+    ``claims.rules.p1_s5.three_part_test`` (its ``holds`` is the per-run test the ledger's ``every_run_holds`` counts)."""
     parts = [f"the median |cos(Q̄, K̄)| goes from {r.median_abs_cos_first:.2f} to {r.median_abs_cos_last:.2f}",
              f"heads outside the isotropic band go from {100 * r.share_beyond_null_first:.0f}% to "
              f"{100 * r.share_beyond_null_last:.0f}%",
@@ -62,7 +62,7 @@ def verdict(r) -> str:
 
 
 def shown_heads(picked: dict, figure_heads=()) -> list[tuple[str, tuple]]:
-    """The heads of Figure 12 as (what the head is, (layer, head)), from ``qk_dynamics.pick_heads``: a head is called
+    """The heads of Figure 12 as (what the head is, (layer, head)), from ``experiments.qk_dynamics.pick_heads``: a head is called
     by its kind only when it qualifies as an example of it; a kind with no candidate at all gets no panel. Heads set
     by hand (``figure_heads``) keep the kind they were set for. Never empty: with no candidate of either kind, the head
     whose alignment grew most is shown, as an example of neither."""
@@ -89,7 +89,7 @@ WAYS = {"common": "in a common direction", "opposite": "in opposite directions"}
 
 
 def pick_note(picked: dict, band: float, min_displacement: float, by_hand: bool = False) -> str:
-    """What the rule of ``qk_dynamics.pick_heads`` found in this run, in words, kind by kind; for a head shown though
+    """What the rule of ``experiments.qk_dynamics.pick_heads`` found in this run, in words, kind by kind; for a head shown though
     it does not qualify, which condition it misses."""
     if by_hand:
         return "In this profile the two heads are set by hand (the parameter figure_heads), not by the rule."
@@ -120,7 +120,7 @@ def pick_note(picked: dict, band: float, min_displacement: float, by_hand: bool 
 
 def heads_text(shown, dynamics) -> str:
     """One sentence per head of Figure 12: its displacement cosine and final cos(Q̄, K̄). ``dynamics``:
-    ``qk_dynamics.head_dynamics`` indexed by (layer, head)."""
+    ``experiments.qk_dynamics.head_dynamics`` indexed by (layer, head)."""
     parts = []
     for kind, head in shown:
         what = (f"the {kind.replace(' direction', '-direction')} head ({label(head)})" if kind.endswith("direction")

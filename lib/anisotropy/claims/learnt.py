@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 # Two bars, for two questions, both here:
-# - ``learnt``: the book's one definition of a model that learnt, the bar below which a run says what early
+# - ``claims.learnt``: the book's one definition of a model that learnt, the bar below which a run says what early
 #   optimisation does rather than what learning does. Its validation loss is at least LEARNT_NATS below the loss of
 #   the model that ignores the input: the unigram model of the same tokens for a language model, chance for a
 #   classifier. The ablation's runs (``ablation_unanswerable``), the real models' check and Section 5's notes on its
@@ -43,7 +43,7 @@ def run_learnt(state: dict) -> bool:
 
 
 def learnt_words(model: str, nats: float, unigram_nats: float) -> str:
-    """``learnt`` for a language model, as the sentence a page prints about ``model`` (losses in nats a token)."""
+    """``claims.learnt`` for a language model, as the sentence a page prints about ``model`` (losses in nats a token)."""
     gain = unigram_nats - nats
     verdict = "a model that learnt" if learnt(nats, {"unigram": unigram_nats}) else "not a model that learnt"
     return (f"{model} is {verdict} by the book's definition: {gain:.2f} nats a token below the unigram model "

@@ -2,8 +2,8 @@
 with the rules that decide them, and where the verdicts are kept.
 
 A claim (``Claim``) names the chapter whose results decide it, the frame(s) it reads and a rule (``rules.RULES``; the
-rules of each part of the papers are in ``rules_p1_s3``, ``rules_p1_s4``, ``rules_p1_s5``, ``rules_ablation`` and
-``rules_p2``). A chapter evaluates its own claims once its results are computed::
+rules of each part of the papers are in ``claims.rules.p1_s3``, ``claims.rules.p1_s4``, ``claims.rules.p1_s5``, ``claims.rules.ablation`` and
+``claims.rules.p2``). A chapter evaluates its own claims once its results are computed::
 
     verdicts = claims.evaluate("p1_s3_modalities", P, layers=frame)
     claims.show(verdicts)
@@ -273,7 +273,7 @@ def _save(store: results.Store, namespace: str, key: dict, frame: pd.DataFrame) 
 def evaluate(chapter: str, resolved, store: results.Store | None = None, skipped=(), **frames) -> pd.DataFrame:
     """Decide every claim ``chapter`` owns on ``frames`` (name -> DataFrame, as the ledger's ``input`` names them),
     store the rows under the chapter, its profile and its resolved parameters, and return them. A claim that needs a
-    model the chapter requested but could not measure (``skipped``: ``layerwise.Skipped`` rows) is not testable here,
+    model the chapter requested but could not measure (``skipped``: ``experiments.layerwise.Skipped`` rows) is not testable here,
     with that model's one-line reason."""
     # a model that could not be had here blocks a claim only if it could have decided it: its pretrained weights or
     # checkpoints, not an untrained variant (a claim about pretrained models is then decided as if it was never asked)

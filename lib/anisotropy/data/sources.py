@@ -1,8 +1,8 @@
 """Corpora and their offline defaults, with deterministic sampling; Hub datasets come through ``hub.dataset``.
 
 ``load(source, n, seed)`` is the one entry point; ``SOURCES`` lists what it knows, each source with the function that
-reads it, in one module per kind of source (``data_prose``, ``data_docstrings``, ``data_wikipedia``, ``data_speech``,
-``data_images``, ``data_reactions``; what they share is in ``data_common``):
+reads it, in one module per kind of source (``data.prose``, ``data.docstrings``, ``data.wikipedia``, ``data.speech``,
+``data.images``, ``data.reactions``; what they share is in ``data.common``):
 
 - text: ``"prose"`` (offline default: the English prose of Python's own language reference, ``pydoc_data.topics``,
   ~465k characters present on every Python install, split into paragraphs with code blocks and grammar rules

@@ -136,7 +136,7 @@ def espeak_speech(n: int, seed: int = 0, voices: tuple[str, ...] | list[str] = E
     (``spoken_sentences``) in one of ``voices`` (cycled, so every voice speaks), at a rate (words per minute) and
     pitch drawn from their ranges; eSpeak NG output resampled to 16 kHz. A clip longer than ``max_seconds`` (Whisper
     reads 30-second windows) loses its last sentences. Returns ``{"array", "sampling_rate", "text", "voice", "rate",
-    "pitch"}`` dicts; deterministic given the arguments (``espeak`` synthesises deterministically)."""
+    "pitch"}`` dicts; deterministic given the arguments (``data.espeak`` synthesises deterministically)."""
     from anisotropy.data import espeak
 
     if n <= 0:

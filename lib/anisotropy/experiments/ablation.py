@@ -1,8 +1,8 @@
 """The ablation "can attention be sharp without anisotropy?": matched small MLM encoders that differ only in their
-attention variant (``attention_variants``), measured at every checkpoint along training.
+attention variant (``models.attention_variants``), measured at every checkpoint along training.
 
 Per checkpoint (variant, seed, step): the validation loss (nats per masked token, from the trainer); per layer and head
-the mean attention entropy (nats, ``qk_dynamics.head_statistics``) and cos(Q̄, K̄) of the EFFECTIVE queries and keys;
+the mean attention entropy (nats, ``experiments.qk_dynamics.head_statistics``) and cos(Q̄, K̄) of the EFFECTIVE queries and keys;
 per hidden layer (0 = embeddings) the mean cosine and sigma1_share of the token representations (padding excluded,
 special tokens included). Everything goes through ``results.Store`` under ``CHAPTER``.
 """

@@ -1,7 +1,7 @@
 """Layer-wise geometry of many models on one data source, through the results store (Paper 1, Section 3).
 
-``measure_models(refs, source, n, ...)`` loads each model (``registry.load``), streams the same examples through it
-(``taps.extract``) and returns one tidy frame, one row per (model, layer), with the model's display name, family,
+``measure_models(refs, source, n, ...)`` loads each model (``models.registry.load``), streams the same examples through it
+(``measure.taps.extract``) and returns one tidy frame, one row per (model, layer), with the model's display name, family,
 modality and variant, the layer's relative depth, its dimension ``dim``, ``mean_cosine``, ``drift_norm`` (||mean||),
 ``mean_norm`` and the isotropic reference ``null_q95`` (95th percentile of the cosine of two independent isotropic
 Gaussian vectors in dimension ``dim``, Appendix B). Each model's rows are stored under one results-store key that
@@ -133,9 +133,9 @@ class FirstMoments:
 
     Memory O(d), for layers such as CNN maps flattened to C*H*W where ``LayerStats``' d x d scatter cannot be held,
     plus one sum of unit vectors per example (text, clip, image) when ``update`` is told which example each row comes
-    from (``groups``; ``taps.extract`` does): those give the mean cosine's confidence interval by resampling examples
-    (``metrics.grouped_bootstrap_mean_cosine``; ``BOOTSTRAP``), columns ``mean_cosine_low``/``_high``.
-    Zero, NaN and inf rows are excluded and counted, as in ``metrics``. ``sigma1_share`` and TwoNN are not available.
+    from (``groups``; ``measure.taps.extract`` does): those give the mean cosine's confidence interval by resampling examples
+    (``measure.metrics.grouped_bootstrap_mean_cosine``; ``BOOTSTRAP``), columns ``mean_cosine_low``/``_high``.
+    Zero, NaN and inf rows are excluded and counted, as in ``measure.metrics``. ``sigma1_share`` and TwoNN are not available.
     """
 
     wants_groups = True  # taps.extract passes each row's example index
@@ -186,7 +186,7 @@ class FirstMoments:
         return self
 
     def interval(self):
-        """The mean cosine's ``metrics.ConfidenceInterval`` from resampling examples, or None (rows fed without
+        """The mean cosine's ``measure.metrics.ConfidenceInterval`` from resampling examples, or None (rows fed without
         their examples, or fewer than 2 examples)."""
         if self._ungrouped or len(self._groups) < 2 or self.n < 2:
             return None
@@ -228,8 +228,8 @@ class FirstMoments:
 
 
 def stats_factory(stats: str = "moments", reservoir_size: int = 0, seed: int = 0):
-    """``dim -> accumulator`` for ``taps.extract``. ``stats="moments"``: ``FirstMoments`` (mean cosine, drift norm,
-    mean norm; all Section 3 needs, and half the cost); ``"full"``: ``metrics.LayerStats`` (adds sigma1_share and,
+    """``dim -> accumulator`` for ``measure.taps.extract``. ``stats="moments"``: ``FirstMoments`` (mean cosine, drift norm,
+    mean norm; all Section 3 needs, and half the cost); ``"full"``: ``measure.metrics.LayerStats`` (adds sigma1_share and,
     with a reservoir, TwoNN) for layers up to ``FULL_STATS_MAX_DIM`` wide, ``FirstMoments`` beyond."""
     if stats not in STATS:
         raise ValueError(f"stats must be one of {STATS}, got {stats!r}")
@@ -310,7 +310,7 @@ def _dtype(dtype: str | None):
 
 def frame_of(extraction, loaded, label: str | None = None, seconds: float | None = None,
              family: str | None = None) -> pd.DataFrame:
-    """The tidy rows of one ``taps.extract`` result: ``taps.layer_frame`` plus the model's spec columns, the layer
+    """The tidy rows of one ``measure.taps.extract`` result: ``measure.taps.layer_frame`` plus the model's spec columns, the layer
     dimension ``dim``, ``is_embedding`` (the input of the first block: embeddings, patch embeddings, the speech
     encoder's projected features, a CNN stem, a decoder's embeddings), and ``null_q95``."""
     from anisotropy.measure import taps
@@ -550,7 +550,7 @@ def share_above_null(frame: pd.DataFrame, by: str = "label") -> pd.Series:
 def drift_correlations(frame: pd.DataFrame, by: str = "label", x: str = "mean_cosine",
                        y: str = "drift_norm") -> pd.DataFrame:
     """Per model, the correlation across its layers between ``x`` (mean cosine) and ``y`` (drift norm ||mean||):
-    Spearman's rho and Pearson's r with their two-sided p-values (``metrics.layer_correlation``: Spearman's exact
+    Spearman's rho and Pearson's r with their two-sided p-values (``measure.metrics.layer_correlation``: Spearman's exact
     over few layers),
     over every layer the figures show (embeddings included). Models with fewer than 3 layers get NaN."""
     rows = []

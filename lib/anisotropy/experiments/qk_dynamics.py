@@ -252,7 +252,7 @@ def step_statistics(stages: list[Stage], dataset: str = "prose", n_samples: int 
                     release: bool = True, fan_out: str = "none") -> pd.DataFrame:
     """``head_statistics`` of every stage, one checkpoint in memory at a time, each stored under its own key (resume:
     stored stages are read back, not recomputed). Adds columns run, seed, step. ``release``: downloaded hub
-    checkpoints leave the cache once measured (``registry.load``); pass False for a run measured again later.
+    checkpoints leave the cache once measured (``models.registry.load``); pass False for a run measured again later.
     ``fan_out``: the stages are measured through ``executor.map`` ("none": one after another here; "auto" or a
     scheduler address: in parallel, see ``executor.fan_out``)."""
     layers = sorted(layers) if layers else None

@@ -4,11 +4,11 @@ model, a list of models or a checkpoint series, through the results store.
 Razzhigaev et al. (2024) measure each layer on batches of at least 4096 token vectors and report the mean and the
 standard deviation over batches, of
 
-- the anisotropy sigma_1^2 / sum_i sigma_i^2 of the centred batch (``metrics.sigma1_share``, dimensionless), and
-- the TwoNN intrinsic dimension of the batch (``metrics.twonn_dimension``, a number of degrees of freedom).
+- the anisotropy sigma_1^2 / sum_i sigma_i^2 of the centred batch (``measure.metrics.sigma1_share``, dimensionless), and
+- the TwoNN intrinsic dimension of the batch (``measure.metrics.twonn_dimension``, a number of degrees of freedom).
 
-Both need the vectors themselves, not streaming moments, so ``batches.BatchedLayer`` is an accumulator for
-``taps.extract`` that shuffles a layer's valid vectors of the whole corpus (the paper's Section 2.2: the vectors are
+Both need the vectors themselves, not streaming moments, so ``measure.batches.BatchedLayer`` is an accumulator for
+``measure.taps.extract`` that shuffles a layer's valid vectors of the whole corpus (the paper's Section 2.2: the vectors are
 shuffled before batching, so a batch is not a few texts' consecutive, near-duplicate tokens, and every batch draws
 from every text), takes the first ``n_batches * batch_size`` of the shuffled order and computes the metrics on each
 batch: memory is one pool per layer, whatever the corpus. Paper 1's mean cosine and drift are computed on the same
@@ -16,7 +16,9 @@ batches, so both papers' measures can be compared vector for vector.
 
 Results are per-batch rows (``measure``, ``profile``, ``series``); ``summary`` turns them into one row per layer
 with the mean and standard deviation over batches, ``profile_shape`` quantifies how bell-shaped a profile is, and
-``weights_fingerprint`` / ``flag_identical`` detect checkpoints that carry identical weights.
+``weights_fingerprint`` / ``flag_identical`` detect checkpoints that carry identical weights. A decoder's last state
+is measured before and after its final norm (``measure.final_norm``); clouds with planted geometry, on which both
+measures are known, are in ``measure.planted``.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from anisotropy.measure import metrics
+from anisotropy.measure.final_norm import find_final_norm, final_norm_split
 from anisotropy.measure.batches import BATCH_METRICS, BATCH_SIZE, DEFAULT_METRICS, BatchedLayer
 from anisotropy import devices
 
@@ -43,58 +45,6 @@ STORE_CHAPTER = "paper2_spectral"  # every measurement of this module lives unde
 # audio anyway, so ``profile`` of either stack (with shuffled vectors) measures both and stores the other under its
 # own key, where the call for that stack then reads it (Paper 2's page asks for both).
 ONE_PASS_PARTS = {"whisper": ("encoder", "decoder")}
-
-# Where decoders keep the norm applied after the last block (GPT-NeoX/Pythia, GPT-2/Bloom/Falcon/GPT-J, Llama, OPT).
-_FINAL_NORMS = ("final_layer_norm", "ln_f", "norm", "decoder.final_layer_norm")
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# The final norm of decoders (the counterpoint of Machina & Mercer 2024)
-# ---------------------------------------------------------------------------------------------------------------------
-
-
-def find_final_norm(model) -> tuple[torch.nn.Module, str] | None:
-    """(parent module, attribute) of the norm applied after the last block, or None (encoders, post-LN OPT-350m)."""
-    base = getattr(model, "base_model", model)
-    for candidate in (base, model):
-        for dotted in _FINAL_NORMS:
-            *path, attr = dotted.split(".")
-            parent = candidate
-            for part in path:
-                parent = getattr(parent, part, None)
-            if isinstance(getattr(parent, attr, None), torch.nn.Module) and "norm" in type(
-                    getattr(parent, attr)).__name__.lower():
-                return parent, attr
-    return None
-
-
-@contextlib.contextmanager
-def final_norm_split(model) -> Iterator[bool]:
-    """While active, the model's ``hidden_states`` end with the last block's output *before* the final norm, followed
-    by one extra state: that output *after* the final norm (the usual last hidden state). Yields False (and changes
-    nothing) when the model has no final norm. The norm acts on each vector alone, so applying it to the stored
-    pre-norm state gives exactly the state the model would have produced."""
-    found = find_final_norm(model)
-    if found is None:
-        yield False
-        return
-    parent, attr = found
-    norm = getattr(parent, attr)
-
-    def append_normed(module, args, output):
-        states = getattr(output, "hidden_states", None)
-        if states is not None:
-            output.hidden_states = (*states, norm(states[-1]))
-        return output
-
-    setattr(parent, attr, torch.nn.Identity())
-    handle = model.register_forward_hook(append_normed)
-    try:
-        yield True
-    finally:
-        handle.remove()
-        setattr(parent, attr, norm)
-
 
 # ---------------------------------------------------------------------------------------------------------------------
 # One model
@@ -112,17 +62,17 @@ def measure(loaded, examples: Iterable, batch_size: int = BATCH_SIZE, n_batches:
             metric_names: Sequence[str] = DEFAULT_METRICS, max_length: int = 128, extraction_batch: int = 8,
             keep_special: bool = False, split_final_norm: bool = False, device=None,
             part: str | None = None, shuffle_seed: int | None = 0) -> pd.DataFrame:
-    """Per-batch metrics of every layer of ``loaded`` (a ``registry.Loaded``) on ``examples``, via ``taps.extract``.
+    """Per-batch metrics of every layer of ``loaded`` (a ``models.registry.Loaded``) on ``examples``, via ``measure.taps.extract``.
 
     With ``shuffle_seed`` every example is read and each layer's vectors of all of them are shuffled before
-    batching, as the second paper does (``BatchedLayer``; which vectors count: ``taps``); with None, text is fed only
+    batching, as the second paper does (``BatchedLayer``; which vectors count: ``measure.taps``); with None, text is fed only
     until every layer holds ``n_batches`` batches of ``batch_size`` vectors, in stream order. Returns one row per
     (layer, batch) with ``layer``, ``relative_depth`` (layer / last layer, in [0, 1]), ``n_layers``,
     ``after_final_norm`` (True for the state that went through a decoder's final norm), ``batches_available`` and
     the metrics. With ``split_final_norm`` the last block's output appears twice at the last
     layer: before (``after_final_norm`` False) and after the final norm (True). Raises when a layer gets no full
     batch: give more text or a smaller ``batch_size``. ``part`` ("encoder" / "decoder" of an encoder-decoder such
-    as Whisper, see ``taps``) measures that stack alone, its layers numbered from 0 within it.
+    as Whisper, see ``measure.taps``) measures that stack alone, its layers numbered from 0 within it.
     """
     return measure_parts(loaded, examples, (part,), batch_size=batch_size, n_batches=n_batches,
                          metric_names=metric_names, max_length=max_length, extraction_batch=extraction_batch,
@@ -371,7 +321,7 @@ def profiles(models: Sequence[dict | str], skip_unavailable: bool = True, fan_ou
 
     An entry is a registry name or a dict with ``model`` and optionally ``variant``, ``revision``, ``model_seed``,
     ``n_batches`` (overriding the keyword argument) and constant columns (``label``, ``step``, ``seed``...).
-    Returns ``(frame, skipped)``: ``skipped`` lists ``layerwise.Skipped`` (one-line reason: gated, a missing revision,
+    Returns ``(frame, skipped)``: ``skipped`` lists ``experiments.layerwise.Skipped`` (one-line reason: gated, a missing revision,
     any other error while it loads (``hub.load``), too large), raised instead when ``skip_unavailable`` is False.
     ``fan_out`` measures the entries through ``executor.map`` ("none": one after another here; "auto" or a scheduler
     address: in parallel, each result written to this store by the worker that computes it).
@@ -554,7 +504,7 @@ def flag_identical(frame: pd.DataFrame, group: str = "label", order: str = "step
 def summary(frame: pd.DataFrame, by: Sequence[str] | None = None) -> pd.DataFrame:
     """One row per layer (and per ``by`` group, default every non-metric column that identifies a model): for each
     metric, its mean over batches and ``<metric>_std`` (standard deviation over batches, ddof=0, as
-    ``metrics.batched``), and ``n_batches``."""
+    ``measure.metrics.batched``), and ``n_batches``."""
     present = [m for m in BATCH_METRICS if m in frame.columns]
     if by is None:
         per_batch = {"batch", "n_vectors", "n_seen", "batches_available", *present}
@@ -615,47 +565,6 @@ def profile_words(shape: pd.DataFrame, summary_frame: pd.DataFrame, label: str,
     return (f"{', '.join(f'{v:.3f}' for v in values)} from embeddings to last block; its largest value, "
             f"{r['peak']:.3f}, is {where} (relative depth {r['peak_depth']:.2f}), {r['peak_to_ends']:.2f} times the "
             f"mean of its two ends")
-
-
-def isotropic_sigma1_share(d, n: int = BATCH_SIZE):
-    """The sigma_1 share that n isotropic Gaussian vectors in dimension d show by chance (Paper 2's anisotropy of a
-    perfectly isotropic batch): the top eigenvalue of their sample covariance sits at the Marchenko-Pastur upper edge
-    (1 + sqrt(d / n))^2 times the variance while the trace is d times it, so the share is about
-    (1 + sqrt(d / n))^2 / d (large n and d; for d = 768, n = 4096 about 0.0027)."""
-    d = np.asarray(d, dtype=float)
-    return (1 + np.sqrt(d / n)) ** 2 / d
-
-
-def planted_cloud(n: int, d: int, drift: float = 0.0, spike_share: float | None = None, seed: int = 0) -> np.ndarray:
-    """n Gaussian vectors in R^d with unit variance per coordinate, shifted by a common mean of norm
-    ``drift * sqrt(d)`` (so ``drift`` = 1 makes the mean as long as a typical centred vector), and, with
-    ``spike_share``, one direction's variance raised so that it carries that share of the total variance
-    (s^2 / (s^2 + d - 1) = spike_share). The two ways to make a cloud anisotropic that the two papers' measures
-    tell apart: a drift raises the mean cosine only, a spike the sigma_1 share only."""
-    rng = np.random.default_rng(seed)
-    x = rng.normal(size=(n, d))
-    if spike_share is not None:
-        if not 0 < spike_share < 1:
-            raise ValueError(f"spike_share must be in (0, 1), got {spike_share}")
-        x[:, 0] *= np.sqrt(spike_share * (d - 1) / (1 - spike_share))
-    direction = rng.normal(size=d)
-    x += drift * np.sqrt(d) * direction / np.linalg.norm(direction)
-    return x.astype(np.float32)
-
-
-def planted_measures(n: int, d: int, seed: int = 0, steps: int = 13) -> pd.DataFrame:
-    """Both papers' measures on ``planted_cloud``s (Paper 2's two-measures page): ``steps`` drifts from 0 to 3 (case
-    "common drift", ``knob`` = the drift in units of the noise's typical norm) and ``steps`` spike shares from 0.05
-    to 0.95 (case "one dominant direction", ``knob`` = the share); columns ``mean_cosine`` and ``sigma1_share``
-    (both dimensionless). Every cloud uses the same ``seed``, so the noise is the same along a case."""
-    rows = []
-    for case, option, knobs in (("common drift", "drift", np.linspace(0, 3, steps)),
-                                ("one dominant direction", "spike_share", np.linspace(0.05, 0.95, steps))):
-        for knob in knobs:
-            x = planted_cloud(n, d, seed=seed, **{option: float(knob)})
-            rows.append({"case": case, "knob": float(knob), "mean_cosine": metrics.mean_cosine(x),
-                         "sigma1_share": metrics.sigma1_share(x)})
-    return pd.DataFrame(rows)
 
 
 def memory_gib(name: str, dtype: str = "float32") -> float:

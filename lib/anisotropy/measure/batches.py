@@ -1,5 +1,5 @@
 """Paper 2's batches: one layer's valid vectors, shuffled over the whole corpus and cut into batches of 4096
-(``BatchedLayer``, an accumulator for ``taps.extract``), and the statistics measured on each batch (``BATCH_METRICS``).
+(``BatchedLayer``, an accumulator for ``measure.taps.extract``), and the statistics measured on each batch (``BATCH_METRICS``).
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ class BatchedLayer:
     Without ``shuffle_seed``: each time ``batch_size`` rows are there, the batch is measured and dropped (memory: one
     batch plus one incoming chunk). After ``n_batches`` batches further rows are only counted.
 
-    Valid rows: kept by ``mask`` (nonzero = keep), finite and not all zero (the rows ``metrics`` would exclude), so a
+    Valid rows: kept by ``mask`` (nonzero = keep), finite and not all zero (the rows ``measure.metrics`` would exclude), so a
     batch holds exactly ``batch_size`` vectors. Every metric in ``metric_names`` is computed on each batch.
     Usable as ``taps.extract(..., stats_factory=lambda dim: BatchedLayer(dim, ...))``.
     """

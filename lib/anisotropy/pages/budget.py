@@ -8,8 +8,8 @@ would not fit a free Colab runtime (``COLAB``) with the largest setting that doe
 (stated on the page): the download assumes ``HUB_MB_PER_S``, the compute a fixed share of a T4's peak rate.
 
 Host memory (``host_ram_bytes``) counts what the measuring code holds on the CPU side, derived from what it allocates:
-Paper 2's per-layer pools (``batches.BatchedLayer``: ``pool_bytes``) and Section 3's per-example sums with their
-bootstrap interval (``layerwise.FirstMoments``: ``per_example_bytes``). Disk counts hf-xet's chunk cache
+Paper 2's per-layer pools (``measure.batches.BatchedLayer``: ``pool_bytes``) and Section 3's per-example sums with their
+bootstrap interval (``experiments.layerwise.FirstMoments``: ``per_example_bytes``). Disk counts hf-xet's chunk cache
 (``xet_chunk_cache_gib``). A model whose size the registry does not know is listed as unknown, never counted as 0.
 """
 
@@ -52,9 +52,9 @@ class Checkpoint:
     loaded and run (downloaded once: a checkpoint loaded twice stays in the cache until its last pass).
 
     What it holds on the host while measured: ``pool`` > 0, Paper 2's shuffled pool of that many vectors per hidden
-    state (``batches.BatchedLayer``), measured ``metric_batch`` vectors at a time (``extra_states``: states beyond
+    state (``measure.batches.BatchedLayer``), measured ``metric_batch`` vectors at a time (``extra_states``: states beyond
     the layers, e.g. the split final norm);
-    ``per_example``, Section 3's sum of unit vectors per example and layer (``layerwise.FirstMoments``).
+    ``per_example``, Section 3's sum of unit vectors per example and layer (``experiments.layerwise.FirstMoments``).
 
     ``reused_from``: the chapter whose stored measurement of this checkpoint (same model, data and sizes) the chapter
     reads when that chapter ran before it with the same store (a full build, or the same Colab runtime); only a fresh
@@ -90,7 +90,7 @@ class Plan:
     @property
     def requests(self) -> list[tuple[str, str | None]]:
         """(hub id, revision) of every checkpoint the chapter loads from the Hub on a fresh runtime (an empty results
-        store), as ``registry.load`` asks for it."""
+        store), as ``models.registry.load`` asks for it."""
         return _hub_locations(self.checkpoints)
 
     @property
@@ -201,7 +201,7 @@ def _qk_training(p: dict, plan: Plan) -> None:
 
 def _train_suites(plan: Plan, wanted: dict) -> None:
     """Add the training of the profile's suites ``{name: seeds or None (all)}`` to ``plan`` (the suites of the
-    profile's checkpoint_suites chapter, as ``training_recipes.suite_specs`` reads them)."""
+    profile's checkpoint_suites chapter, as ``training.recipes.suite_specs`` reads them)."""
     from anisotropy import profiles
 
     if not wanted:
@@ -324,13 +324,13 @@ def _gpu_gib(c: Checkpoint) -> float:
 # ---- host memory --------------------------------------------------------------------------------------------------
 
 def pool_bytes(states: int, width: int, pool: int, stream_rows: int, chunk_rows: int, metric: int = 0) -> int:
-    """Peak host bytes of Paper 2's pools: ``states`` hidden states of ``width``, each a ``batches.BatchedLayer``
+    """Peak host bytes of Paper 2's pools: ``states`` hidden states of ``width``, each a ``measure.batches.BatchedLayer``
     with a shuffle seed pooling ``pool`` (= batch_size x n_batches) vectors, fed ``stream_rows`` valid vectors per
     state in chunks of ``chunk_rows`` (one forward batch: texts x positions), one state after another per chunk as
-    ``taps.extract`` does; ``metric``: the bytes of the per-batch metrics (``metric_bytes``).
+    ``measure.taps.extract`` does; ``metric``: the bytes of the per-batch metrics (``metric_bytes``).
 
     What ``BatchedLayer`` allocates: every state buffers its float32 rows (4 bytes x ``width``) and one float64 key
-    per row (8 bytes) until it holds ``T x pool`` rows (``T`` = ``batches.POOL_TRIM_AT``), then keeps the ``pool``
+    per row (8 bytes) until it holds ``T x pool`` rows (``T`` = ``measure.batches.POOL_TRIM_AT``), then keeps the ``pool``
     smallest keys (``_keep_smallest``: ``torch.cat`` of the buffer, a second copy, then the selected ``pool`` rows, a
     third, plus int64 sort indices). While streaming, the peak is the first state's trim, every other state holding just
     under ``T x pool`` rows:
@@ -357,14 +357,14 @@ def pool_bytes(states: int, width: int, pool: int, stream_rows: int, chunk_rows:
 
 
 def metric_bytes(batch: int, width: int) -> int:
-    """Host bytes of Paper 2's per-batch metrics on one pooled batch of ``batch`` vectors of ``width`` (``metrics``;
+    """Host bytes of Paper 2's per-batch metrics on one pooled batch of ``batch`` vectors of ``width`` (``measure.metrics``;
     one metric at a time, so the larger of the two that allocate):
 
     - ``sigma1_share``: the float64 d x d scatter with its merge and eigenvalue workspace (about six copies) and the
       batch's float32 product: 50 x d^2 + 4 x batch x d;
     - ``twonn_dimension``: the augmented float32 copies of the centred batch (two), ``numpy.unique``'s sorted copy and
       the float64 recomputation of the candidates (about six float32 copies in all), and the float32 Gram block of
-      at most ``metrics._GRAM_BLOCK_ENTRIES`` (32 Mi) entries with its top-k temporaries (about four):
+      at most ``measure.metrics._GRAM_BLOCK_ENTRIES`` (32 Mi) entries with its top-k temporaries (about four):
       24 x batch x d + 16 x min(batch^2, 32 Mi).
 
     An upper bound, checked against the allocations at small sizes (``tests/test_budget.py``). Units: bytes."""
@@ -374,14 +374,14 @@ def metric_bytes(batch: int, width: int) -> int:
 
 
 def per_example_bytes(examples: int, widths, n_boot: int | None = None) -> int:
-    """Peak host bytes of Section 3's accumulators (``layerwise.FirstMoments``, one per hidden state of the given
+    """Peak host bytes of Section 3's accumulators (``experiments.layerwise.FirstMoments``, one per hidden state of the given
     ``widths``) for ``examples`` examples (texts, clips, images).
 
     Held: one float32 sum of unit vectors per example and state, 4 x examples x sum(widths). Transient, for one
     state at a time when its row is written (``FirstMoments.interval``): the sums stacked in float32 and converted to
     float64 (12 x examples x width of the widest state), their examples x examples float64 Gram matrix, and the
     bootstrap's ``n_boot`` x examples float64 counts, their squares and the einsum's product (3 x 8 x n_boot x
-    examples; ``metrics.BOOTSTRAP``):
+    examples; ``measure.metrics.BOOTSTRAP``):
 
         bytes = 4 x n x sum(widths) + 12 x n x max(widths) + 8 x n^2 + 24 x n_boot x n,   n = examples.
 

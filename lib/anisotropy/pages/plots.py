@@ -1,7 +1,7 @@
 """The book's one figure style, and one function per figure kind.
 
 Functions take tidy pandas frames (one row per observation) and return a matplotlib ``Figure``; chapters glue the
-figure with ``report.glue_figure`` and caption it with the paper figure it reproduces.
+figure with ``pages.report.glue_figure`` and caption it with the paper figure it reproduces.
 """
 
 from __future__ import annotations
@@ -1012,7 +1012,7 @@ def paper2_final_norm(summary: pd.DataFrame, metrics: tuple = ("sigma1_share", "
 
 
 def paper2_planted_measures(clouds: pd.DataFrame):
-    """Mean cosine and sigma_1 share of synthetic clouds (``spectral.planted_cloud``): columns ``case`` ("common
+    """Mean cosine and sigma_1 share of synthetic clouds (``measure.planted.planted_cloud``): columns ``case`` ("common
     drift" / "one dominant direction"), ``knob`` (relative drift norm / planted share), ``mean_cosine``,
     ``sigma1_share``. Left: growing drift, with the mean cosine r^2 / (1 + r^2) a drift alone gives; right: growing
     spike."""
@@ -1106,7 +1106,7 @@ def ablation_over_training(heads: pd.DataFrame, hidden: pd.DataFrame):
 
 def ablation_sharp_vs_isotropic(summary: pd.DataFrame, isotropy: str = "mean_cosine"):
     """Final checkpoints, one point per (variant, seed): hidden-state anisotropy (x) against attention entropy relative
-    to uniform (y, lower = sharper). ``summary`` is ``ablation.final_summary``. Sharp and isotropic = lower left."""
+    to uniform (y, lower = sharper). ``summary`` is ``experiments.ablation.final_summary``. Sharp and isotropic = lower left."""
     variants = list(dict.fromkeys(summary["variant"]))
     colours = _ablation_colours(variants)
     fig, axes = figure(ncols=2, height=3.2)

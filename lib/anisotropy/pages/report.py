@@ -173,7 +173,7 @@ def _paper_like(profile: str) -> bool:
 
 def unverified_note(resolved) -> str:
     """Under a paper-like profile, the sentence that names the Hub facts this chapter's loads rely on (its plan's
-    requests: ``budget.plan``) that the manifest of the Hub (``hub.MANIFEST``) leaves unverified; empty under any
+    requests: ``pages.budget.plan``) that the manifest of the Hub (``hub.MANIFEST``) leaves unverified; empty under any
     other profile, or when every such fact was read from a public page."""
     from anisotropy.pages import budget
     from anisotropy import hub
@@ -257,7 +257,7 @@ def _record(name: str, value, display: bool = False):
     """myst-nb's ``glue(name, value, display=False)`` where myst-nb is not installed (the ``colab`` extra): the same
     hidden output (the value's display formats under ``application/papermill.record/``, named in the ``scrapbook``
     metadata), which a front end does not show, so that a Colab run's notebook holds the numbers the book's holds
-    (``runner.glued_values`` reads either)."""
+    (``book.runner.glued_values`` reads either)."""
     from IPython.core.formatters import format_display_data
     from IPython.display import display as show
 

@@ -4,8 +4,8 @@ a profile's ``checkpoint_suites`` chapter), and a recipe builds its own data spl
 model at initialisation (or read back from a checkpoint folder).
 
 Kinds: ``mlm`` (BertForMaskedLM, WordPiece), ``clm`` (GPT2LMHeadModel, byte-level BPE), ``char-mlm`` (BertForMaskedLM
-over bytes), ``vit`` (ViTForImageClassification on ``data_images.synthetic_shapes``), ``cnn`` (ResNetForImageClassification).
-What a run optimises lives in ``training_tasks``, its checkpoints on disk in ``training_checkpoints``, the loop in
+over bytes), ``vit`` (ViTForImageClassification on ``data.images.synthetic_shapes``), ``cnn`` (ResNetForImageClassification).
+What a run optimises lives in ``training.tasks``, its checkpoints on disk in ``training.checkpoints``, the loop in
 ``training``.
 """
 
@@ -28,8 +28,8 @@ KINDS = ("mlm", "clm", "char-mlm", "vit", "cnn")
 TEXT_KINDS = ("mlm", "clm", "char-mlm")
 BERT_KINDS = ("mlm", "char-mlm")  # BertForMaskedLM: the kinds with attention variants and relative positions
 # The attention block of the transformer kinds. Each variant names the `transformers` attention implementation the
-# model runs with; the ablation chapter's variants (issue 11, ``attention_variants``) change how queries and keys
-# enter the scores, run eager attention, and are installed by ``attention_variants.apply_attention_variant``.
+# model runs with; the ablation chapter's variants (issue 11, ``models.attention_variants``) change how queries and keys
+# enter the scores, run eager attention, and are installed by ``models.attention_variants.apply_attention_variant``.
 ATTENTION_VARIANTS = {"standard": "sdpa", "qk_norm": "eager", "centred": "eager", "temperature": "eager"}
 # Position information of the BERT kinds: learnt absolute embeddings (BERT's own), or learnt embeddings of the
 # distance between query and key, met by the query (Shaw et al. 2018; `transformers`' "relative_key") or by the
@@ -186,7 +186,7 @@ def data_fingerprint(kind: str, image_size: int, corpus: str = "prose") -> str:
 @lru_cache(maxsize=2)
 def split_paragraphs(corpus: str = "prose") -> tuple[list[str], list[str]]:
     """(train, validation) paragraphs. Prose: every ``VALIDATION_EVERY``-th distinct paragraph is held out.
-    Docstrings: the corpus's own split by document (``data_docstrings.docstring_corpus``). WikiText-103: its train and
+    Docstrings: the corpus's own split by document (``data.docstrings.docstring_corpus``). WikiText-103: its train and
     validation splits (lines of >= 80 characters, headings dropped)."""
     if corpus == "wikitext-103":
         return wikipedia.wikitext_lines("train"), wikipedia.wikitext_lines("validation")

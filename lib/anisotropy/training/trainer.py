@@ -1,16 +1,16 @@
 """The small-model trainer and the self-trained checkpoint suites (MultiBERTs and Pythia in miniature): the training
 loop, the suites of a profile trained in parallel, and the tables the suites chapter shows. The module a chapter calls.
 
-A ``Recipe`` (``training_recipes``) fixes everything that determines the weights (kind, sizes, optimiser, steps, seed,
+A ``Recipe`` (``training.recipes``) fixes everything that determines the weights (kind, sizes, optimiser, steps, seed,
 attention variant). ``train(recipe)`` pretrains from scratch and saves checkpoints at log-spaced steps, step 0 (the
 initialisation) included, under ``paths.cache_dir()/checkpoints/<suite>/<recipe-hash>/seed-<k>/step-<n>``
-(``training_checkpoints``). Each checkpoint is a standard ``save_pretrained`` folder of a standard ``transformers``
+(``training.checkpoints``). Each checkpoint is a standard ``save_pretrained`` folder of a standard ``transformers``
 class with its tokenizer or image processor, so ``registry.load(path)`` reads it like a MultiBERTs or Pythia revision,
 plus ``training_state.json`` (step, recipe, loss curves so far, baselines). The newest checkpoint also holds
 ``optimizer.pt`` for resuming.
 
 Determinism: the batch, the masking and the dropout of update ``k`` are drawn from ``SeedSequence([seed, k])``
-(``training_tasks``), so a run has no random state to carry across an interruption: weights + optimiser state at step
+(``training.tasks``), so a run has no random state to carry across an interruption: weights + optimiser state at step
 ``k`` determine the rest, and a resumed run ends bit-identical to an uninterrupted one (on CPU, same thread count and
 library versions).
 """

@@ -11,7 +11,7 @@ from anisotropy.claims.rules.common import Outcome, rule
 
 
 # Paper 1, conclusion: the ablation (columns variant, seed, val_loss, entropy_ratio, mean_cosine[, unigram])
-# Runs answer the question only if they learnt (``learnt``: LEARNT_NATS below the unigram baseline), and standard
+# Runs answer the question only if they learnt (``claims.learnt``: LEARNT_NATS below the unigram baseline), and standard
 # attention is sharp (mean row entropy at most SHARP_RATIO of the uniform row's). Otherwise the comparison is between
 # models that barely use attention, and the claim stays undecided.
 SHARP_RATIO = 0.9

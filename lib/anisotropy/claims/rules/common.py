@@ -2,8 +2,8 @@
 
 A rule (``@rule``) is a function of the frame(s) a chapter computed and of a claim's ``params`` (``claims.yml``) that
 returns an ``Outcome``: ``holds`` (True, False, or None when the frame cannot decide) and the value that decided it, in
-words. The rules live in one module per part of the papers (``rules_p1_s3``: Appendix B and Section 3,
-``rules_p1_s4``, ``rules_p1_s5``, ``rules_ablation``: the book's ablation of Paper 1's conclusion, ``rules_p2``); the
+words. The rules live in one module per part of the papers (``claims.rules.p1_s3``: Appendix B and Section 3,
+``claims.rules.p1_s4``, ``claims.rules.p1_s5``, ``claims.rules.ablation``: the book's ablation of Paper 1's conclusion, ``claims.rules.p2``); the
 ledger (``claims``) imports them all and looks a claim's rule up by name in ``RULES``. Every rule is tested on
 synthetic frames whose verdict is known (``tests/test_claims.py``), with a case where it must hold and one where it
 must not.

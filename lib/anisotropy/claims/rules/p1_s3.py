@@ -209,7 +209,7 @@ def drift_contrast(corr: pd.DataFrame, alpha: float = 0.05, max_rho: float = 0.5
 @rule
 def drift_correlated_pearson(corr: pd.DataFrame, **params) -> Outcome:
     """Paper 1, Appendix A (Figure 16): ``drift_correlated`` with Pearson's r and its p-value in place of
-    Spearman's rho (columns pearson, pearson_p of ``layerwise.drift_correlations``)."""
+    Spearman's rho (columns pearson, pearson_p of ``experiments.layerwise.drift_correlations``)."""
     if not {"pearson", "pearson_p"} <= set(corr.columns):
         return Outcome(None, "no Pearson correlation in the frame")
     out = drift_correlated(corr.assign(spearman=corr["pearson"], spearman_p=corr["pearson_p"]), **params)

@@ -144,7 +144,7 @@ def runs_from_warmup(qk: pd.DataFrame, keep_short: bool = False) -> pd.DataFrame
 
 
 def three_part_test(qk: pd.DataFrame, keep_short: bool = False) -> pd.DataFrame:
-    """``qk_dynamics.alignment_summary`` of ``runs_from_warmup``: one row per run, its ``holds`` the three-part test
+    """``experiments.qk_dynamics.alignment_summary`` of ``runs_from_warmup``: one row per run, its ``holds`` the three-part test
     (median |cos| grows, more heads outside the band, entropy falls) that ``every_run_holds`` requires of every run."""
     from anisotropy.experiments.qk_dynamics import alignment_summary
 

@@ -151,7 +151,7 @@ def convert_gguf(path: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
     file, a ``conversion.json`` with the source's hash and the quantisation per tensor class). ``transformers`` reads
     the file (``from_pretrained(folder, gguf_file=name)``, needs the ``gguf`` package): it maps llama.cpp's names
     onto its own, undoes llama.cpp's permutation of Llama's Q and K rows and Gemma's (1 + w) norm weights;
-    ``gguf_weights.gguf_against_transformers`` checks every weight against ``gguf``'s own dequantisation."""
+    ``models.references.gguf_weights.gguf_against_transformers`` checks every weight against ``gguf``'s own dequantisation."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 

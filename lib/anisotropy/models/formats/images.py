@@ -184,7 +184,7 @@ class EfficientNetLiteModel(PreTrainedModel):
     state per stage of computation: the stem's output (``hidden_states[0]``) and each MBConv block's (16 for lite0);
     ``last_hidden_state`` is the 1x1 head convolution's (1280 channels, after its ReLU6), ``pooler_output`` its spatial
     mean, and ``logits`` the ImageNet classifier's. The forward pass is the package's ``extract_features`` and
-    ``forward`` (eval mode: no dropout, no drop connect) with the intermediate maps kept; ``vision_references.efficientnet_against_reference``
+    ``forward`` (eval mode: no dropout, no drop connect) with the intermediate maps kept; ``models.references.vision.efficientnet_against_reference``
     compares the logits with the package's own ``forward``. Untrained: PyTorch's default initialisation of each
     module, which is what the package itself leaves (it has no initialisation of its own)."""
 

