@@ -20,8 +20,8 @@ from functools import lru_cache
 
 # A free Colab runtime with a T4 (2026): GPU memory, host memory and disk, in GiB.
 COLAB = {"gpu": 15.0, "ram": 12.7, "disk": 78.0, "hours": 12.0}  # hours: the longest session
-# The host-memory limit ``problems`` checks against, in GiB: Colab's free runtime shows "System RAM 12.7 GB" in its
-# resources panel (its /proc/meminfo MemTotal, about 13.3e6 kB = 12.7 GiB).
+# The host-memory limit ``problems`` checks against, in GiB: the memory gauge of a free Colab runtime shows "System
+# RAM 12.7 GB" (its /proc/meminfo MemTotal, about 13.3e6 kB = 12.7 GiB).
 HOST_RAM_LIMIT_GIB = COLAB["ram"]
 RUNTIME_GIB = 1.5  # host memory of the kernel itself: Python, torch, the CUDA context, tokenizer and data
 IMAGE_SIZE = 224  # pixels per side of the images the Section 3 vision models read (their processors' crop)
