@@ -1,21 +1,23 @@
 """Fingerprints of the code that produces a result, so that a changed library never leaves old numbers on a page.
 
 ``of(module)`` hashes the source of a module of this package and of every package module it imports (read with
-``ast``, at any depth of the file), the data files that are part of a module's code (``DATA_FILES``: the model table
-is ``models.table``'s), plus the versions of the packages that shape numbers (``PACKAGES``). Two kinds of edges are not
-followed:
+``ast``, at any depth of the file; modules by dotted name, ``measure.metrics``), the data files that are part of a
+module's code (``DATA_FILES``: the model table is ``models.table``'s), plus the versions of the packages that shape
+numbers (``PACKAGES``). A sub-package's ``__init__`` is followed only when it holds code (the layers' hold a
+docstring). Two kinds of edges are not followed:
 
-- modules that never change a number (``NOT_NUMERIC``): they present, schedule, locate or transport results
-  (``executor`` decides where a computation runs, not what it computes); so does every module of a sub-package in
-  ``NOT_NUMERIC_PACKAGES``: ``chapters.<chapter>`` words a page's numbers (no library module imports one, and a
-  computation defined in one and stored through ``Store.cached`` is still keyed by it, since a root is always kept);
-- the trainer's modules (``TRAINER``: ``training`` and its ``training_*`` modules), from any module outside the
-  trainer: a self-trained checkpoint enters a measurement as an input with its own key (its recipe hash and training
-  record hold the trainer's fingerprint, ``trainer()``), so measuring it does not depend on the trainer's code.
+- modules that never change a number (``NOT_NUMERIC``): they locate, schedule or transport results (``executor``
+  decides where a computation runs, not what it computes); so does every module of a sub-package in
+  ``NOT_NUMERIC_PACKAGES``: ``pages`` presents numbers, ``book`` builds the book, ``chapters.<chapter>`` words a
+  page's numbers (no library module imports one, and a computation defined in one and stored through
+  ``Store.cached`` is still keyed by it, since a root is always kept);
+- the trainer's modules (``TRAINER``: the modules of ``training``), from any module outside the trainer: a
+  self-trained checkpoint enters a measurement as an input with its own key (its recipe hash and training record
+  hold the trainer's fingerprint, ``trainer()``), so measuring it does not depend on the trainer's code.
 
-So an edit to ``measure.metrics.py`` changes the fingerprint of every measurement, an edit to ``pages.plots.py`` changes none, and
-an edit to any trainer module (``training.recipes.py``, say) changes the trained checkpoints (hence the measurements
-of those checkpoints only).
+So an edit to ``measure/metrics.py`` changes the fingerprint of every measurement, an edit to ``pages/plots.py``
+changes none, and an edit to any trainer module (``training/recipes.py``, say) changes the trained checkpoints (hence
+the measurements of those checkpoints only).
 ``package()`` covers every module: what an executed notebook shows depends on all of them. A computation defined
 outside the package (a notebook's lambda) adds its own code (``own_code``), and may call the library only.
 """

@@ -24,7 +24,7 @@ Layout
   ``tokenizer.json``, placeholders for listed files no client reads. Where the manifest says ``unverified``, the
   registry's expectation is served and ``manifest.json`` says so. ``ensure_built()`` caches the build in
   ``$ANISOTROPY_CACHE/hub-standin/<hash>`` (default ``.cache/hub-standin/<hash>``), keyed by this builder's source,
-  ``hub_manifest.yml``, the plan, ``models.registry.py``/``models.yml``/``data*.py``, the packaged tokenizers and library versions.
+  ``hub_manifest.yml``, the plan, ``models/registry.py``/``models/table.py``/``models/models.yml``/``data/*.py``, the packaged tokenizers and library versions.
 - ``server.py`` (runs in ``.venv-hub``): olah 0.5.4 in offline mode with the root as its mirror, behind a thin ASGI
   layer (revision decoding and resolution, the Hub's error codes, gated repositories, the request log, enwik8).
 - ``run.py``: ``ensure_venv()``, ``serve()`` and the command line; ``guard/sitecustomize.py`` keeps client processes

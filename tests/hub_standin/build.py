@@ -792,9 +792,10 @@ def build_key(manifest: dict) -> str:
     h.update(Path(__file__).read_bytes())
     h.update(HUB_MANIFEST.read_bytes())  # what the Hub holds: a changed hub_manifest.yml rebuilds
     h.update(json.dumps(manifest, sort_keys=True).encode())
-    for f in ("registry.py", "models.yml", *sorted(p.name for p in lib.glob("data*.py"))):
+    for f in ("models/registry.py", "models/table.py", "models/models.yml",
+              *sorted(p.relative_to(lib).as_posix() for p in (lib / "data").glob("*.py"))):
         h.update((lib / f).read_bytes())
-    for p in sorted((lib / "tokenizers").glob("*.json")):
+    for p in sorted((lib / "models" / "tokenizers").glob("*.json")):
         h.update(p.name.encode() + p.read_bytes())
     h.update(repr([m.__version__ for m in (datasets, PIL, pyarrow, soundfile, torch, transformers)]).encode())
     h.update(subprocess.run(["git", "--version"], capture_output=True, text=True).stdout.encode())
