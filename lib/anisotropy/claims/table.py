@@ -52,42 +52,36 @@ class Claim:
 
 @lru_cache(maxsize=1)
 def claim_schema():
-    """The schema of one entry of claims.yml (a pydantic model with the fields of ``Claim``, no other field): ``paper``
-    and ``section`` read as text, ``input`` one name or a list, absent or empty lists and params as empty ones, the
-    wording normalised (one line); its validators refuse an unknown rule, scope or paper, a pretrained or training
-    claim without models, and a claim whose quote and reading do not go together (``_check_wording``)."""
+    """The schema of one entry of claims.yml: a pydantic model of ``Claim``'s fields (their defaults too), no other
+    field. ``paper`` and ``section`` read as text, ``input`` one name or a list, absent or empty lists and params as
+    empty ones, the wording normalised (one line); its validators refuse an unknown rule, scope or paper, a pretrained
+    or training claim without models, and a claim whose quote and reading do not go together (``_check_wording``)."""
+    from dataclasses import MISSING, fields
     from typing import Annotated, Any, Literal
 
-    from pydantic import BaseModel, BeforeValidator, ConfigDict, field_validator, model_validator
+    from pydantic import BaseModel, BeforeValidator, ConfigDict, create_model, field_validator, model_validator
 
     def line(value) -> str:
         return " ".join(str(value or "").split())
 
-    Text = Annotated[str, BeforeValidator(str)]
-    Names = Annotated[tuple[str, ...], BeforeValidator(lambda value: value or ())]
+    names = Annotated[tuple[str, ...], BeforeValidator(lambda value: value or ())]
+    read_as = {  # how a field is read where that is not as plain text
+        "paper": Annotated[Literal[tuple(PAPER_NAMES)], BeforeValidator(str)],
+        "section": Annotated[str, BeforeValidator(str)],
+        "input": Annotated[tuple[str, ...], BeforeValidator(lambda value: value if isinstance(value, list) else (value,))],
+        "scope": Literal[SCOPES],
+        "models": names,
+        "real_models": names,
+        "params": Annotated[dict[str, Any], BeforeValidator(lambda value: value or {})],
+        "quote": Annotated[str, BeforeValidator(line)],
+        "reading": Annotated[str, BeforeValidator(lambda value: str(value or ""))],
+        "reading_why": Annotated[str, BeforeValidator(line)],
+    }
 
-    class ClaimEntry(BaseModel):
+    class Checks(BaseModel):
         model_config = ConfigDict(extra="forbid")
 
-        id: str
-        paper: Annotated[Literal[tuple(PAPER_NAMES)], BeforeValidator(str)]
-        section: Text
-        figure: str
-        chapter: str
-        claim: str
-        evidence: str
-        quantity: str
-        rule: str
-        input: Annotated[tuple[str, ...], BeforeValidator(lambda value: value if isinstance(value, list) else (value,))]
-        scope: Literal[SCOPES]
-        models: Names = ()
-        params: Annotated[dict[str, Any], BeforeValidator(lambda value: value or {})] = {}
-        real_models: Names = ()
-        quote: Annotated[str, BeforeValidator(line)] = ""
-        reading: Annotated[str, BeforeValidator(lambda value: str(value or ""))] = ""
-        reading_why: Annotated[str, BeforeValidator(line)] = ""
-
-        @field_validator("rule")
+        @field_validator("rule", check_fields=False)
         @classmethod
         def _known_rule(cls, rule: str) -> str:
             if rule not in RULES:
@@ -101,7 +95,13 @@ def claim_schema():
                 raise ValueError(f" (scope {self.scope}) names no models that decide it")
             return self
 
-    return ClaimEntry
+    def default(f):
+        if f.default is not MISSING:
+            return f.default
+        return f.default_factory() if f.default_factory is not MISSING else ...
+
+    return create_model("ClaimEntry", __base__=Checks,
+                        **{f.name: (read_as.get(f.name, str), default(f)) for f in fields(Claim)})
 
 
 def _check_wording(entry) -> None:
