@@ -28,15 +28,18 @@ def test_toc_chapters_and_notebooks_are_the_same_set():
 
 
 def _undefined_names(code: str, where: str) -> list[str]:
-    """pyflakes' "undefined name" messages for a chapter's code cells (IPython magics and shell lines left out)."""
+    """pyflakes' "undefined name" messages for a chapter's code cells (an IPython magic or shell line read as
+    ``pass``, so that the block it may be alone in stays a block), and any syntax error: code pyflakes cannot parse
+    would otherwise pass unread."""
     import io
 
     from pyflakes import api, reporter
 
-    code = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in code.splitlines())
-    out = io.StringIO()
-    api.check(code, where, reporter.Reporter(out, out))
-    return [line for line in out.getvalue().splitlines() if "undefined name" in line]
+    code = "\n".join(line[:len(line) - len(line.lstrip())] + "pass" if line.lstrip().startswith(("%", "!")) else line
+                     for line in code.splitlines())
+    out, errors = io.StringIO(), io.StringIO()
+    api.check(code, where, reporter.Reporter(out, errors))
+    return [line for line in out.getvalue().splitlines() if "undefined name" in line] + errors.getvalue().splitlines()
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -48,6 +51,8 @@ def test_every_name_a_chapter_uses_is_imported_or_defined(path):
     code = "\n".join(c.source for c in jupytext.read(path).cells if c.cell_type == "code")
     assert _undefined_names(code, path.name) == []
     assert _undefined_names("from anisotropy.data import sources as data\ndata_images.SHAPES\n", "case") != []  # the check sees one
+    # ... also inside an f-string, and below a block whose only line is an IPython magic
+    assert _undefined_names('import sys\nif sys:\n    %pip install x\nf"{data.SOURCES}"\n', "case") != []
 
 
 def _missing_library_names(code: str) -> list[str]:
