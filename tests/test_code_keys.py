@@ -285,7 +285,7 @@ def test_a_changed_metric_changes_the_numbers(repo, tmp_path):
         import shutil
 
         shutil.copytree(root / folder, copy / folder)
-    _edit(copy, "metrics.py", "    return float((s @ s - n) / (n * (n - 1)))", "    return 0.5 * float((s @ s - n) / (n * (n - 1)))")
+    _edit(copy, "measure/metrics.py", "    return float((s @ s - n) / (n * (n - 1)))", "    return 0.5 * float((s @ s - n) / (n * (n - 1)))")
     again = _build(copy)
     assert float(again["glued"]["top_peak"]) == pytest.approx(float(first["glued"]["top_peak"]) / 2, abs=0.006)
     assert again["runs"] == first["runs"]  # metrics.py does not change what the trainer computes
@@ -301,7 +301,7 @@ def test_a_changed_plot_reruns_no_measurement_and_no_training(repo, tmp_path):
 
     for folder in ("results", ".cache", "book"):
         shutil.copytree(root / folder, copy / folder, dirs_exist_ok=True)
-    _edit(copy, "plots.py", "def use_style(", "# an edit that changes no number\ndef use_style(")
+    _edit(copy, "pages/plots.py", "def use_style(", "# an edit that changes no number\ndef use_style(")
     again = _build(copy)
     assert "reused" not in again["stdout"]  # the notebook's stamp holds the library's code: executed again
     assert again["results"] == first["results"]  # the same stored results, none recomputed
@@ -317,7 +317,7 @@ def test_a_changed_trainer_retrains_its_suites_and_nothing_else(repo, tmp_path):
 
     for folder in ("results", ".cache"):
         shutil.copytree(root / folder, copy / folder)
-    _edit(copy, "training.py", "def train(recipe: Recipe,", "# a trainer edit\ndef train(recipe: Recipe,")
+    _edit(copy, "training/trainer.py", "def train(recipe: Recipe,", "# a trainer edit\ndef train(recipe: Recipe,")
     again = _build(copy)
     retrained = again["runs"] - first["runs"]
     assert len(retrained) == len(first["runs"]) == 2  # the chapter's two suites (mlm, clm: seed 0), trained anew
@@ -356,7 +356,7 @@ def test_recompute_recomputes_and_clean_removes_what_no_code_reaches(repo, tmp_p
     assert forced["glued"] == first["glued"]  # ... and the same numbers, recomputed
     assert forced["runs"] == first["runs"]  # --recompute recomputes results, it does not retrain
     # Old code's results are stale once the code changes; clean removes them and says how much it freed.
-    _edit(copy, "taps.py", "def extract(", "# a taps edit\ndef extract(")
+    _edit(copy, "measure/taps.py", "def extract(", "# a taps edit\ndef extract(")
     edited = _build(copy)
     proc = run_cli(copy, "clean", "--dry-run")
     listed = [line for line in proc.stdout.splitlines() if line.endswith((".json", ".parquet"))]

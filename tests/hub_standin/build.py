@@ -251,12 +251,12 @@ def paper_manifest(profile: str = "paper") -> dict:
         models=models,
         not_served=not_served,
         datasets=[
-            dict(repo="Salesforce/wikitext", configs=["wikitext-103-raw-v1"], used_by="data_wikipedia.wikitext"),
+            dict(repo="Salesforce/wikitext", configs=["wikitext-103-raw-v1"], used_by="data.wikipedia.wikitext"),
             dict(repo="frgfm/imagenette", configs=list(IMAGENETTE_SIZES), used_by="data.load('imagenette')",
                  layout="main: loading script + README; refs/convert/parquet: <size>/<split>/0000.parquet"),
-            dict(repo="openslr/librispeech_asr", configs=["clean", "other", "all"], used_by="data_speech.librispeech"),
+            dict(repo="openslr/librispeech_asr", configs=["clean", "other", "all"], used_by="data.speech.librispeech"),
         ],
-        files=dict(enwik8=dict(path="/" + ENWIK8_PATH, used_by="data_wikipedia.enwik8 (ANISOTROPY_ENWIK8_URL)")),
+        files=dict(enwik8=dict(path="/" + ENWIK8_PATH, used_by="data.wikipedia.enwik8 (ANISOTROPY_ENWIK8_URL)")),
     )
 
 
