@@ -32,7 +32,7 @@ import pandas as pd
 
 from anisotropy import fingerprint, results
 # The rule modules register their rules in RULES when imported: the ledger looks a claim's rule up there by name.
-from anisotropy.claims.rules import ablation, p1_s3, p1_s4, p1_s5, p2  # noqa: F401
+from anisotropy.claims.rules import ablation, book, p1_s3, p1_s4, p1_s5, p2  # noqa: F401
 from anisotropy.claims.rules.common import RULES, Outcome
 from anisotropy.claims.table import PAPER_NAMES, READING_BOOK, SCOPES, UNVERIFIED, Claim, read_claim  # noqa: F401
 
