@@ -113,14 +113,20 @@ def test_statistics_match_brute_force_from_the_model_outputs(suite):
         torch.testing.assert_close(scores.softmax(-1), out.attentions[layer], atol=1e-5, rtol=0)
         for head in range(HEADS):
             cut = slice(head * HEAD_DIM, (head + 1) * HEAD_DIM)
-            q = att.query(h)[..., cut][mask].double().mean(0).detach().numpy()
-            k = att.key(h)[..., cut][mask].double().mean(0).detach().numpy()
+            q_all = att.query(h)[..., cut][mask].double().detach().numpy()
+            k_all = att.key(h)[..., cut][mask].double().detach().numpy()
+            q, k = q_all.mean(0), k_all.mean(0)
             p = out.attentions[layer][:, head].double()  # (batch, query, key)
             ent = -(p * torch.log(torch.where(p > 0, p, torch.ones_like(p)))).sum(-1)[mask].mean().item()
             row = stats.loc[(layer, head)]
             np.testing.assert_allclose(row["q_mean"], q, rtol=1e-4, atol=1e-5)
             np.testing.assert_allclose(row["k_mean"], k, rtol=1e-4, atol=1e-5)
             assert row["entropy"] == pytest.approx(ent, rel=1e-5)
+            for column, x in (("q_cosine", q_all), ("k_cosine", k_all)):  # every distinct pair, by brute force
+                u = x / np.linalg.norm(x, axis=1, keepdims=True)
+                cos = u @ u.T
+                n = len(u)
+                assert row[column] == pytest.approx((cos.sum() - np.trace(cos)) / (n * (n - 1)), rel=1e-6, abs=1e-9)
             assert row["entropy_uniform"] == pytest.approx(np.log(mask.sum(1).double()).repeat_interleave(
                 mask.sum(1)).mean().item(), rel=1e-9)
 

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from anisotropy.measure import attention
+from anisotropy.measure import attention, metrics
 from anisotropy.data import sources
 from anisotropy.models import registry
 from anisotropy import devices, results
@@ -214,7 +214,8 @@ def head_statistics(model, batch_iter, layers=None) -> pd.DataFrame:
     """One row per (layer, head): the means ``q_mean`` = Q̄, ``k_mean`` = K̄ over all valid tokens (vectors),
     ``cos_qk`` = cos(Q̄, K̄), ``dot_qk`` = Q̄·K̄, ``q_norm``, ``k_norm``, ``entropy`` (mean over valid query rows of
     the entropy of the attention row, nats), ``entropy_uniform`` (the same for uniform attention over the allowed
-    keys: the ceiling), ``n_tokens``."""
+    keys: the ceiling), ``q_cosine`` and ``k_cosine`` (the mean cosine of two distinct queries, or keys, of the head:
+    the drift anisotropy of Section 5's last paragraph, from the sum of the unit vectors), ``n_tokens``."""
     sums: dict[int, dict] = {}
     for inputs, valid in batch_iter:
         caps = attention.capture(model, inputs, layers=layers)
@@ -226,6 +227,8 @@ def head_statistics(model, batch_iter, layers=None) -> pd.DataFrame:
             acc = sums.setdefault(layer, {"q": 0.0, "k": 0.0, "n": 0, "ent": 0.0, "uni": 0.0, "d": d, "h": h})
             acc["q"] = acc["q"] + (cap.queries.double() * w).sum((0, 2))
             acc["k"] = acc["k"] + (cap.keys.double() * w).sum((0, 2))
+            acc["qu"] = acc.get("qu", 0.0) + (_unit(cap.queries) * w).sum((0, 2))
+            acc["ku"] = acc.get("ku", 0.0) + (_unit(cap.keys) * w).sum((0, 2))
             acc["n"] += int(v.sum())
             # where(), not a product: a padding row may hold NaN (all its keys masked) and NaN * 0 is NaN
             acc["ent"] = acc["ent"] + torch.where(v[:, None, :], _row_entropy(cap.probs), 0.0).sum((0, 2))
@@ -235,6 +238,7 @@ def head_statistics(model, batch_iter, layers=None) -> pd.DataFrame:
         q_mean = (acc["q"] / acc["n"]).cpu().numpy()
         k_mean = (acc["k"] / acc["n"]).cpu().numpy()
         entropy = (acc["ent"] / acc["n"]).cpu().numpy()
+        q_unit, k_unit = acc["qu"].cpu().numpy(), acc["ku"].cpu().numpy()
         for head in range(acc["h"]):
             q, k = q_mean[head], k_mean[head]
             qn, kn = float(np.linalg.norm(q)), float(np.linalg.norm(k))
@@ -242,8 +246,16 @@ def head_statistics(model, batch_iter, layers=None) -> pd.DataFrame:
                          "cos_qk": float(q @ k / (qn * kn)) if qn > 0 and kn > 0 else 0.0, "dot_qk": float(q @ k),
                          "q_norm": qn, "k_norm": kn, "entropy": float(entropy[head]),
                          "entropy_uniform": acc["uni"] / acc["n"],
+                         "q_cosine": metrics.mean_cosine_from_sums(q_unit[head], acc["n"]),
+                         "k_cosine": metrics.mean_cosine_from_sums(k_unit[head], acc["n"]),
                          "q_mean": q.astype(np.float32), "k_mean": k.astype(np.float32)})
     return pd.DataFrame(rows)
+
+
+def _unit(x: torch.Tensor) -> torch.Tensor:
+    """``x`` (..., d) scaled to unit norm along its last axis, in float64 (a zero vector stays zero)."""
+    x = x.double()
+    return x / x.norm(dim=-1, keepdim=True).clamp_min(1e-300)
 
 
 def step_statistics(stages: list[Stage], dataset: str = "prose", n_samples: int = 32, sample_seed: int = 0,
