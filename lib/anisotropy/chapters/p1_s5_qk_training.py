@@ -162,3 +162,9 @@ def paper_setup() -> dict:
     consecutive = len(seeds) > 1 and seeds == list(range(seeds[0], seeds[-1] + 1))
     return {"n_samples": block.get("n_samples"),
             "seeds": f"{seeds[0]}-{seeds[-1]}" if consecutive else ", ".join(map(str, seeds))}
+
+
+def span(values) -> str:
+    """"0.12" for one value, "0.12 to 0.15" for several (smallest to largest), two decimals."""
+    low, high = float(min(values)), float(max(values))
+    return f"{low:.2f}" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f} to {high:.2f}"

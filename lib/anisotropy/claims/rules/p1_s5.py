@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from anisotropy.claims.rules.common import Outcome, after_warmup, each_run, over_runs, rule, run_ends, too_few
+from anisotropy.claims.rules.common import Outcome, after_warmup, each_run, over_runs, rule, run_ends, spearman, too_few
 
 
 # Paper 1, Section 5: per-head statistics along training (columns run, layer, head, step, cos_qk, dot_qk, entropy,
@@ -178,5 +178,76 @@ def qk_norms_grow(qk: pd.DataFrame, min_ratio: float = 1.1, min_runs: int = 2, m
         return bool(q1 >= min_ratio * q0 and k1 >= min_ratio * k0), (
             f"median |Q̄| {q0:.3g} → {q1:.3g}, |K̄| {k0:.3g} → {k1:.3g} from step {int(first['step'].iloc[0]):,} "
             f"to {int(last['step'].iloc[0]):,}")
+
+    return over_runs(qk, test, min_runs, from_warmup=True, min_checkpoints=min_checkpoints)
+
+
+def onset_share(part: pd.DataFrame, layer: str, sign: int) -> float:
+    """The first checkpoint after which the ``layer`` ("first" or "last") layer's mean cos(Q̄, K̄) over heads keeps
+    the sign ``sign`` (+1 common, -1 opposite direction) to the run's end, as a share of its last step; NaN when it
+    does not end with that sign."""
+    pick = part["layer"].min() if layer == "first" else part["layer"].max()
+    curve = part[part["layer"] == pick].groupby("step")["cos_qk"].mean().sort_index()
+    kept = (np.sign(curve) == sign).to_numpy()
+    if not kept[-1]:
+        return float("nan")
+    start = len(kept) - 1
+    while start > 0 and kept[start - 1]:
+        start -= 1
+    return float(curve.index[start] / curve.index[-1])
+
+
+@rule
+def common_before_opposite(qk: pd.DataFrame, min_runs: int = 2) -> Outcome:
+    """Per run, the first layer's mean cos(Q̄, K̄) turns positive for good (``onset_share``) before the last layer's
+    turns negative for good, both read on every checkpoint from step 0 (the onsets are times, not growths); a run
+    whose first layer does not end positive, or whose last does not end negative, does not show it."""
+    def test(part):
+        common, opposite = onset_share(part, "first", +1), onset_share(part, "last", -1)
+        words = (f"common from {common:.0%}" if np.isfinite(common) else "first layer not common at the end") + ", " + (
+            f"opposite from {opposite:.0%}" if np.isfinite(opposite) else "last layer not opposite at the end")
+        if not (np.isfinite(common) and np.isfinite(opposite)):
+            return False, words
+        return bool(common < opposite), words + " of training"
+
+    return over_runs(qk, test, min_runs, min_checkpoints=3)
+
+
+@rule
+def first_layers_sharper(qk: pd.DataFrame, share_of_layers: float = 1 / 3, min_runs: int = 2) -> Outcome:
+    """Per run, at its last checkpoint, the mean attention entropy over the heads of the first ``share_of_layers``
+    of the layers, as a share of the uniform row's (``entropy / entropy_uniform``), is below that of the last ones."""
+    def test(part):
+        _, last = run_ends(part)
+        ratio = (last["entropy"] / last["entropy_uniform"]).groupby(last["layer"]).mean().sort_index()
+        if len(ratio) < 2:
+            return None, "a single layer"
+        k = max(1, int(round(len(ratio) * share_of_layers)))
+        first, final = float(ratio.iloc[:k].mean()), float(ratio.iloc[-k:].mean())
+        return bool(first < final), (f"entropy / uniform {first:.3f} in the first {k} layer(s), {final:.3f} in the "
+                                     f"last {k} (step {int(last['step'].iloc[0]):,})")
+
+    return over_runs(qk, test, min_runs, from_warmup=True)
+
+
+@rule
+def qk_anisotropy_emerges(qk: pd.DataFrame, min_rho: float = 0.5, min_runs: int = 2, min_checkpoints: int = 3
+                          ) -> Outcome:
+    """Per run, from its first checkpoint after warm-up on, the median over heads of the mean cosine of the queries
+    (``q_cosine``) and of the keys (``k_cosine``) both rise along the whole series: Spearman's rho of each against
+    the step is at least ``min_rho`` and the last checkpoint is above the first (a rise that falls back does not
+    count); holds in most of at least ``min_runs`` runs."""
+    if not {"q_cosine", "k_cosine"} <= set(qk.columns):
+        return Outcome(None, "no mean cosine of the queries and keys in the frame")
+
+    def test(part):
+        words, ok = [], True
+        for column, name in (("q_cosine", "queries"), ("k_cosine", "keys")):
+            curve = part.groupby("step")[column].median().sort_index()
+            rho = spearman(curve.index.to_numpy(float), curve.to_numpy(float))
+            rises = bool(np.isfinite(rho) and rho >= min_rho and curve.iloc[-1] > curve.iloc[0])
+            ok = ok and rises
+            words.append(f"{name} {curve.iloc[0]:.2f} → {curve.iloc[-1]:.2f} (rho {rho:+.2f})")
+        return ok, ", ".join(words)
 
     return over_runs(qk, test, min_runs, from_warmup=True, min_checkpoints=min_checkpoints)
