@@ -471,8 +471,9 @@ def gather_measured(profile: str, store: results.Store | None = None) -> pd.Data
 # ---- the runner's stamp for a chapter that owns or gathers claims ----------------------------------------------------
 
 def _owned_digest(chapter: str) -> str | None:
-    """A digest of the ledger entries ``chapter`` owns and of the source of their rules: a changed claim or rule
-    changes the chapter's stamp, so its verdicts are computed again (its measurements come back from the store)."""
+    """A digest of the ledger entries ``chapter`` owns, of the source of their rules and of what selects the models
+    that decide them (``stand_ins`` too): a changed claim, rule or selection changes the chapter's stamp, so its
+    verdicts are computed again (its measurements come back from the store)."""
     import inspect
 
     owned = for_chapter(chapter)
@@ -482,7 +483,7 @@ def _owned_digest(chapter: str) -> str | None:
     for c in owned:
         digest.update(repr(c).encode() + repr(sorted(c.params.items())).encode())
         digest.update(inspect.getsource(RULES[c.rule]).encode())
-    for helper in (_select, _partly, _with_stack, verdict_rows):
+    for helper in (_select, _partly, _with_stack, verdict_rows, stand_ins):
         digest.update(inspect.getsource(helper).encode())
     return digest.hexdigest()[:16]
 
