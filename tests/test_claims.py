@@ -557,10 +557,12 @@ def test_the_layer_page_words_one_decoder_by_the_ledgers_bell_test():
     from anisotropy.chapters import p2_layer_profiles as page
 
     frame = profiles_frame({"bell": ("decoder", BELL), "flat": ("decoder", FLAT), "early": ("decoder", EARLY)})
-    assert page.bulge(frame, "bell").startswith("yes: its largest value is 9.23 times the mean of its two ends, at "
-                                               "relative depth 0.50")
-    assert page.bulge(frame, "flat").startswith("no: its largest value is 1.14 times")  # inside the band, too low
-    assert page.bulge(frame, "early").startswith("no: its largest value is 10.91 times")  # high, but at depth 0.11
+    # the ends are the first and last fifth of depth: BELL's are its first (0.05) and last (0.08) layers, 0.6 / 0.08
+    assert page.bulge(frame, "bell").startswith("yes: its largest value is 7.50 times the higher of its two ends "
+                                               "(the first and last fifth of depth), at relative depth 0.50")
+    assert page.bulge(frame, "flat").startswith("no: its largest value is 1.09 times")  # inside the band, too low
+    # EARLY's first fifth holds its peak: 0.6 / mean(0.05, 0.6)
+    assert page.bulge(frame, "early").startswith("no: its largest value is 1.85 times")
     assert "asks for 1.5 times, within relative depth 0.2-0.8" in page.bulge(frame, "bell")
     assert page.bulge(frame, "absent") == "not measured under this profile"
 
@@ -573,8 +575,14 @@ def test_bell_shaped_flat_and_decoders_above_encoders():
     # a peak in the second of ten layers is inside the stack but not in its middle layers
     early = profiles_frame({"gemma": ("decoder", EARLY), "smol": ("decoder", EARLY)})
     out = p2.bell_shaped(early, stack="decoder", min_ratio=1.5, band=(0.2, 0.8))
-    assert out.holds is False and "gemma 10.91 at 0.11" in out.value
-    assert p2.bell_shaped(early, stack="decoder", band=(0.0, 1.0)).holds  # the old rule accepted it
+    assert out.holds is False and "gemma 1.85 at 0.11" in out.value
+    assert p2.bell_shaped(early, stack="decoder", band=(0.0, 1.0)).holds  # a band of the whole depth accepts it
+    # a plateau from 0.4 of depth to 0.95 (SmolLM2's sigma_1 share) stands no higher than its last fifth: no bell,
+    # though its peak is in the middle and 10 times its first and last layers
+    plateau = [0.1] * 12 + [0.99] * 17 + [0.1]
+    out = p2.bell_shaped(profiles_frame({"smol": ("decoder", plateau), "smol2": ("decoder", plateau)}))
+    assert out.holds is False and "smol 1.18 at 0.41" in out.value  # 0.99 / ((5 * 0.99 + 0.1) / 6)
+    assert plateau[12] / ((plateau[0] + plateau[-1]) / 2) > 9.8  # what the old end-layers rule read
     assert p2.bell_shaped(frame[frame["label"] == "gpt2"], stack="decoder", min_models=2).holds is None
     assert p2.bell_shaped(profiles_frame({"a": ("decoder", [0.1, 0.5, 0.1]), "b": ("decoder", [0.1, 0.5, 0.1])}),
                               min_layers=5).holds is None
@@ -1107,8 +1115,10 @@ def test_peaks_early_in_training():
     assert out.holds and "step 1,000 (1% of training)" in out.value
     late = dimension_runs([10, 11, 12, 13, 14, 20, 12])  # largest at 64,000 of 143,000: 45%
     assert p2.peaks_early(late, share=0.25).holds is False
-    first = dimension_runs([30, 12, 18, 20, 16, 13, 12])  # largest at initialisation: no rise
+    first = dimension_runs([10, 30, 18, 20, 16, 13, 12])  # largest at the first checkpoint after initialisation
     assert p2.peaks_early(first, share=0.25).holds is False
+    # a jump at step 0 is no rise: from step 1 on the series only falls
+    assert p2.peaks_early(dimension_runs([5, 30, 20, 18, 16, 13, 12]), share=0.25).holds is False
     assert p2.peaks_early(dimension_runs([10, 12], steps=(0, 1))).holds is None
     assert p2.peaks_early(dimension_runs([10, 12, 18, 20, 16, 13, 12]).assign(stack="encoder")).holds is None
 

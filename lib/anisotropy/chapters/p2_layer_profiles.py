@@ -28,7 +28,8 @@ def bulge(summary: pd.DataFrame, label: str, claim_id: str = "p2-f1-decoders-bel
     params = ledger.claim(claim_id).params
     min_ratio, band = params["min_ratio"], tuple(params["band"])
     bell, ratio, depth = p2.profile_bell(part, min_ratio, band)
-    test = (f"its largest value is {ratio:.2f} times the mean of its two ends, at relative depth {depth:.2f}; the "
+    test = (f"its largest value is {ratio:.2f} times the higher of its two ends (the first and last fifth of depth), "
+            f"at relative depth {depth:.2f}; the "
             f"ledger's test of a bell asks for {min_ratio:g} times, within relative depth {band[0]:g}-{band[1]:g}")
     return f"{'yes' if bell else 'no'}: {test}"
 
@@ -38,7 +39,8 @@ def bell_test(claim_id: str = "p2-f1-decoders-bell") -> str:
     params = ledger.claim(claim_id).params
     low, high = params["band"]
     return (f"its largest value lies inside the stack, between relative depths {low:g} and {high:g} (the middle "
-            f"layers), and is at least {params['min_ratio']:g} times the mean of its first and last layers")
+            f"layers), and is at least {params['min_ratio']:g} times the mean of each end (its first and its last fifth "
+            f"of depth, so that a plateau reaching an end is no bell)")
 
 
 def speech_sample(frame: pd.DataFrame, n_clips: int, batch_size: int) -> str:

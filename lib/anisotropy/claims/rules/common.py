@@ -82,14 +82,41 @@ def after_warmup(part: pd.DataFrame) -> pd.DataFrame:
     return part[part["step"] >= part.loc[part["step"] >= warmup, "step"].min()]
 
 
+def growth_start(part: pd.DataFrame) -> pd.DataFrame:
+    """One run's rows from where growth is measured: its first checkpoint at or after its warm-up where the frame
+    says the warm-up (``after_warmup``), else its first checkpoint after initialisation (step > 0). From step 0, the
+    representations of random weights, any training at all would count as growth: the one definition every
+    training rule uses."""
+    if "warmup" in part and np.isfinite(pd.to_numeric(part["warmup"], errors="coerce").iloc[0]):
+        return after_warmup(part)
+    return part[part["step"] > 0]
+
+
+def trend(steps, values) -> float:
+    """Spearman's rho of ``values`` against ``steps``: +1 for a series that only rises, -1 for one that only falls,
+    near 0 for a rise that falls back as far (NaN with fewer than 3 points or a constant side; with 2 points, the
+    sign of the change)."""
+    steps, values = np.asarray(steps, float), np.asarray(values, float)
+    if len(values) == 2 and values[0] != values[1]:
+        return float(np.sign((values[1] - values[0]) * (steps[1] - steps[0])))
+    return spearman(steps, values)
+
+
+def rises(steps, values, min_rho: float) -> bool:
+    """The whole series rises: its ``trend`` is at least ``min_rho`` and it ends above where it started (a rise that
+    falls back, or a jump before the series starts, does not count)."""
+    rho = trend(steps, values)
+    return bool(np.isfinite(rho) and rho >= min_rho and values[-1] > values[0])
+
+
 def over_runs(frame: pd.DataFrame, test: Callable[[pd.DataFrame], tuple[bool | None, str]], min_runs: int = 2,
-              from_warmup: bool = False, min_checkpoints: int = 2) -> Outcome:
+              from_warmup: bool = False, min_checkpoints: int = 2, from_growth_start: bool = False) -> Outcome:
     """A per-run ``test`` (None: the run cannot answer) that holds in most runs, decided on at least ``min_runs``
     runs with ``min_checkpoints`` checkpoints each (from the end of the warm-up with ``from_warmup``): "most runs"
     of one run is that run's seed."""
     found = []
     for run, part in each_run(frame):
-        part = after_warmup(part) if from_warmup else part
+        part = after_warmup(part) if from_warmup else growth_start(part) if from_growth_start else part
         steps = part["step"].nunique()
         if steps < min_checkpoints:
             where = "after its warm-up" if from_warmup else ""

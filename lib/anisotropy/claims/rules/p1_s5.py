@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from anisotropy.claims.rules.common import Outcome, after_warmup, each_run, over_runs, rule, run_ends, spearman, too_few
+from anisotropy.claims.rules.common import (Outcome, after_warmup, each_run, over_runs, rises, rule, run_ends, too_few,
+                                            trend)
 
 
 # Paper 1, Section 5: per-head statistics along training (columns run, layer, head, step, cos_qk, dot_qk, entropy,
@@ -30,44 +31,57 @@ def warmup_steps(source: str, profile: str) -> int | None:
         return None
 
 
+def _series(part: pd.DataFrame, column: str, how: str = "median", absolute: bool = False) -> pd.Series:
+    """One run's per-checkpoint statistic over heads (``how`` of ``column``, of its absolute value with
+    ``absolute``), in step order."""
+    values = part[column].abs() if absolute else part[column]
+    return values.groupby(part["step"]).agg(how).sort_index()
+
+
+def _along(curve: pd.Series, fmt: str = ".2f") -> str:
+    """"0.12 → 0.30 (rho +0.90, step 50 → 1,250)": a series' ends and its trend."""
+    rho = trend(curve.index.to_numpy(float), curve.to_numpy(float))
+    return (f"{curve.iloc[0]:{fmt}} → {curve.iloc[-1]:{fmt}} (rho {rho:+.2f}, step {int(curve.index[0]):,} → "
+            f"{int(curve.index[-1]):,})")
+
+
 @rule
-def alignment_grows(qk: pd.DataFrame, min_runs: int = 2) -> Outcome:
-    """Per run, from the end of warm-up to the last checkpoint: the median |cos(Q̄, K̄)| over heads and the share of
-    heads outside the isotropic 95% band both grow; holds in most runs."""
+def alignment_grows(qk: pd.DataFrame, min_rho: float = 0.5, min_runs: int = 2) -> Outcome:
+    """Per run, from the end of warm-up on, the median |cos(Q̄, K̄)| over heads and the share of heads outside the
+    isotropic 95% band both rise along the whole series (``rises``: Spearman's rho against the step at least
+    ``min_rho`` and above where it started); holds in most runs."""
     from anisotropy.experiments.qk_dynamics import null_cosine_bound
 
     def test(part):
-        first, last = run_ends(part)
         bound = null_cosine_bound(int(part["head_dim"].iloc[0]))
-        m0, m1 = first["cos_qk"].abs().median(), last["cos_qk"].abs().median()
-        s0, s1 = (first["cos_qk"].abs() > bound).mean(), (last["cos_qk"].abs() > bound).mean()
-        return bool(m1 > m0 and s1 > s0), (f"median |cos| {m0:.2f} → {m1:.2f}, outside the band {s0:.0%} → "
-                                           f"{s1:.0%} (step {int(first['step'].iloc[0]):,} → "
-                                           f"{int(last['step'].iloc[0]):,})")
+        median = _series(part, "cos_qk", absolute=True)
+        outside = (part["cos_qk"].abs() > bound).groupby(part["step"]).mean().sort_index()
+        steps = median.index.to_numpy(float)
+        ok = rises(steps, median.to_numpy(float), min_rho) and rises(steps, outside.to_numpy(float), min_rho)
+        return ok, f"median |cos| {_along(median)}, outside the band {_along(outside, '.0%')}"
 
     return over_runs(qk, test, min_runs, from_warmup=True)
 
 
 @rule
-def dot_grows(qk: pd.DataFrame, min_runs: int = 2) -> Outcome:
-    """Per run, the median |Q̄·K̄| over heads is larger at the last checkpoint than at the end of warm-up."""
+def dot_grows(qk: pd.DataFrame, min_rho: float = 0.5, min_runs: int = 2) -> Outcome:
+    """Per run, from the end of warm-up on, the median |Q̄·K̄| over heads rises along the whole series
+    (``rises``); holds in most runs."""
     def test(part):
-        first, last = run_ends(part)
-        a, b = first["dot_qk"].abs().median(), last["dot_qk"].abs().median()
-        return bool(b > a), (f"median |Q̄·K̄| {a:.3g} → {b:.3g} "
-                             f"(step {int(first['step'].iloc[0]):,} → {int(last['step'].iloc[0]):,})")
+        curve = _series(part, "dot_qk", absolute=True)
+        return rises(curve.index.to_numpy(float), curve.to_numpy(float), min_rho), f"median |Q̄·K̄| {_along(curve, '.3g')}"
 
     return over_runs(qk, test, min_runs, from_warmup=True)
 
 
 @rule
-def entropy_falls(qk: pd.DataFrame, min_runs: int = 2) -> Outcome:
-    """Per run, the mean attention entropy over heads is lower at the last checkpoint than at the end of warm-up."""
+def entropy_falls(qk: pd.DataFrame, min_rho: float = 0.5, min_runs: int = 2) -> Outcome:
+    """Per run, from the end of warm-up on, the mean attention entropy over heads falls along the whole series (its
+    negative ``rises``: Spearman's rho at most -``min_rho`` and below where it started); holds in most runs."""
     def test(part):
-        first, last = run_ends(part)
-        a, b = first["entropy"].mean(), last["entropy"].mean()
-        return bool(b < a), (f"entropy {a:.3f} → {b:.3f} nats "
-                             f"(step {int(first['step'].iloc[0]):,} → {int(last['step'].iloc[0]):,})")
+        curve = _series(part, "entropy", how="mean")
+        falls = rises(curve.index.to_numpy(float), -curve.to_numpy(float), min_rho)
+        return falls, f"entropy {_along(curve, '.3f')} nats"
 
     return over_runs(qk, test, min_runs, from_warmup=True)
 
@@ -243,11 +257,9 @@ def qk_anisotropy_emerges(qk: pd.DataFrame, min_rho: float = 0.5, min_runs: int 
     def test(part):
         words, ok = [], True
         for column, name in (("q_cosine", "queries"), ("k_cosine", "keys")):
-            curve = part.groupby("step")[column].median().sort_index()
-            rho = spearman(curve.index.to_numpy(float), curve.to_numpy(float))
-            rises = bool(np.isfinite(rho) and rho >= min_rho and curve.iloc[-1] > curve.iloc[0])
-            ok = ok and rises
-            words.append(f"{name} {curve.iloc[0]:.2f} → {curve.iloc[-1]:.2f} (rho {rho:+.2f})")
+            curve = _series(part, column)
+            ok = ok and rises(curve.index.to_numpy(float), curve.to_numpy(float), min_rho)
+            words.append(f"{name} {_along(curve)}")
         return ok, ", ".join(words)
 
     return over_runs(qk, test, min_runs, from_warmup=True, min_checkpoints=min_checkpoints)

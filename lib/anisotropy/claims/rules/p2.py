@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from anisotropy.claims.rules.common import Outcome, majority, over_runs, rule, run_ends, too_few
+from anisotropy.claims.rules.common import Outcome, majority, over_runs, rises, rule, run_ends, too_few
 
 
 # Paper 2: per-layer profiles (columns label, stack, layer, relative_depth, sigma1_share[, step])
@@ -20,19 +20,28 @@ def _profile(part: pd.DataFrame, metric: str = "sigma1_share") -> pd.Series:
     return part.groupby("relative_depth")[metric].mean().sort_index()
 
 
+#: The two ends of a profile a bell must stand above: the first and the last fifth of relative depth.
+ENDS = 0.2
+
+
 def _shape(profile: pd.Series, band=(0.0, 1.0)) -> tuple[float, bool, float]:
-    """(peak / mean of the two end layers, the peak lies strictly inside the stack and within ``band`` of relative
-    depth, the relative depth of the peak)."""
+    """(peak / the higher of the means of the first and the last fifth of relative depth (``ENDS``; the end layer
+    where a fifth holds no other), the peak lies strictly inside the stack and within ``band`` of relative depth,
+    the relative depth of the peak). A plateau that reaches an end stands no higher than that end: no bell."""
     values = profile.to_numpy(float)
+    depth_of = profile.index.to_numpy(float)
     i = int(np.nanargmax(values))
-    depth = float(profile.index[i])
+    depth = float(depth_of[i])
     inside = bool(0 < i < len(values) - 1 and band[0] <= depth <= band[1])
-    return float(values[i] / ((values[0] + values[-1]) / 2)), inside, depth
+    head = values[depth_of <= depth_of[0] + ENDS * (depth_of[-1] - depth_of[0])]
+    tail = values[depth_of >= depth_of[-1] - ENDS * (depth_of[-1] - depth_of[0])]
+    return float(values[i] / max(head.mean(), tail.mean())), inside, depth
 
 
 def bell(profile: pd.Series, min_ratio: float = 1.5, band=MIDDLE) -> tuple[bool, float, float]:
     """One profile's vote in ``bell_shaped``: (its peak lies inside the stack within ``band`` of relative depth and is
-    at least ``min_ratio`` times the mean of its two end layers, that ratio, the relative depth of the peak)."""
+    at least ``min_ratio`` times each end's mean (first and last fifth of depth), that ratio, the relative depth of
+    the peak)."""
     ratio, inside, depth = _shape(profile, band)
     return inside and ratio >= min_ratio, ratio, depth
 
@@ -51,8 +60,9 @@ def _stack(frame: pd.DataFrame, stack: str) -> pd.DataFrame | None:
 def bell_shaped(profiles: pd.DataFrame, stack: str = "decoder", min_ratio: float = 1.5, band=MIDDLE,
                 min_layers: int = 5, min_models: int = 2) -> Outcome:
     """Most models of ``stack`` peak in the middle layers (relative depth within ``band``) with a peak at least
-    ``min_ratio`` times the mean of their first and last layers; a profile needs ``min_layers`` layers (three of
-    them inside the stack) and the verdict ``min_models`` models."""
+    ``min_ratio`` times the mean of each end (the first and the last fifth of depth: a plateau reaching an end is no
+    bell); a profile needs ``min_layers`` layers (three of them inside the stack) and the verdict ``min_models``
+    models."""
     part = profiles[profiles["stack"] == stack]
     curves = [(name, _profile(p)) for name, p in part.groupby("label", sort=False)]
     if not curves:
@@ -62,7 +72,7 @@ def bell_shaped(profiles: pd.DataFrame, stack: str = "decoder", min_ratio: float
         return too_few(f"{stack}s with {min_layers} layers or more", len(curves), min_models)
     votes = [(name, *bell(c, min_ratio, band)) for name, c in curves]
     flags = [v for _, v, _, _ in votes]
-    return Outcome(majority(flags), f"{sum(flags)} of {len(flags)} {stack}s bell-shaped (peak-to-ends, depth of the "
+    return Outcome(majority(flags), f"{sum(flags)} of {len(flags)} {stack}s bell-shaped (peak over the higher end, depth of the "
                    f"peak; middle = {band[0]:g}-{band[1]:g}: "
                    + ", ".join(f"{n} {r:.2f} at {d:.2f}" for n, _, r, d in votes) + ")")
 
@@ -116,8 +126,9 @@ def _decoder_runs(frame: pd.DataFrame, stack: str) -> pd.DataFrame | Outcome:
 @rule
 def rise_then_fall(dimension: pd.DataFrame, min_change: float = 0.05, stack: str = "decoder", min_runs: int = 2,
                    min_checkpoints: int = 3) -> Outcome:
-    """Per ``stack`` run: the peak lies strictly inside the run and is at least ``min_change`` (relative) above the
-    first checkpoint and above the last; holds in most of at least ``min_runs`` runs."""
+    """Per ``stack`` run, from its first checkpoint after initialisation (``growth_start``): the peak lies strictly
+    inside the series and is at least ``min_change`` (relative) above its first checkpoint and above its last; holds
+    in most of at least ``min_runs`` runs."""
     def test(part):
         part = part.sort_values("step")
         v = part["twonn_dimension"].to_numpy(float)
@@ -127,13 +138,14 @@ def rise_then_fall(dimension: pd.DataFrame, min_change: float = 0.05, stack: str
 
     runs = _decoder_runs(dimension, stack)
     return runs if isinstance(runs, Outcome) else over_runs(runs, test, min_runs,
-                                                             min_checkpoints=min_checkpoints)
+                                                             min_checkpoints=min_checkpoints, from_growth_start=True)
 
 
 @rule
 def grows_then_stabilises(anisotropy: pd.DataFrame, min_growth: float = 1.2, max_late_change: float = 0.25,
                           stack: str = "decoder", min_runs: int = 2, min_checkpoints: int = 3) -> Outcome:
-    """Per ``stack`` run: the layer-averaged anisotropy reaches ``min_growth`` times its first value, and over the
+    """Per ``stack`` run, from its first checkpoint after initialisation (``growth_start``: the jump from random
+    weights is no growth): the layer-averaged anisotropy reaches ``min_growth`` times its first value, and over the
     last third of the checkpoints moves by at most ``max_late_change`` of that rise; holds in most of at least
     ``min_runs`` runs."""
     def test(part):
@@ -148,7 +160,7 @@ def grows_then_stabilises(anisotropy: pd.DataFrame, min_growth: float = 1.2, max
 
     runs = _decoder_runs(anisotropy, stack)
     return runs if isinstance(runs, Outcome) else over_runs(runs, test, min_runs,
-                                                             min_checkpoints=min_checkpoints)
+                                                             min_checkpoints=min_checkpoints, from_growth_start=True)
 
 
 @rule
@@ -199,19 +211,14 @@ def drift_versus_spike(clouds: pd.DataFrame) -> Outcome:
                                   f"{spike['mean_cosine'].abs().max():.3f}")
 
 
-def _from_first_after_init(part: pd.DataFrame) -> pd.DataFrame:
-    """A run's checkpoints from the first one after initialisation (step > 0) on: compared with step 0, where the
-    representations are those of random weights, any training at all would count as growth."""
-    return part[part["step"] > 0]
-
-
 @rule
 def internal_layers_grow(profiles: pd.DataFrame, min_growth: float = 1.2, share: float = 1.0, stack: str = "decoder",
-                         min_runs: int = 2, min_checkpoints: int = 3) -> Outcome:
-    """Paper 2, Section 4: per ``stack`` run, the share of its internal layers (neither the first nor the last layer,
-    nor the state after the final norm) whose sigma1 share at the last checkpoint is at least ``min_growth`` times its
-    value at the first checkpoint after initialisation; a run holds when that share is at least ``share``; holds in
-    most of at least ``min_runs`` runs."""
+                         min_rho: float = 0.5, min_runs: int = 2, min_checkpoints: int = 3) -> Outcome:
+    """Paper 2, Section 4: per ``stack`` run, from its first checkpoint after initialisation (``growth_start``), the
+    share of its internal layers (neither the first nor the last layer, nor the state after the final norm) whose
+    sigma1 share rises along the whole series (Spearman's rho against the step at least ``min_rho``; a rise that
+    falls back does not count) and ends at least ``min_growth`` times where it started; a run holds when that share
+    is at least ``share``; holds in most of at least ``min_runs`` runs."""
     frame = profiles
     if "after_final_norm" in frame.columns:
         frame = frame[~frame["after_final_norm"].astype(bool)]
@@ -223,21 +230,23 @@ def internal_layers_grow(profiles: pd.DataFrame, min_growth: float = 1.2, share:
         inner = part[(part["layer"] > part["layer"].min()) & (part["layer"] < part["layer"].max())]
         if inner.empty:
             return None, "no internal layer"
-        first, last = run_ends(inner)
-        a = first.groupby("layer")["sigma1_share"].mean()
-        b = last.groupby("layer")["sigma1_share"].mean().reindex(a.index)
-        grown = float((b >= min_growth * a).mean())
-        return grown >= share, (f"{grown:.0%} of {len(a)} internal layers grow ×{min_growth:g} or more "
-                                f"(smallest ×{float((b / a).min()):.2f})")
+        curves = inner.groupby(["layer", "step"])["sigma1_share"].mean().unstack("step").sort_index(axis=1)
+        steps = curves.columns.to_numpy(float)
+        ok = [rises(steps, row, min_rho) and row[-1] >= min_growth * row[0] for row in curves.to_numpy(float)]
+        ratio = curves.iloc[:, -1] / curves.iloc[:, 0]
+        grown = float(np.mean(ok))
+        return grown >= share, (f"{grown:.0%} of {len(ok)} internal layers rise along training and end ×{min_growth:g} "
+                                f"or more (smallest end ratio ×{float(ratio.min()):.2f})")
 
-    return over_runs(_from_first_after_init(runs), test, min_runs, min_checkpoints=min_checkpoints)
+    return over_runs(runs, test, min_runs, min_checkpoints=min_checkpoints, from_growth_start=True)
 
 
 @rule
 def peaks_early(dimension: pd.DataFrame, share: float = 0.25, stack: str = "decoder", min_runs: int = 2,
                 min_checkpoints: int = 3) -> Outcome:
-    """Paper 2, Section 4: per ``stack`` run, the layer-averaged TwoNN dimension is largest at a checkpoint after the
-    first one and no later than ``share`` of the run's last step; holds in most of at least ``min_runs`` runs."""
+    """Paper 2, Section 4: per ``stack`` run, from its first checkpoint after initialisation (``growth_start``), the
+    layer-averaged TwoNN dimension is largest at a checkpoint after the first one and no later than ``share`` of the
+    run's last step; holds in most of at least ``min_runs`` runs."""
     runs = _decoder_runs(dimension, stack)
     if isinstance(runs, Outcome):
         return runs
@@ -249,4 +258,4 @@ def peaks_early(dimension: pd.DataFrame, share: float = 0.25, stack: str = "deco
         return bool(peak > curve.index[0] and at <= share), (f"largest {curve.max():.1f} at step {peak:,} "
                                                              f"({at:.0%} of training)")
 
-    return over_runs(runs, test, min_runs, min_checkpoints=min_checkpoints)
+    return over_runs(runs, test, min_runs, min_checkpoints=min_checkpoints, from_growth_start=True)
