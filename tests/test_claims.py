@@ -11,7 +11,7 @@ import pytest
 
 from anisotropy.claims import ledger as claims, learnt
 from anisotropy import profiles, results
-from anisotropy.claims.rules import common, ablation, p1_s3, p1_s4, p1_s5, p2
+from anisotropy.claims.rules import common, ablation, book, p1_s3, p1_s4, p1_s5, p2
 from anisotropy.book import runner
 from anisotropy.measure.baseline import isotropic_cosine_quantile
 
@@ -363,6 +363,23 @@ def test_alignment_dot_entropy_rules_compare_from_the_end_of_warmup():
     assert "step 50 → 1,250" in out.value and "2 of 2 runs" in out.value
     assert common.after_warmup(qk(runs=("a",)))["step"].min() == 50
     assert common.after_warmup(qk(runs=("a",), warmup=50))["step"].min() == 50
+
+
+def test_the_first_position_carries_the_share_at_the_claims_factor_and_only_in_the_middle_band():
+    params = claims.claim("book-p2-sigma1-first-position").params
+    factor = params["factor"]
+    frame = profiles_frame({"smol": ("decoder", BELL), "gemma": ("decoder", BELL)})
+    assert book.first_position_carries_share(frame.assign(sigma1_share_no_first=frame["sigma1_share"] / (factor * 1.01)),
+                                             **params).holds
+    assert book.first_position_carries_share(frame.assign(sigma1_share_no_first=frame["sigma1_share"] / (factor * 0.99)),
+                                             **params).holds is False
+    # carried only at the two end layers (outside the band): not the middle layers' share
+    ends = frame.assign(sigma1_share_no_first=np.where(frame["relative_depth"].between(0.2, 0.8), frame["sigma1_share"],
+                                                       frame["sigma1_share"] / 10))
+    assert book.first_position_carries_share(ends, **params).holds is False
+    # encoders are not read
+    assert book.first_position_carries_share(frame.assign(stack="encoder"), **params).holds is None
+    assert book.first_position_carries_share(frame, **params).holds is None  # no share without the first position
 
 
 def test_section_5_reread_rules_onsets_sharper_first_layers_and_query_key_anisotropy():
@@ -813,6 +830,10 @@ CASES = {  # rule: (holds, does not hold, not testable or None), each a tuple of
                              (profiles_series(_GROWS, labels=("clm",)),)),
     "peaks_early": ((dimension_runs([10, 12, 18, 20, 16, 13, 12]),), (dimension_runs([10, 11, 12, 13, 14, 20, 12]),),
                     (dimension_runs([10, 12, 18, 20, 16, 13, 12], labels=("pythia",)),)),
+    "first_position_carries_share": (
+        (profiles_frame({"smol": ("decoder", BELL)}).assign(sigma1_share_no_first=lambda f: f["sigma1_share"] / 3),),
+        (profiles_frame({"smol": ("decoder", BELL)}).assign(sigma1_share_no_first=lambda f: f["sigma1_share"] / 1.5),),
+        (profiles_frame({"smol": ("decoder", BELL)}).assign(sigma1_share_no_first=np.nan),)),
     "common_before_opposite": ((qk(),), (qk(opposite_from=10**9),), (qk(runs=("s0",)),)),
     "first_layers_sharper": ((qk().assign(entropy=lambda f: 1.0 + 0.5 * f["layer"]),),
                              (qk().assign(entropy=lambda f: 3.0 - 0.5 * f["layer"]),),

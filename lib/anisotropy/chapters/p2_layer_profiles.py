@@ -57,3 +57,19 @@ def speech_sample(frame: pd.DataFrame, n_clips: int, batch_size: int) -> str:
     return got + f"; the {n_clips:,} clips give " + report.listing(
         f"{int(seen[stack]):,} {what}" for stack, what in given.items() if stack in seen)
 
+
+
+def robust_words(frame: pd.DataFrame, band=(0.2, 0.8)) -> str:
+    """Per model of ``frame`` (a layer summary with the robust shares), over its layers within ``band`` of relative
+    depth, the medians of the three sigma_1 shares and of the first position's norm over the others', in words."""
+    parts = []
+    for label, rows in frame[frame["relative_depth"].between(*band)].groupby("label", sort=False):
+        if "after_final_norm" in rows.columns:
+            rows = rows[~rows["after_final_norm"].astype(bool)]
+        if rows.empty or "sigma1_share_no_first" not in rows.columns:
+            continue
+        parts.append(f"{label} {rows['sigma1_share'].median():.3f} as measured, "
+                     f"{rows['sigma1_share_no_first'].median():.3f} without the first position, "
+                     f"{rows['sigma1_share_no_top_norms'].median():.3f} without the largest 1% of norms (the first "
+                     f"position's norm {rows['first_norm_ratio'].median():.0f} times the others' median)")
+    return "; ".join(parts)

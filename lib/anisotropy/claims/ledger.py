@@ -172,7 +172,7 @@ def _select(c: Claim, frames: list[pd.DataFrame]) -> tuple[list[pd.DataFrame] | 
         missing = [m for m in c.models if m not in names]
         note = f" (not measured: {', '.join(missing)})" if missing and c.scope == "pretrained" and len(missing) < len(
             c.models) else ""
-        return decided, ", ".join(names) + note, "", "papers"
+        return decided, ", ".join(names) + note, "", c.question or "papers"
     unfit = ""
     if c.real_models:
         measured = [m for m in c.real_models if any(m in set(f.get("model", ())) for f in frames)]

@@ -44,8 +44,9 @@ class Claim:
     # what kind of model the claim is about, where it is broader than the kinds of its `models` ({key: value or
     # list}, keys of stand_ins.KIND_KEYS); empty: exactly the kinds of its models
     kind: dict = field(default_factory=dict, hash=False, compare=False)
-    # the question (stand_ins.QUESTIONS) a verdict of a claim of scope `any` answers where it is not the papers' own
-    # setup (the conjecture of Paper 1's conclusion, tested on the book's own trained models: "self-trained")
+    # the question (stand_ins.QUESTIONS) the verdict answers where the models or setup that decide it are not the
+    # papers' own (the conjecture of Paper 1's conclusion, tested on the book's own trained models: "self-trained"; a
+    # finding of the book's on real models other than the papers': "real")
     question: str = ""
 
     @property

@@ -36,7 +36,7 @@ import pandas as pd
 import torch
 
 from anisotropy.measure.final_norm import find_final_norm, final_norm_split
-from anisotropy.measure.batches import BATCH_METRICS, BATCH_SIZE, DEFAULT_METRICS, BatchedLayer
+from anisotropy.measure.batches import BATCH_METRICS, BATCH_SIZE, DEFAULT_METRICS, ROBUST_METRICS, BatchedLayer
 from anisotropy import devices
 
 STORE_CHAPTER = "paper2_spectral"  # every measurement of this module lives under results/<STORE_CHAPTER>/
@@ -505,7 +505,7 @@ def summary(frame: pd.DataFrame, by: Sequence[str] | None = None) -> pd.DataFram
     """One row per layer (and per ``by`` group, default every non-metric column that identifies a model): for each
     metric, its mean over batches and ``<metric>_std`` (standard deviation over batches, ddof=0, as
     ``measure.metrics.batched``), and ``n_batches``."""
-    present = [m for m in BATCH_METRICS if m in frame.columns]
+    present = [m for m in (*BATCH_METRICS, *ROBUST_METRICS) if m in frame.columns]
     if by is None:
         per_batch = {"batch", "n_vectors", "n_seen", "batches_available", *present}
         by = [c for c in frame.columns if c not in per_batch]
@@ -524,7 +524,7 @@ def layer_average(frame: pd.DataFrame, metric: str = "twonn_dimension", by: Sequ
     Pass a frame measured without ``split_final_norm`` (or filtered to one state per layer)."""
     per_layer = {"layer", "relative_depth", "d", "after_final_norm", "n_seen", "batches_available"}
     if by is None:
-        by = [c for c in frame.columns if c not in per_layer | {"batch", "n_vectors", *BATCH_METRICS}]
+        by = [c for c in frame.columns if c not in per_layer | {"batch", "n_vectors", *BATCH_METRICS, *ROBUST_METRICS}]
     per_batch = frame.groupby([*by, "batch"], sort=False, dropna=False)[metric].mean().reset_index()
     grouped = per_batch.groupby(list(by), sort=False, dropna=False)[metric]
     out = grouped.mean().to_frame()

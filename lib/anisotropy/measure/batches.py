@@ -24,6 +24,32 @@ BATCH_METRICS: dict[str, Callable] = {
 }
 DEFAULT_METRICS = ("sigma1_share", "mean_cosine", "drift_norm", "mean_norm")
 
+#: Beside ``sigma1_share``, the same batch measured again without a handful of tokens that can carry it (the book's
+#: own check, not Paper 2's): without each sequence's first position (an attention sink's massive activation) and
+#: without the batch's largest 1% of norms; with the mean cosine for comparison, and the ratio of the first
+#: positions' median norm to the others' (NaN where the batch holds no first position).
+ROBUST_METRICS = ("sigma1_share_no_first", "mean_cosine_no_first", "sigma1_share_no_top_norms",
+                  "mean_cosine_no_top_norms", "first_norm_ratio")
+TOP_NORMS = 0.01  # the share of largest norms left out by the ``*_no_top_norms`` metrics
+
+
+def robust_metrics(batch: torch.Tensor, first: torch.Tensor) -> dict[str, float]:
+    """``ROBUST_METRICS`` of one batch ((n, d) rows; ``first``: (n,) bool, the rows at their sequence's first
+    position)."""
+    norms = batch.double().norm(dim=1)
+    rest = batch[~first]
+    kept = batch[norms <= torch.quantile(norms, 1 - TOP_NORMS)]
+    ratio = (float(norms[first].quantile(0.5) / norms[~first].quantile(0.5))
+             if bool(first.any()) and bool((~first).any()) else float("nan"))
+
+    def measured(fn, rows):
+        return float(fn(rows)) if rows.shape[0] >= 2 else float("nan")
+    return {"sigma1_share_no_first": measured(metrics.sigma1_share, rest),
+            "mean_cosine_no_first": measured(metrics.mean_cosine, rest),
+            "sigma1_share_no_top_norms": measured(metrics.sigma1_share, kept),
+            "mean_cosine_no_top_norms": measured(metrics.mean_cosine, kept),
+            "first_norm_ratio": ratio}
+
 
 # ---------------------------------------------------------------------------------------------------------------------
 # The accumulator
@@ -67,9 +93,12 @@ class BatchedLayer:
     batch plus one incoming chunk). After ``n_batches`` batches further rows are only counted.
 
     Valid rows: kept by ``mask`` (nonzero = keep), finite and not all zero (the rows ``measure.metrics`` would exclude), so a
-    batch holds exactly ``batch_size`` vectors. Every metric in ``metric_names`` is computed on each batch.
-    Usable as ``taps.extract(..., stats_factory=lambda dim: BatchedLayer(dim, ...))``.
+    batch holds exactly ``batch_size`` vectors. Every metric in ``metric_names`` is computed on each batch, and with
+    ``sigma1_share`` among them, ``ROBUST_METRICS`` too (``first``: which rows are their sequence's first position,
+    as ``taps.extract`` passes it). Usable as ``taps.extract(..., stats_factory=lambda dim: BatchedLayer(dim, ...))``.
     """
+
+    wants_first = True  # taps.extract passes which rows are at their sequence's first position
 
     def __init__(self, dim: int, batch_size: int = BATCH_SIZE, n_batches: int = 4,
                  metric_names: Sequence[str] = DEFAULT_METRICS, shuffle_seed: int | None = None):
@@ -81,8 +110,10 @@ class BatchedLayer:
         self.dim, self.batch_size, self.n_batches = int(dim), int(batch_size), int(n_batches)
         self.metric_names = tuple(metric_names)
         self.shuffle_seed = shuffle_seed
-        self.values: dict[str, list[float]] = {m: [] for m in self.metric_names}
+        self.robust = "sigma1_share" in self.metric_names
+        self.values: dict[str, list[float]] = {m: [] for m in self.metric_names + (ROBUST_METRICS if self.robust else ())}
         self._buffer: list[torch.Tensor] = []
+        self._first: list[torch.Tensor] = []  # per buffered row: at its sequence's first position
         self._buffered = 0
         self._n = 0
         self._pooled = False  # shuffled mode: the pool has been shuffled and measured
@@ -117,41 +148,54 @@ class BatchedLayer:
             return self._pooled
         return self.batches_done >= self.n_batches
 
-    def _measure(self, batch: torch.Tensor) -> None:
+    def _measure(self, batch: torch.Tensor, first: torch.Tensor) -> None:
         for name in self.metric_names:
             self.values[name].append(float(BATCH_METRICS[name](batch)))
+        if self.robust:
+            for name, value in robust_metrics(batch, first).items():
+                self.values[name].append(value)
 
     def _keep_smallest(self) -> None:
         """Keep the pool's rows of the ``pool_size`` smallest keys, in key order: the first rows of the shuffled
         stream so far."""
         pool = torch.cat(self._buffer) if self._buffer else torch.empty(0, self.dim)
+        first = torch.cat(self._first) if self._first else torch.empty(0, dtype=torch.bool)
         keys = np.concatenate(self._keys) if self._keys else np.empty(0)
         order = np.argsort(keys, kind="stable")[: self.pool_size]
-        self._buffer, self._keys = [pool[torch.from_numpy(order)]], [keys[order]]
+        picked = torch.from_numpy(order)
+        self._buffer, self._first, self._keys = [pool[picked]], [first[picked]], [keys[order]]
         self._buffered = len(order)
 
     def _measure_pool(self) -> None:
         if self._pooled:
             return
         self._keep_smallest()
-        pool = self._buffer[0]
+        pool, first = self._buffer[0], self._first[0]
         for k in range(pool.shape[0] // self.batch_size):
-            self._measure(pool[k * self.batch_size: (k + 1) * self.batch_size])
-        self._buffer, self._keys, self._buffered, self._pooled = [], [], 0, True
+            cut = slice(k * self.batch_size, (k + 1) * self.batch_size)
+            self._measure(pool[cut], first[cut])
+        self._buffer, self._first, self._keys, self._buffered, self._pooled = [], [], [], 0, True
 
-    def update(self, batch, mask=None) -> "BatchedLayer":
+    def update(self, batch, mask=None, first=None) -> "BatchedLayer":
+        """Add the rows of ``batch`` kept by ``mask``; ``first`` (one bool per row, or None: none is) marks the rows
+        at their sequence's first position."""
         rows = torch.as_tensor(batch).detach()
         rows = rows.reshape(-1, rows.shape[-1])
         if rows.shape[1] != self.dim:
             raise ValueError(f"BatchedLayer(dim={self.dim}) got rows of dimension {rows.shape[1]}")
+        flags = (torch.zeros(rows.shape[0], dtype=torch.bool) if first is None
+                 else torch.as_tensor(first).reshape(-1).to(device="cpu", dtype=torch.bool))
         if mask is not None:
-            rows = rows[torch.as_tensor(mask).reshape(-1).to(rows.device) != 0]
+            keep = torch.as_tensor(mask).reshape(-1) != 0
+            rows, flags = rows[keep.to(rows.device)], flags[keep.cpu()]
         rows = rows.to(device="cpu", dtype=torch.float32)
-        rows = rows[torch.isfinite(rows).all(dim=1) & (rows != 0).any(dim=1)]
+        valid = torch.isfinite(rows).all(dim=1) & (rows != 0).any(dim=1)
+        rows, flags = rows[valid], flags[valid]
         self._n += rows.shape[0]
         if self.full or not rows.shape[0]:
             return self
         self._buffer.append(rows)
+        self._first.append(flags)
         self._buffered += rows.shape[0]
         if self.shuffle_seed is not None:
             self._keys.append(self._rng.random(rows.shape[0]))
@@ -159,15 +203,16 @@ class BatchedLayer:
                 self._keep_smallest()
             return self
         while self._buffered >= self.batch_size and not self.full:
-            stacked = torch.cat(self._buffer)
+            stacked, flags = torch.cat(self._buffer), torch.cat(self._first)
             batch, rest = stacked[: self.batch_size], stacked[self.batch_size:]
-            self._measure(batch)
+            self._measure(batch, flags[: self.batch_size])
             self._buffer, self._buffered = ([rest] if rest.shape[0] else []), rest.shape[0]
+            self._first = [flags[self.batch_size:]] if rest.shape[0] else []
         if self.full:
-            self._buffer, self._buffered = [], 0
+            self._buffer, self._first, self._buffered = [], [], 0
         return self
 
     def rows(self) -> list[dict]:
         """One dict per completed batch: ``batch`` (0-based), ``n_vectors`` and every metric."""
-        return [{"batch": i, "n_vectors": self.batch_size, **{m: self.values[m][i] for m in self.metric_names}}
+        return [{"batch": i, "n_vectors": self.batch_size, **{m: values[i] for m, values in self.values.items()}}
                 for i in range(self.batches_done)]

@@ -415,6 +415,13 @@ def extract(loaded, examples: Iterable, batch_size: int = 8, max_length: int = 1
     return result
 
 
+def first_kept(kept: torch.Tensor) -> torch.Tensor:
+    """(examples, positions) bool: True at the first position of each sequence that ``kept`` keeps (after left
+    padding or a skipped special token, the first one read), where an attention sink's massive activation sits."""
+    kept = kept.bool()
+    return kept & (kept.long().cumsum(1) == 1)
+
+
 def _feed(result: Extraction, layer: int, part: str, index: int, h: torch.Tensor, keep, make,
           first_example: int = 0) -> None:
     rows = h.reshape(-1, h.shape[-1])
@@ -427,6 +434,9 @@ def _feed(result: Extraction, layer: int, part: str, index: int, h: torch.Tensor
         # resample examples rather than positions
         extra["groups"] = torch.arange(first_example, first_example + h.shape[0], device=rows.device
                                        ).repeat_interleave(rows.shape[0] // h.shape[0])
+    if getattr(result[layer], "wants_first", False) and h.dim() == 3:
+        kept = torch.ones(h.shape[:2], dtype=torch.bool, device=h.device) if keep is None else keep[:, : h.shape[1]]
+        extra["first"] = first_kept(kept).reshape(-1)
     if keep is None:
         result[layer].update(rows.float(), **extra)
         return

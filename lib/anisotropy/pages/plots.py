@@ -888,6 +888,31 @@ def paper2_layer_profiles(summary: pd.DataFrame, metric: str = "sigma1_share", b
     return fig
 
 
+def paper2_robust_profiles(summary: pd.DataFrame, by: str = "label", max_cols: int = 4):
+    """The book's check of Paper 2's measure: per model (one panel), the sigma_1 share against relative depth as
+    measured (Paper 2's protocol), without each sequence's first position and without the batch's largest 1% of
+    norms, all on the same batches (columns ``relative_depth``, ``sigma1_share``, ``sigma1_share_no_first``,
+    ``sigma1_share_no_top_norms``)."""
+    labels = list(dict.fromkeys(summary[by]))
+    if not labels:
+        return empty_figure("no model with the three shares under this profile")
+    fig, axes = _panel_grid(len(labels), max_cols=max_cols, height=2.6, sharey=True)
+    styles = {"sigma1_share": ("as measured (Paper 2)", "-"), "sigma1_share_no_first": ("without the first position", "--"),
+              "sigma1_share_no_top_norms": ("without the largest 1% of norms", ":")}
+    for ax, label in zip(axes, labels):
+        rows = summary[summary[by] == label]
+        if "after_final_norm" in rows.columns:  # the last block's output before the final norm, as the ledger reads it
+            rows = rows[~rows["after_final_norm"].astype(bool)]
+        rows = rows.sort_values("relative_depth")
+        for column, (name, style) in styles.items():
+            ax.plot(rows["relative_depth"], rows[column], style, lw=1.4, label=name)
+        ax.set_title(label, fontsize="small")
+        ax.set_xlabel("relative depth")
+    axes[0].set_ylabel(P2_METRIC_LABELS.get("sigma1_share", "sigma1_share"))
+    axes[0].legend(fontsize="x-small", loc="best")
+    return fig
+
+
 def paper2_profiles_over_training(summary: pd.DataFrame, metric: str = "sigma1_share", run: str = "label",
                                   ncols: int = 2):
     """Paper 2, Figures 3 and 4: a run's profile (metric against relative depth) at successive training steps, one
