@@ -137,7 +137,7 @@ def test_most_layers_above_null_counts_layers_per_model():
 def test_every_layer_above_and_close_to_isotropic_and_majority():
     assert p1_s3.every_layer_above(layers({"a": [0.3, 0.25], "b": [0.9, 0.21]}), threshold=0.2).holds
     out = p1_s3.every_layer_above(layers({"a": [0.3, 0.25], "b": [0.9, 0.19]}), threshold=0.2)
-    assert out.holds is False and "0.190 (b, layer 1)" in out.value
+    assert out.holds is False and "0.190 (interval from 0.190; b, layer 1)" in out.value
     assert p1_s3.close_to_isotropic(layers({"mit": [0.02, -0.05, 0.09]}), threshold=0.1).holds
     assert p1_s3.close_to_isotropic(layers({"mit": [0.02, -0.15, 0.09]}), threshold=0.1).holds is False
     three = layers({"a": [0.01, 0.02], "b": [0.05, 0.0], "c": [0.5, 0.6]}, family="cnn")

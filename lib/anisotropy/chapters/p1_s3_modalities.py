@@ -74,3 +74,19 @@ def clips_needed(short: pd.DataFrame, minimum: int) -> str:
         return "more clips than this profile reads"
     n = minimum / float(decoders["per_example"].min())
     return f"about {max(10, round(n, -1)):,.0f} clips"
+
+
+def support_words(frame: pd.DataFrame) -> str:
+    """Per model of ``frame`` (layer rows with ``nonnegative`` and ``null_support``): how many layers have only
+    non-negative outputs, and their median mean cosine against the median of their support-fitting reference."""
+    parts = []
+    for label, rows in frame.groupby("label", sort=False):
+        if "nonnegative" not in rows.columns:
+            continue
+        signs = rows["nonnegative"].astype(bool)
+        words = f"{label}: {int(signs.sum())} of {len(rows)} layers non-negative"
+        if signs.any():
+            words += (f" (median mean cosine {rows.loc[signs, 'mean_cosine'].median():.2f}, against "
+                      f"{rows.loc[signs, 'null_support'].median():.2f} for their support)")
+        parts.append(words)
+    return "; ".join(parts)

@@ -136,6 +136,9 @@ class FirstMoments:
     from (``groups``; ``measure.taps.extract`` does): those give the mean cosine's confidence interval by resampling examples
     (``measure.metrics.grouped_bootstrap_mean_cosine``; ``BOOTSTRAP``), columns ``mean_cosine_low``/``_high``.
     Zero, NaN and inf rows are excluded and counted, as in ``measure.metrics``. ``sigma1_share`` and TwoNN are not available.
+    Beside them: ``nonnegative`` (every coordinate seen is >= 0, as after a ReLU) and ``null_support``, the mean cosine
+    of vectors drawn with the layer's own pooled distribution of values (``measure.baseline.support_null_cosine``),
+    the isotropic reference a non-negative layer is read against.
     """
 
     wants_groups = True  # taps.extract passes each row's example index
@@ -148,6 +151,8 @@ class FirstMoments:
         self._sum_unit = torch.zeros(self.dim, dtype=torch.float64)
         self._sum = torch.zeros(self.dim, dtype=torch.float64)
         self._sum_norm = 0.0
+        self._sum_squares = 0.0  # sum of squared norms, for the support-fitting null
+        self._min = float("inf")  # smallest coordinate seen: non-negative outputs (post-ReLU) need their own null
         self._groups: dict[int, list] = {}  # example -> [sum of its unit vectors (float32), count]
         self._ungrouped = False
 
@@ -173,6 +178,9 @@ class FirstMoments:
         self._sum_unit += unit.sum(dim=0).to("cpu", torch.float64)
         self._sum += rows.sum(dim=0).to("cpu", torch.float64)
         self._sum_norm += float(norms.double().sum())
+        self._sum_squares += float((norms.double() ** 2).sum())
+        if rows.shape[0]:
+            self._min = min(self._min, float(rows.min()))
         if groups is not None and rows.shape[0]:
             ids, where = torch.unique(groups[valid], return_inverse=True)
             sums = torch.zeros(len(ids), self.dim, dtype=unit.dtype, device=unit.device).index_add_(0, where, unit)
@@ -223,7 +231,9 @@ class FirstMoments:
         row.update(sigma1_share=float("nan"), twonn_dimension=float("nan"), twonn_n_duplicates=0)
         ci = self.interval()
         row.update(mean_cosine_low=ci.low if ci else float("nan"), mean_cosine_high=ci.high if ci else float("nan"),
-                   n_examples=len(self._groups))
+                   n_examples=len(self._groups), nonnegative=bool(self.n and self._min >= 0),
+                   null_support=baseline.support_null_cosine(float(self._sum.sum()), self._sum_squares, self.n,
+                                                             self.dim))
         return row
 
 

@@ -54,3 +54,19 @@ def simulated_cosines(dims, n_pairs: int, seed: int = 0) -> pd.DataFrame:
     parts = [pd.DataFrame({"d": d, "cosine": sample_isotropic_cosines(d, n_pairs, seed=seed + d).astype(np.float32)})
              for d in dims]
     return pd.concat(parts, ignore_index=True)
+
+
+# ---- a reference that fits the support of a layer's activations ------------------------------------------------------
+
+def support_null_cosine(sum_entries: float, sum_squares: float, n: int, d: int) -> float:
+    """The mean cosine of two independent vectors whose d coordinates are i.i.d. draws from the layer's own pooled
+    distribution of values (large-d limit): m1^2 / m2, with m1 = sum_entries / (n d) the mean and m2 = sum_squares /
+    (n d) the mean square of all n x d entries. The isotropic reference of a layer whose outputs are non-negative
+    (post-ReLU): it keeps their support and scale but has no preferred direction; for rectified standard Gaussian
+    coordinates it is (1/2pi) / (1/2) = 1/pi, not the 0 of N(0, I_d). It pools the coordinates rather than keeping
+    each one's distribution, because keeping each coordinate's mean would keep the common drift itself, which is the
+    anisotropy the mean cosine measures."""
+    if n < 1 or sum_squares <= 0:
+        return float("nan")
+    m1, m2 = sum_entries / (n * d), sum_squares / (n * d)
+    return float(m1 * m1 / m2)

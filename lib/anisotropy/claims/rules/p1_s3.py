@@ -42,58 +42,92 @@ def models_above_null(measured: pd.DataFrame) -> Outcome:
                    + (f"; below: {', '.join(below)}" if below else ""))
 
 
-# Paper 1, Section 3: layer-wise mean cosines (columns label, layer, mean_cosine, null_q95, family)
+# Paper 1, Section 3: layer-wise mean cosines (columns label, layer, mean_cosine, null_q95, family; where the page
+# computed them, the interval mean_cosine_low / _high from resampling examples, and nonnegative / null_support)
+
+
+def lower(p: pd.DataFrame) -> pd.Series:
+    """Each layer's mean cosine as read against a floor: its interval's lower end where there is one (a layer
+    counts as above a threshold only when its whole interval is), else the point estimate."""
+    low = p["mean_cosine_low"] if "mean_cosine_low" in p else pd.Series(np.nan, index=p.index)
+    return low.where(low.notna(), p["mean_cosine"])
+
+
+def upper(p: pd.DataFrame) -> pd.Series:
+    """Each layer's mean cosine as read against a ceiling: its interval's upper end where there is one, else the
+    point estimate."""
+    high = p["mean_cosine_high"] if "mean_cosine_high" in p else pd.Series(np.nan, index=p.index)
+    return high.where(high.notna(), p["mean_cosine"])
+
+
+def reference(p: pd.DataFrame) -> pd.Series:
+    """Each layer's isotropic mean cosine: 0 (isotropic Gaussian directions), or, for a layer whose outputs are all
+    non-negative (post-ReLU), ``null_support``: the mean cosine of vectors with its own pooled distribution of
+    values and no preferred direction (``measure.baseline.support_null_cosine``)."""
+    if "nonnegative" not in p or "null_support" not in p:
+        return pd.Series(0.0, index=p.index)
+    return p["null_support"].where(p["nonnegative"].astype(bool), 0.0).fillna(0.0)
 
 @rule
 def most_layers_above_null(layers: pd.DataFrame, share: float = 0.5) -> Outcome:
-    parts = [(name, float((p["mean_cosine"] > p["null_q95"]).mean())) for name, p in per_model(layers)]
+    parts = [(name, float((lower(p) > p["null_q95"]).mean())) for name, p in per_model(layers)]
     if not parts:
         return Outcome(None, "no model")
     return Outcome(all(s >= share for _, s in parts),
-                   "share of layers above the isotropic q95: " + ", ".join(f"{n} {s:.0%}" for n, s in parts))
+                   "share of layers (their whole interval) above the isotropic q95: " + ", ".join(f"{n} {s:.0%}" for n, s in parts))
 
 
 @rule
 def some_layer_above_null(layers: pd.DataFrame, at_least: int = 1) -> Outcome:
     """Every model has at least ``at_least`` layers whose mean cosine exceeds the isotropic q95 of their dimension
     (Paper 1's "anisotropic in at least one of their layers")."""
-    parts = [(name, int((p["mean_cosine"] > p["null_q95"]).sum()), len(p)) for name, p in per_model(layers)]
+    parts = [(name, int((lower(p) > p["null_q95"]).sum()), len(p)) for name, p in per_model(layers)]
     if not parts:
         return Outcome(None, "no model")
     return Outcome(all(k >= at_least for _, k, _ in parts),
-                   "layers above the isotropic q95: " + ", ".join(f"{n} {k} of {t}" for n, k, t in parts))
+                   "layers (their whole interval) above the isotropic q95: " + ", ".join(f"{n} {k} of {t}" for n, k, t in parts))
 
 
 @rule
 def every_layer_above(layers: pd.DataFrame, threshold: float = 0.2) -> Outcome:
+    """Every layer of every model has a mean cosine above ``threshold``, its whole interval where it has one."""
     if layers.empty:
         return Outcome(None, "no model")
-    low = layers.loc[layers["mean_cosine"].idxmin()]
-    return Outcome(bool(low["mean_cosine"] > threshold),
-                   f"lowest layer mean cosine {low['mean_cosine']:.3f} ({low['label']}, layer {int(low['layer'])}), "
-                   f"against {threshold:g}")
+    floor = lower(layers)
+    low = layers.loc[floor.idxmin()]
+    return Outcome(bool(floor.min() > threshold),
+                   f"lowest layer mean cosine {low['mean_cosine']:.3f} (interval from {floor.min():.3f}; "
+                   f"{low['label']}, layer {int(low['layer'])}), against {threshold:g}")
 
 
 @rule
 def close_to_isotropic(layers: pd.DataFrame, threshold: float = 0.1) -> Outcome:
-    parts = [(name, float(p["mean_cosine"].abs().max())) for name, p in per_model(layers)]
+    """Every layer of every model has |mean cosine| below ``threshold``, its whole interval where it has one."""
+    parts = [(name, float(pd.concat([lower(p).abs(), upper(p).abs()], axis=1).max(axis=1).max()))
+             for name, p in per_model(layers)]
     if not parts:
         return Outcome(None, "no model")
     return Outcome(all(v < threshold for _, v in parts),
-                   "largest |layer mean cosine|: " + ", ".join(f"{n} {v:.3f}" for n, v in parts)
+                   "largest |layer mean cosine| (interval ends): " + ", ".join(f"{n} {v:.3f}" for n, v in parts)
                    + f" (threshold {threshold:g})")
 
 
 @rule
 def majority_isotropic(layers: pd.DataFrame, threshold: float = 0.1, min_models: int = 2) -> Outcome:
-    """More than half of the models have a median layer mean cosine below ``threshold`` ("most": at least
-    ``min_models`` models, since the majority of one model is that model)."""
-    parts = [(name, float(p["mean_cosine"].median())) for name, p in per_model(layers)]
+    """More than half of the models have a median over layers of (mean cosine, its interval's upper end where it
+    has one, minus the layer's isotropic ``reference``: 0, or the support-fitting null of a non-negative layer)
+    below ``threshold`` ("most": at least ``min_models`` models, since the majority of one model is that model)."""
+    parts = []
+    for name, p in per_model(layers):
+        excess = upper(p) - reference(p)
+        parts.append((name, float(excess.median()), int(p["nonnegative"].astype(bool).sum()) if "nonnegative" in p
+                      else 0, len(p)))
     if len(parts) < min_models:
         return too_few("models", len(parts), min_models)
-    flags = [v < threshold for _, v in parts]
-    return Outcome(majority(flags), f"{sum(flags)} of {len(parts)} below {threshold:g} (median layer mean cosine: "
-                                     + ", ".join(f"{n} {v:.3f}" for n, v in parts) + ")")
+    flags = [v < threshold for _, v, _, _ in parts]
+    return Outcome(majority(flags), f"{sum(flags)} of {len(parts)} below {threshold:g} (median over layers of the mean "
+                   "cosine above its isotropic reference: " + ", ".join(
+                       f"{n} {v:+.3f} ({k} of {t} layers non-negative)" for n, v, k, t in parts) + ")")
 
 
 @rule
