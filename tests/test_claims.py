@@ -222,6 +222,7 @@ def block(n_seeds: int = 2, crossing: bool = True, norms=NORMS, sharpening: floa
                          "predicted_n_star": float(np.sqrt(768 - 0.55**2)),
                          "query_cosine": n / (n + 1.0), "key_cosine": n / (n + 2.0),
                          "query_norm": 8.0 + 0.5 * n, "key_norm": 8.0 + 0.4 * n,
+                         "input_cosine": n**2 / (n**2 + 768.0), "output_cosine": n**2 / (n**2 + 768.0) + 0.01,
                          "softmax_max": 1 / 512 + 1e-4 * n, "softmax_min": 1 / 512 - 1e-6 * n,
                          "entropy_ratio": 1 - sharpening * n**2})
     return pd.DataFrame(rows)
@@ -363,6 +364,17 @@ def test_alignment_dot_entropy_rules_compare_from_the_end_of_warmup():
     assert "step 50 → 1,250" in out.value and "2 of 2 runs" in out.value
     assert common.after_warmup(qk(runs=("a",)))["step"].min() == 50
     assert common.after_warmup(qk(runs=("a",), warmup=50))["step"].min() == 50
+
+
+def test_section_4_reread_rules_hold_and_fail_on_the_sweep():
+    # the sweep's output cosine is 0.01 above its input's at every N: "slightly higher, no matter the bias"
+    assert p1_s4.output_cosine_above_input(block()).holds
+    assert p1_s4.output_cosine_above_input(block().assign(output_cosine=lambda f: f["input_cosine"] - 0.01)).holds is False
+    # entropy / uniform = 1 - s N^2: at s = 1e-6 the drop up to N* = 27.7 is 7.7e-4, at s = 1e-4 it is 0.077
+    assert p1_s4.small_at_low_bias(block(sharpening=1e-6)).holds
+    assert p1_s4.small_at_low_bias(block(sharpening=1e-4)).holds is False
+    assert p1_s4.anisotropic_at_zero(_ZERO).holds
+    assert p1_s4.anisotropic_at_zero(_ZERO, inputs="word embeddings (this page's setup)").holds is False
 
 
 def test_the_first_position_carries_the_share_at_the_claims_factor_and_only_in_the_middle_band():
@@ -697,6 +709,8 @@ _NONE = layers({"a": [0.5]}).iloc[:0]  # no model measured
 _TR = [("bert", "token-level", 0.9, 0.001), ("gpt2", "token-level", 0.8, 0.01)]
 _SPECS = {"high": {"families": ["speech"]}, "low": {"families": ["cnn"]}}
 _REF = pd.DataFrame({"label": "BERT", "model": "bert-base-uncased", "layer": range(13), "mean_norm": [15.0] * 13})
+_ZERO = pd.DataFrame({"seed": [0, 0], "inputs": ["word embeddings (this page's setup)", "BERT's embedding layer"],
+                      "query_cosine": [3e-5, 0.36], "key_cosine": [3e-5, 0.34]})
 _QUANT = pd.DataFrame({"d": [16, 256, 8192], "exact_q95": [float(isotropic_cosine_quantile(0.95, d))
                                                            for d in (16, 256, 8192)]})
 _TWO_RUNS_PROFILES = lambda first, last: pd.concat([  # noqa: E731
@@ -834,6 +848,11 @@ CASES = {  # rule: (holds, does not hold, not testable or None), each a tuple of
         (profiles_frame({"smol": ("decoder", BELL)}).assign(sigma1_share_no_first=lambda f: f["sigma1_share"] / 3),),
         (profiles_frame({"smol": ("decoder", BELL)}).assign(sigma1_share_no_first=lambda f: f["sigma1_share"] / 1.5),),
         (profiles_frame({"smol": ("decoder", BELL)}).assign(sigma1_share_no_first=np.nan),)),
+    "small_at_low_bias": ((block(sharpening=1e-6),), (block(sharpening=1e-4),), (block(crossing=False),)),
+    "output_cosine_above_input": ((block().assign(input_cosine=0.3, output_cosine=0.32),),
+                                  (block().assign(input_cosine=0.3, output_cosine=0.28),),
+                                  (block().iloc[:0].assign(input_cosine=[], output_cosine=[]),)),
+    "anisotropic_at_zero": ((_ZERO,), (_ZERO.assign(query_cosine=1e-4, key_cosine=1e-4),), (_ZERO.iloc[:0],)),
     "common_before_opposite": ((qk(),), (qk(opposite_from=10**9),), (qk(runs=("s0",)),)),
     "first_layers_sharper": ((qk().assign(entropy=lambda f: 1.0 + 0.5 * f["layer"]),),
                              (qk().assign(entropy=lambda f: 3.0 - 0.5 * f["layer"]),),

@@ -99,17 +99,24 @@ def build(seed: int = 0, variants=VARIANTS, **config_overrides) -> dict[str, Blo
     return blocks
 
 
-def draw_inputs(embeddings: torch.Tensor, n_sequences: int, seq_len: int, seed: int,
-                padding_idx: int | None = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token vectors x_i drawn uniformly from the rows of E (``padding_idx`` excluded), shape (n_sequences, seq_len,
-    d), and the unit bias direction b_u / ||b_u|| with b_u ~ N(0, I_d)."""
+def draw_ids(vocab: int, d: int, n_sequences: int, seq_len: int, seed: int,
+             padding_idx: int | None = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids drawn uniformly from a vocabulary of ``vocab`` (``padding_idx`` excluded), shape (n_sequences,
+    seq_len), and the unit bias direction b_u / ||b_u|| with b_u ~ N(0, I_d)."""
     gen = torch.Generator().manual_seed(10_000 + seed)
-    vocab, d = embeddings.shape
     ids = torch.randint(0, vocab - (padding_idx is not None), (n_sequences, seq_len), generator=gen)
     if padding_idx is not None:
         ids = ids + (ids >= padding_idx).long()
     direction = torch.randn(d, generator=gen)
-    return embeddings[ids], direction / direction.norm()
+    return ids, direction / direction.norm()
+
+
+def draw_inputs(embeddings: torch.Tensor, n_sequences: int, seq_len: int, seed: int,
+                padding_idx: int | None = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token vectors x_i drawn uniformly from the rows of E (``padding_idx`` excluded), shape (n_sequences, seq_len,
+    d), and the unit bias direction b_u / ||b_u|| with b_u ~ N(0, I_d)."""
+    ids, direction = draw_ids(*embeddings.shape, n_sequences, seq_len, seed, padding_idx)
+    return embeddings[ids], direction
 
 
 def analytic_output_norm(layer_norm: nn.LayerNorm) -> float:
@@ -222,6 +229,35 @@ def block_statistics(block: Block, x: torch.Tensor, n_rows: int | None = 64) -> 
     }
     row.update(attention_statistics(caps[0], n_rows=n_rows))
     return {k: float(v) for k, v in row.items()}
+
+
+#: The two inputs of ``inputs_at_zero``: the sweep's (rows of E alone) and BERT's whole embedding layer.
+WORD_ONLY, FULL_EMBEDDINGS = "word embeddings (this page's setup)", "BERT's embedding layer"
+
+
+def inputs_at_zero(seeds=(0,), n_sequences: int = 16, seq_len: int = 512, n_rows: int | None = 64,
+                   **config_overrides) -> pd.DataFrame:
+    """Section 4.3's N = 0 two ways, for each seed, through the same untrained post-LN block (``build``'s): fed the
+    rows of E alone (the sweep's inputs at N = 0), and fed the same tokens through BERT's whole embedding layer
+    (word + position + token-type embeddings, then its LayerNorm: ``BertEmbeddings``, in eval mode), whose
+    token-type vector is one and the same for every token. One row per (seed, inputs): ``block_statistics`` (the
+    inputs' and the queries' and keys' mean cosine and norm)."""
+    from transformers import BertModel
+
+    config = bert_config(**config_overrides)
+    rows = []
+    for seed in seeds:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            bert = BertModel(config, add_pooling_layer=False).eval()
+        table = bert.embeddings.word_embeddings.weight.detach()
+        ids, _ = draw_ids(*table.shape, n_sequences, seq_len, seed)
+        layer = Block("post_ln", bert.encoder.layer[0], table, config.hidden_size)
+        with torch.no_grad():
+            full = bert.embeddings(input_ids=ids)
+        for name, x in ((WORD_ONLY, table[ids]), (FULL_EMBEDDINGS, full)):
+            rows.append({"seed": seed, "inputs": name, **block_statistics(layer, x, n_rows=n_rows)})
+    return pd.DataFrame(rows)
 
 
 def sweep(bias_norms, seeds=(0,), variants=("post_ln", "pre_ln"), n_sequences: int = 16, seq_len: int = 512,

@@ -151,11 +151,24 @@ def scores_shift_and_spread(scores: pd.DataFrame, block: pd.DataFrame, share: fl
                    f"{hi / n_star:.1f} N* (score sd {first['std'].mean():.3g} → {last['std'].mean():.3g} on average)")
 
 
+def sharpening_points(block: pd.DataFrame, variant: str, n_star: float, min_drop: float) -> str:
+    """The entropy drop (of the uniform row's) at N*, and the first grid norm on the whole grid where it reaches
+    ``min_drop``, in words: the verdict's range of N is the book's choice, these say where the effect is."""
+    curve = _block_curve(block, "entropy_ratio", variant)
+    drops = curve.iloc[0] - curve
+    at_star = float(np.interp(n_star, curve.index.to_numpy(float), drops.to_numpy(float)))
+    reached = drops[drops >= min_drop]
+    onset = (f"reaches {min_drop:g} first at N = {reached.index[0]:g} ({reached.index[0] / n_star:.0f} N*)"
+             if len(reached) else f"never reaches {min_drop:g} on the grid (largest N {curve.index[-1]:g})")
+    return f"entropy drop {at_star:.1e} at N* = {n_star:.1f}; it {onset}"
+
+
 @rule
 def rows_sharpen(block: pd.DataFrame, variant: str = "post_ln", within: float = 4.0, min_drop: float = 0.01) -> Outcome:
-    """From the smallest N to the largest grid norm of the paper's regime (at most ``within`` N*, at least N*): the
-    mean row maximum rises, the mean row minimum falls and the attention entropy falls by at least ``min_drop`` of
-    the uniform row's (a sharpening the softmax shows, not one in the sixth decimal)."""
+    """From the smallest N to the largest grid norm of the book's range (at most ``within`` N*, at least N*; the
+    paper's text names no range): the mean row maximum rises, the mean row minimum falls and the attention entropy
+    falls by at least ``min_drop`` of the uniform row's (a sharpening the softmax shows, not one in the sixth
+    decimal). The value says the drop at N* and the grid norm where it first reaches ``min_drop``."""
     regime = _regime(block, variant, within)
     if isinstance(regime, Outcome):
         return regime
@@ -168,7 +181,7 @@ def rows_sharpen(block: pd.DataFrame, variant: str = "post_ln", within: float = 
     up = curves["softmax_max"].iloc[-1] > curves["softmax_max"].iloc[0]
     down = curves["softmax_min"].iloc[-1] < curves["softmax_min"].iloc[0]
     drop = curves["entropy_ratio"].iloc[0] - curves["entropy_ratio"].iloc[-1]
-    return Outcome(bool(up and down and drop >= min_drop),
+    return Outcome(bool(up and down and drop >= min_drop), sharpening_points(block, variant, n_star, min_drop) + "; " +
                    f"from N = {n[0]:g} to N = {n[-1]:g} ({n[-1] / n_star:.1f} N*): row maximum "
                    f"{curves['softmax_max'].iloc[0]:.4f} → {curves['softmax_max'].iloc[-1]:.4f}, row minimum "
                    f"{curves['softmax_min'].iloc[0]:.2e} → {curves['softmax_min'].iloc[-1]:.2e}, entropy / uniform "
@@ -211,3 +224,52 @@ def uniform_at_fixed_point(block: pd.DataFrame, level: float = 0.99, within: flo
         return coarse
     ratio = float(block_module.interpolate(post, "entropy_ratio", n_star)["entropy_ratio"].mean())
     return Outcome(ratio > level, f"entropy / uniform = {ratio:.5f} at N* = {n_star:.2f}")
+
+
+@rule
+def small_at_low_bias(block: pd.DataFrame, variant: str = "post_ln", min_drop: float = 0.01) -> Outcome:
+    """Section 4.4's "at low anisotropy levels ... the effect is not very important": at every grid norm up to N*
+    the attention entropy lies within ``min_drop`` (of the uniform row's) of its value at the smallest N."""
+    n_star = fixed_point(block, variant)
+    if not np.isfinite(n_star):
+        return Outcome(None, "no fixed point N* on the grid")
+    curve = _block_curve(block, "entropy_ratio", variant)
+    low = curve[curve.index <= n_star]
+    if len(low) < 2:
+        return too_few(f"bias norms up to N* = {n_star:.1f}", len(low), 2)
+    drop = float((low.iloc[0] - low).max())
+    return Outcome(drop < min_drop, f"largest entropy drop up to N* = {n_star:.1f}: {drop:.1e} of the uniform row's "
+                                    f"({min_drop:g} would be a sharpening); " + sharpening_points(block, variant, n_star,
+                                                                                                  min_drop))
+
+
+@rule
+def output_cosine_above_input(block: pd.DataFrame, variant: str = "post_ln", max_gap: float = 0.1) -> Outcome:
+    """Section 4.2: at every grid norm (mean over seeds) the output's mean cosine is above the input's, by less than
+    ``max_gap`` ("slightly")."""
+    part = block[block["variant"] == variant]
+    if part.empty:
+        return Outcome(None, f"no {variant} block")
+    gap = part.groupby("bias_norm")[["output_cosine", "input_cosine"]].mean()
+    gap = gap["output_cosine"] - gap["input_cosine"]
+    return Outcome(bool((gap > 0).all() and (gap < max_gap).all()),
+                   f"output minus input mean cosine from {gap.min():+.2e} to {gap.max():+.2e} over N = "
+                   f"{gap.index.min():g} to {gap.index.max():g} ({int((gap > 0).sum())} of {len(gap)} grid norms "
+                   f"above; 'slightly': below {max_gap:g})")
+
+
+@rule
+def anisotropic_at_zero(zero: pd.DataFrame, inputs: str = "BERT's embedding layer", dim: int = 768) -> Outcome:
+    """Section 4.3 at N = 0: the queries' and the keys' mean cosine (mean over seeds) of the block fed ``inputs``
+    (a value of the frame's ``inputs`` column) are both above the isotropic 95th percentile of dimension ``dim``;
+    the value gives every reading of the frame."""
+    from anisotropy.measure.baseline import isotropic_cosine_quantile
+
+    if zero.empty or inputs not in set(zero["inputs"]):
+        return Outcome(None, f"no block fed {inputs} at N = 0")
+    q95 = float(isotropic_cosine_quantile(0.95, dim))
+    means = zero.groupby("inputs", sort=False)[["query_cosine", "key_cosine"]].mean()
+    row = means.loc[inputs]
+    words = "; ".join(f"{name}: queries {r.query_cosine:.2g}, keys {r.key_cosine:.2g}" for name, r in means.iterrows())
+    return Outcome(bool(row["query_cosine"] > q95 and row["key_cosine"] > q95),
+                   f"mean cosine at N = 0 ({words}), isotropic 95th percentile {q95:.3f} (d = {dim})")
