@@ -366,6 +366,28 @@ def test_alignment_dot_entropy_rules_compare_from_the_end_of_warmup():
     assert common.after_warmup(qk(runs=("a",), warmup=50))["step"].min() == 50
 
 
+def test_section_3_reread_rules_name_their_exceptions():
+    # ByT5's decoder: its median decoder layer above 0.5, the encoder's layers not read
+    byt5 = pd.concat([layers({"byt5": [0.1, 0.2]}).assign(part="encoder"), layers({"byt5": [0.6, 0.9]}).assign(part="decoder")])
+    assert p1_s3.part_above(byt5, part="decoder", threshold=0.5).holds
+    assert p1_s3.part_above(byt5, part="encoder", threshold=0.5).holds is False
+    cnns = layers({"resnet-50": [0.6, 0.4, 0.2], "van-base": [0.01, 0.02, 0.0], "convnext-base": [0.03, 0.0, 0.02]})
+    assert p1_s3.only_exception(cnns, exception="resnet-50").holds
+    assert p1_s3.only_exception(cnns, exception="van-base").holds is False  # not the exception, and ResNet is one too
+    # GPT-2 as the exception among subword models, and the speech models without a correlation
+    tr = corr([("bert", "token-level", 0.9, 0.001), ("roberta", "token-level", 0.8, 0.01),
+               ("gpt2", "token-level", 0.3, 0.4)])
+    assert p1_s3.correlated_except(tr, exceptions=["gpt2"]).holds
+    assert p1_s3.correlated_except(tr, exceptions=["roberta"]).holds is False
+    assert p1_s3.not_correlated(corr([("hubert", "speech", 0.3, 0.4), ("whisper", "speech", -0.5, 0.01)])).holds
+    assert p1_s3.not_correlated(corr([("hubert", "speech", 0.9, 0.001)])).holds is False
+    assert p1_s3.tests_disagree(pearson_frame([("gpt2", "token-level", 0.8, 0.2, 0.9, 0.001)])).holds
+    assert p1_s3.tests_disagree(pearson_frame([("gpt2", "token-level", 0.8, 0.2, 0.9, 0.3)])).holds is False
+    assert p2.consistent_across_models(profiles_frame({"a": ("encoder", FLAT), "b": ("encoder", [0.2] * 5)})).holds
+    assert p2.consistent_across_models(profiles_frame({"a": ("encoder", FLAT), "b": ("encoder", [0.3] * 5)})).holds \
+        is False
+
+
 def test_section_4_reread_rules_hold_and_fail_on_the_sweep():
     # the sweep's output cosine is 0.01 above its input's at every N: "slightly higher, no matter the bias"
     assert p1_s4.output_cosine_above_input(block()).holds
@@ -848,6 +870,25 @@ CASES = {  # rule: (holds, does not hold, not testable or None), each a tuple of
         (profiles_frame({"smol": ("decoder", BELL)}).assign(sigma1_share_no_first=lambda f: f["sigma1_share"] / 3),),
         (profiles_frame({"smol": ("decoder", BELL)}).assign(sigma1_share_no_first=lambda f: f["sigma1_share"] / 1.5),),
         (profiles_frame({"smol": ("decoder", BELL)}).assign(sigma1_share_no_first=np.nan),)),
+    "part_above": ((layers({"byt5": [0.6, 0.7]}).assign(part="decoder"),),
+                   (layers({"byt5": [0.2, 0.3]}).assign(part="decoder"),),
+                   (layers({"byt5": [0.6, 0.7]}).assign(part="encoder"),)),
+    "only_exception": ((layers({"resnet-50": [0.6, 0.5], "convnext-base": [0.01, 0.02]}).assign(
+                            model=lambda f: f["label"]), {"exception": "resnet-50"}),
+                       (layers({"resnet-50": [0.01, 0.02], "convnext-base": [0.01, 0.02]}).assign(
+                            model=lambda f: f["label"]), {"exception": "resnet-50"}),
+                       (layers({"convnext-base": [0.01, 0.02]}), {"exception": "resnet-50"})),
+    "correlated_except": ((corr(_TR + [("t5", "token-level", 0.1, 0.6)]), {"exceptions": ["t5"]}),
+                          (corr(_TR + [("t5", "token-level", 0.9, 0.001)]), {"exceptions": ["t5"]}),
+                          (corr(_TR[:1] + [("t5", "token-level", 0.1, 0.6)]), {"exceptions": ["t5"]})),
+    "not_correlated": ((corr([("hubert", "speech", 0.2, 0.4)]),), (corr([("hubert", "speech", 0.9, 0.001)]),),
+                       (corr([]).assign(spearman_p=[]),)),
+    "tests_disagree": ((pearson_frame([("gpt2", "token-level", 0.8, 0.2, 0.9, 0.001)]),),
+                       (pearson_frame([("gpt2", "token-level", 0.8, 0.001, 0.9, 0.001)]),),
+                       (pearson_frame([]).assign(spearman_p=[], pearson_p=[]),)),
+    "consistent_across_models": ((profiles_frame({"bert": ("encoder", FLAT), "roberta": ("encoder", [0.15] * 5)}),),
+                                 (profiles_frame({"bert": ("encoder", FLAT), "roberta": ("encoder", [0.5] * 5)}),),
+                                 (profiles_frame({"bert": ("encoder", FLAT)}),)),
     "small_at_low_bias": ((block(sharpening=1e-6),), (block(sharpening=1e-4),), (block(crossing=False),)),
     "output_cosine_above_input": ((block().assign(input_cosine=0.3, output_cosine=0.32),),
                                   (block().assign(input_cosine=0.3, output_cosine=0.28),),

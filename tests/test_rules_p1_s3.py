@@ -104,3 +104,53 @@ def test_the_character_groups_are_the_papers_and_need_two_models_each():
     # CANINE-c against CANINE-s alone: one model a group, not decided
     two = frame[frame["model"].isin(["canine-c", "canine-s"])]
     assert p1_s3.group_above(two, **params).holds is None
+
+
+def corr(rows) -> pd.DataFrame:
+    return pd.DataFrame([{"label": m, "model": m, "variant": "pretrained", "family": "token-level", "spearman": r,
+                          "spearman_p": p, "pearson": pr, "pearson_p": pp, "n_layers": 13}
+                         for m, r, p, pr, pp in rows])
+
+
+def test_the_reread_rows_at_their_thresholds():
+    t = claims.claim("p1-s3.1-byt5-decoder-extreme").params["threshold"]
+    dec = lambda v: layers({"byt5": [v, v, v]}).assign(part="decoder")  # noqa: E731
+    assert p1_s3.part_above(dec(t * 1.02), **claims.claim("p1-s3.1-byt5-decoder-extreme").params).holds
+    assert p1_s3.part_above(dec(t * 0.98), **claims.claim("p1-s3.1-byt5-decoder-extreme").params).holds is False
+    params = claims.claim("p1-s3.2-resnet-only-exception").params
+    t = params["threshold"]
+    for resnet, expected in ((t * 1.05, True), (t * 0.95, False)):
+        frame = layers({"resnet-50": [resnet] * 3, "van-base": [0.0] * 3, "cvt-13": [0.01] * 3})
+        assert p1_s3.only_exception(frame, **params).holds is expected
+    # alpha of the correlation rows: p just below and just above it
+    params = claims.claim("p1-s3.3-gpt2-exception").params
+    a = params["alpha"]
+    for p_bert, expected in ((a * 0.9, True), (a * 1.1, False)):
+        frame = corr([("bert-base-uncased", 0.8, p_bert, 0.8, 0.01), ("roberta-base", 0.8, 0.001, 0.8, 0.01),
+                      ("gpt2", 0.2, 0.5, 0.9, 0.001)])
+        assert p1_s3.correlated_except(frame, **params).holds is expected
+    params = claims.claim("p1-appA-gpt2-tests-disagree").params
+    a = params["alpha"]
+    assert p1_s3.tests_disagree(corr([("gpt2", 0.3, a * 1.1, 0.9, a * 0.9)]), **params).holds
+    assert p1_s3.tests_disagree(corr([("gpt2", 0.3, a * 0.9, 0.9, a * 0.9)]), **params).holds is False
+    params = claims.claim("p1-s3.3-speech-not-correlated").params
+    assert p1_s3.not_correlated(corr([("hubert-base", 0.5, params["alpha"] * 1.1, 0, 1)]), **params).holds
+    assert p1_s3.not_correlated(corr([("hubert-base", 0.5, params["alpha"] * 0.9, 0, 1)]), **params).holds is False
+
+
+def test_encoders_consistent_across_models_at_its_threshold_ratio():
+    from anisotropy.claims.rules import p2
+
+    params = claims.claim("p2-s4-encoders-consistent-across-models").params
+    r = params["max_ratio"]
+
+    def frame(ratio):
+        rows = []
+        for label, level in (("bert", 0.1), ("roberta", 0.1 * ratio)):
+            for layer in range(5):
+                rows.append({"label": label, "stack": "encoder", "layer": layer, "relative_depth": layer / 4,
+                             "sigma1_share": level})
+        return pd.DataFrame(rows)
+
+    assert p2.consistent_across_models(frame(r * 0.98), **params).holds
+    assert p2.consistent_across_models(frame(r * 1.02), **params).holds is False

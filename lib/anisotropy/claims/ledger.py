@@ -129,7 +129,8 @@ def _real_label(name: str) -> str:
 #: Rules that a claim about *every* model it names (or every layer of every model) uses: they are decided only when
 #: every model the claim names was measured, or, on real stand-ins, when each of them has a stand-in of its own kind.
 EVERY_MODEL = frozenset({"models_above_null", "most_layers_above_null", "some_layer_above_null", "every_layer_above",
-                         "close_to_isotropic", "falls_with_depth", "final_norm_lowers"})
+                         "close_to_isotropic", "falls_with_depth", "final_norm_lowers", "part_above", "only_exception",
+                         "correlated_except", "not_correlated", "tests_disagree"})
 PARTLY = "partly measured"
 
 

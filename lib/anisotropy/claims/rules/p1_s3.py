@@ -248,3 +248,79 @@ def drift_correlated_pearson(corr: pd.DataFrame, **params) -> Outcome:
         return Outcome(None, "no Pearson correlation in the frame")
     out = drift_correlated(corr.assign(spearman=corr["pearson"], spearman_p=corr["pearson_p"]), **params)
     return Outcome(out.holds, f"Pearson's r: {out.value}")
+
+
+# Paper 1, Section 3 and Appendix A, re-read: the exceptions the text names
+
+@rule
+def part_above(layers: pd.DataFrame, part: str = "decoder", threshold: float = 0.5) -> Outcome:
+    """Every model's ``part`` (the layers of its decoder, say) has a median mean cosine above ``threshold``, each
+    layer read at its interval's lower end where it has one."""
+    if "part" not in layers.columns:
+        return Outcome(None, "the frame does not say which part of a model a layer is")
+    rows = layers[layers["part"] == part]
+    parts = [(name, float(lower(p).median())) for name, p in per_model(rows)]
+    if not parts:
+        return Outcome(None, f"no {part} measured")
+    return Outcome(all(v > threshold for _, v in parts), f"median {part} layer mean cosine: "
+                   + ", ".join(f"{n} {v:.3f}" for n, v in parts) + f" (threshold {threshold:g})")
+
+
+@rule
+def only_exception(layers: pd.DataFrame, exception: str, threshold: float = 0.1) -> Outcome:
+    """Among the models, ``exception`` (a registry name) alone is not close to isotropic: its median over layers
+    of the mean cosine above the layer's isotropic ``reference`` is at least ``threshold``, every other model's
+    below it (``majority_isotropic``'s reading, interval upper ends)."""
+    parts = {str(p["model"].iloc[0]): float((upper(p) - reference(p)).median()) for _, p in per_model(layers)}
+    if exception not in parts or len(parts) < 2:
+        return Outcome(None, f"needs {exception} and at least one other model")
+    others = {m: v for m, v in parts.items() if m != exception}
+    ok = parts[exception] >= threshold and all(v < threshold for v in others.values())
+    return Outcome(ok, f"{exception} {parts[exception]:+.3f}; others " + ", ".join(f"{m} {v:+.3f}"
+                                                                                   for m, v in others.items())
+                   + f" (median over layers above the isotropic reference; threshold {threshold:g})")
+
+
+def _positive(corr: pd.DataFrame, alpha: float, method: str = "spearman") -> pd.Series:
+    return (corr[f"{method}_p"] < alpha) & (corr[method] > 0)
+
+
+@rule
+def correlated_except(corr: pd.DataFrame, exceptions=(), alpha: float = 0.05, min_models: int = 2) -> Outcome:
+    """Every model but ``exceptions`` (registry names) has a significant positive Spearman correlation of drift
+    norm and mean cosine across its layers (p < ``alpha``), and none of the exceptions has; at least ``min_models``
+    models measured besides the exceptions."""
+    valid = corr.dropna(subset=["spearman_p"])
+    is_exception = valid["model"].isin(list(exceptions))
+    rest, named = valid[~is_exception], valid[is_exception]
+    if len(rest) < min_models or named.empty:
+        return too_few("models besides the exceptions", len(rest), min_models,
+                        "" if len(named) else f"and none of {', '.join(exceptions)}")
+    pos = _positive(valid, alpha)
+    ok = bool(pos[~is_exception].all() and not pos[is_exception].any())
+    words = lambda f: ", ".join(f"{r.label} ρ {r.spearman:+.2f} (p {r.spearman_p:.2g})" for r in f.itertuples())  # noqa: E731
+    return Outcome(ok, f"others: {words(rest)}; exceptions: {words(named)}")
+
+
+@rule
+def not_correlated(corr: pd.DataFrame, alpha: float = 0.05) -> Outcome:
+    """None of the models has a significant positive Spearman correlation of drift norm and mean cosine across its
+    layers (p < ``alpha``)."""
+    valid = corr.dropna(subset=["spearman_p"])
+    if valid.empty:
+        return Outcome(None, "no model")
+    pos = _positive(valid, alpha)
+    return Outcome(not bool(pos.any()), ", ".join(f"{r.label} ρ {r.spearman:+.2f} (p {r.spearman_p:.2g})"
+                                                  for r in valid.itertuples()))
+
+
+@rule
+def tests_disagree(corr: pd.DataFrame, alpha: float = 0.05) -> Outcome:
+    """Appendix A: for every model, Pearson's and Spearman's tests of the drift correlation fall on different
+    sides of ``alpha`` (one significant, the other not)."""
+    valid = corr.dropna(subset=["spearman_p", "pearson_p"])
+    if valid.empty:
+        return Outcome(None, "no model with both tests")
+    differ = (valid["spearman_p"] < alpha) != (valid["pearson_p"] < alpha)
+    return Outcome(bool(differ.all()), ", ".join(f"{r.label}: Spearman p {r.spearman_p:.2g}, Pearson p "
+                                                 f"{r.pearson_p:.2g}" for r in valid.itertuples()))

@@ -259,3 +259,19 @@ def peaks_early(dimension: pd.DataFrame, share: float = 0.25, stack: str = "deco
                                                              f"({at:.0%} of training)")
 
     return over_runs(runs, test, min_runs, min_checkpoints=min_checkpoints, from_growth_start=True)
+
+
+@rule
+def consistent_across_models(profiles: pd.DataFrame, stack: str = "encoder", max_ratio: float = 2.0,
+                             min_models: int = 2) -> Outcome:
+    """Paper 2, Section 4.1: the models of ``stack`` have layer-averaged sigma1 shares within a factor
+    ``max_ratio`` of one another (largest over smallest), with at least ``min_models`` models."""
+    part = profiles[profiles["stack"] == stack]
+    if "after_final_norm" in part.columns:
+        part = part[~part["after_final_norm"].astype(bool)]
+    means = part.groupby("label", sort=False)["sigma1_share"].mean()
+    if len(means) < min_models:
+        return too_few(f"{stack}s", len(means), min_models)
+    ratio = float(means.max() / means.min()) if means.min() > 0 else float("inf")
+    return Outcome(ratio <= max_ratio, f"layer-averaged sigma1 share from {means.min():.3f} to {means.max():.3f} "
+                   f"(×{ratio:.2f}; " + ", ".join(f"{n} {v:.3f}" for n, v in means.items()) + ")")
