@@ -236,7 +236,9 @@ def verdict_rows(chapter: str, profile: str, frames: dict[str, pd.DataFrame],
                 value = outcome.value
                 verdict = verdict_word(outcome)
                 if outcome.holds is None:
-                    why = f"the measured models cannot decide it: {outcome.value}"
+                    unfit = tested.split("; measured but not of the claim's kind", 1)
+                    why = f"the measured models cannot decide it: {outcome.value}" + (
+                        f"; measured but not of the claim's kind{unfit[1]}" if len(unfit) > 1 else "")
                     question = ""
         rows.append({"id": c.id, "paper": c.paper, "source": c.source, "section": c.section, "figure": c.figure,
                      "chapter": c.chapter, "claim": c.claim, "evidence": c.evidence, "quantity": c.quantity,
