@@ -893,6 +893,8 @@ def paper2_robust_profiles(summary: pd.DataFrame, by: str = "label", max_cols: i
     measured (Paper 2's protocol), without each sequence's first position and without the batch's largest 1% of
     norms, all on the same batches (columns ``relative_depth``, ``sigma1_share``, ``sigma1_share_no_first``,
     ``sigma1_share_no_top_norms``)."""
+    import textwrap
+
     labels = list(dict.fromkeys(summary[by]))
     if not labels:
         return empty_figure("no model with the three shares under this profile")
@@ -906,10 +908,12 @@ def paper2_robust_profiles(summary: pd.DataFrame, by: str = "label", max_cols: i
         rows = rows.sort_values("relative_depth")
         for column, (name, style) in styles.items():
             ax.plot(rows["relative_depth"], rows[column], style, lw=1.4, label=name)
-        ax.set_title(label, fontsize="small")
+        ax.set_title(textwrap.fill(label, 22), fontsize="x-small")
         ax.set_xlabel("relative depth")
     axes[0].set_ylabel(P2_METRIC_LABELS.get("sigma1_share", "sigma1_share"))
-    axes[0].legend(fontsize="x-small", loc="best")
+    handles, names = axes[0].get_legend_handles_labels()
+    fig.legend(handles, names, fontsize="x-small", loc="lower center", bbox_to_anchor=(0.5, -0.12), ncols=3,
+               frameon=False)
     return fig
 
 
