@@ -97,3 +97,61 @@ def test_opposite_onset_at_both_ends_of_its_window():
     assert p1_s5.opposite_onset(frame(share * factor * 1.05), **params).holds is False
     assert p1_s5.opposite_onset(frame(share / factor * 1.05), **params).holds
     assert p1_s5.opposite_onset(frame(share / factor * 0.95), **params).holds is False
+
+
+def test_drift_correlated_pearson_at_its_share():
+    params = claims.claim("p1-appA-pearson-drift-correlated").params
+    n, k = 10, int(np.ceil(params["share"] * 10))
+
+    def frame(significant):
+        out = corr([(f"t{i}", "token-level", 0.1, 0.9) for i in range(n)])  # Spearman never significant
+        return out.assign(pearson=0.8, pearson_p=[params["alpha"] / 2 if i < significant else 0.5 for i in range(n)])
+
+    assert p1_s3.drift_correlated_pearson(frame(k), **params).holds
+    assert p1_s3.drift_correlated_pearson(frame(k - 1), **params).holds is False
+
+
+def test_rises_with_bias_at_its_min_rho():
+    """Eight grid norms up to 4 N*: Spearman's rho = 1 - sum d^2 / 84; the orders closest to min_rho on either side,
+    each ending above where it starts."""
+    import itertools
+
+    params = claims.claim("p1-s4-average-output-grows").params
+    rho = params["min_rho"]
+    norms = (0.0, 4.0, 8.0, 16.0, 24.0, 32.0, 48.0, 64.0)
+    best = {True: None, False: None}
+    for order in itertools.permutations(range(8)):
+        if order[-1] <= order[0]:
+            continue
+        r = 1 - sum((i - o) ** 2 for i, o in enumerate(order)) / 84
+        side = r >= rho
+        if best[side] is None or abs(r - rho) < abs(best[side][0] - rho):
+            best[side] = (r, order)
+    base = block()
+    for holds, (r, order) in best.items():
+        assert abs(r - rho) < 0.05
+        values = dict(zip(norms, (100.0 + o for o in order)))
+        frame = base[base["bias_norm"].isin(norms)].assign(output_drift_norm=lambda f: f["bias_norm"].map(values))
+        # the fixed point comes from the unchanged crossing; the rule reads the column asked for
+        frame = frame.assign(probe=frame["output_drift_norm"], output_drift_norm=base.loc[frame.index, "output_drift_norm"])
+        assert p1_s4.rises_with_bias(frame, **{**params, "columns": ["probe"]}).holds is holds, (r, order)
+
+
+def test_scores_shift_and_spread_at_its_share_of_heads():
+    params = claims.claim("p1-s4-scores-shift-spread").params
+    share = params["share"]
+    heads = 20
+    k = int(np.ceil(share * heads))
+    rng = np.random.default_rng(0)
+
+    def scores(moving):
+        rows = []
+        for n in (0.0, 32.0):
+            for head in range(heads):
+                grows = n > 0 and head < moving
+                sample = rng.normal(1.0 if grows else 0.1, 2.0 if grows else 1.0, 200)
+                rows += [{"bias_norm": n, "head": head, "score": v} for v in sample]
+        return pd.DataFrame(rows)
+
+    assert p1_s4.scores_shift_and_spread(scores(k), block(), **params).holds
+    assert p1_s4.scores_shift_and_spread(scores(k - 1), block(), **params).holds is False
