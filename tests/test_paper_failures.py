@@ -109,9 +109,9 @@ def test_models_that_cannot_be_had_are_listed_and_the_rest_measured(standin, rep
     verdicts = results.Store(repo_copy / "results").frames("claims").set_index("id")
     row = verdicts.loc["p1-s3.1-char-anisotropic"]
     assert row["verdict"] == "not testable here" and "character-bert, which could not be measured here" in row["why"]
-    # the claim that needs only models that loaded reaches its rule (one model against one: too few to decide)
+    # the comparison of the paper's two groups needs MANTa-LM and CharacterBERT too: not testable, saying why
     row = verdicts.loc["p1-s3.1-char-only-above-subword"]
-    assert row["verdict"] == "not testable here" and "too few models in a group" in row["why"]
+    assert row["verdict"] == "not testable here" and "manta-lm, which could not be measured here" in row["why"]
     # None of them: one line, nothing stored for them.
     before = _stored(repo_copy)
     proc = run_cli(repo_copy, "run", "p1_s3_character_level", "--profile", "paper-sim", "-p",
