@@ -107,15 +107,7 @@ def common_first_opposite_last(qk: pd.DataFrame, min_runs: int = 2) -> Outcome:
 def opposite_onset_share(part: pd.DataFrame) -> float:
     """The first checkpoint after which the last layer's mean cos(Q̄, K̄) over heads stays negative, as a share of the
     run's last step (NaN when it does not end negative; 0 when it is negative from the first checkpoint)."""
-    last_layer = part[part["layer"] == part["layer"].max()]
-    curve = last_layer.groupby("step")["cos_qk"].mean().sort_index()
-    negative = (curve < 0).to_numpy()
-    if not negative[-1]:
-        return float("nan")
-    start = len(negative) - 1
-    while start > 0 and negative[start - 1]:
-        start -= 1
-    return float(curve.index[start] / curve.index[-1])
+    return onset_share(part, "last", -1)
 
 
 @rule
