@@ -229,6 +229,8 @@ def block(n_seeds: int = 2, crossing: bool = True, norms=NORMS, sharpening: floa
 
 
 COARSE = (0, 16, 32, 1024)  # the smoke profile's grid: one norm on each side of N*
+_SHIFTS = block().assign(score_mean=lambda f: np.where(f["seed"] == 0, -1.0, 1.0) * f["bias_norm"] ** 2)
+_CLEARER = block().assign(seq_max=lambda f: 1 / 512 + 2e-4 * f["bias_norm"], seq_min=lambda f: 1 / 512 - 2e-6 * f["bias_norm"])
 
 
 def test_rises_with_bias_and_fixed_points():
@@ -397,6 +399,14 @@ def test_section_4_reread_rules_hold_and_fail_on_the_sweep():
     assert p1_s4.small_at_low_bias(block(sharpening=1e-4)).holds is False
     assert p1_s4.anisotropic_at_zero(_ZERO).holds
     assert p1_s4.anisotropic_at_zero(_ZERO, inputs="word embeddings (this page's setup)").holds is False
+    # Figure 7's caption: the block's mean score moves down in seed 0 and up in seed 1; all up in two seeds is too few
+    assert p1_s4.shift_direction_is_a_draw(_SHIFTS).holds
+    assert p1_s4.shift_direction_is_a_draw(block(n_seeds=6).assign(score_mean=lambda f: f["bias_norm"] ** 2)).holds is False
+    assert p1_s4.shift_direction_is_a_draw(block().assign(score_mean=lambda f: f["bias_norm"] ** 2)).holds is None
+    # whole sequences: extremes moving twice as far from 1/512 as the rows' (same start) against the rows' own
+    assert p1_s4.sequence_extremes_clearer(_CLEARER).holds
+    assert p1_s4.sequence_extremes_clearer(_CLEARER.assign(seq_max=lambda f: f["softmax_max"],
+                                                           seq_min=lambda f: f["softmax_min"])).holds is False
 
 
 def test_the_first_position_carries_the_share_at_the_claims_factor_and_only_in_the_middle_band():
@@ -894,6 +904,10 @@ CASES = {  # rule: (holds, does not hold, not testable or None), each a tuple of
                                   (block().assign(input_cosine=0.3, output_cosine=0.28),),
                                   (block().iloc[:0].assign(input_cosine=[], output_cosine=[]),)),
     "anisotropic_at_zero": ((_ZERO,), (_ZERO.assign(query_cosine=1e-4, key_cosine=1e-4),), (_ZERO.iloc[:0],)),
+    "shift_direction_is_a_draw": ((_SHIFTS,), (block(n_seeds=6).assign(score_mean=lambda f: f["bias_norm"] ** 2),),
+                                  (block().assign(score_mean=lambda f: f["bias_norm"] ** 2),)),
+    "sequence_extremes_clearer": ((_CLEARER,), (_CLEARER.assign(seq_max=lambda f: f["softmax_max"]),),
+                                  (_CLEARER.assign(output_drift_norm=lambda f: 1000.0 + f["bias_norm"]),)),
     "common_before_opposite": ((qk(),), (qk(opposite_from=10**9),), (qk(runs=("s0",)),)),
     "first_layers_sharper": ((qk().assign(entropy=lambda f: 1.0 + 0.5 * f["layer"]),),
                              (qk().assign(entropy=lambda f: 3.0 - 0.5 * f["layer"]),),

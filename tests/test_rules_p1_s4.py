@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from anisotropy.claims import ledger as claims
 from anisotropy.claims.rules import p1_s4
@@ -17,12 +18,12 @@ NORMS = (0.0, 4.0, 8.0, 16.0, 24.0, 32.0, 48.0, 64.0, 128.0, 256.0, 512.0)
 N_STAR = 27.7
 
 
-def sweep(entropy_drop=lambda n: 0.0, seeds=(0, 1), **columns) -> pd.DataFrame:
+def sweep(entropy_drop=lambda n: 0.0, seeds=(0, 1), norms=NORMS, **columns) -> pd.DataFrame:
     """A post-LN sweep whose average output norm crosses the input's (about N) at N* = 27.7, and whose attention
     entropy / uniform is 1 - entropy_drop(N)."""
     rows = []
     for seed in seeds:
-        for n in NORMS:
+        for n in norms:
             rows.append({"variant": "post_ln", "seed": seed, "bias_norm": n, "input_drift_norm": n + 0.01,
                          "output_drift_norm": N_STAR + 0.3 * (n - N_STAR), "entropy_ratio": 1 - entropy_drop(n),
                          "softmax_max": 1 / 512 + entropy_drop(n) / 100, "softmax_min": 1 / 512 - entropy_drop(n) / 1e4,
@@ -37,8 +38,61 @@ def test_rows_sharpen_at_its_threshold_and_says_where_the_effect_sets_in():
     above = p1_s4.rows_sharpen(sweep(lambda n: m * 1.05 * n / edge), **params)
     below = p1_s4.rows_sharpen(sweep(lambda n: m * 0.95 * n / edge), **params)
     assert above.holds and below.holds is False
-    # the value gives the drop at N* and the first grid norm where it reaches min_drop (beyond the range: 128)
-    assert "entropy drop" in below.value and "reaches 0.01 first at N = 128" in below.value
+    # the value reads the same test at N* (a drop of 0.95 m N*/64) and where the drop reaches m: at N = 64 / 0.95,
+    # between the grid norms 64 and 128, where the test holds
+    assert p1_s4.sharpening_onset(sweep(lambda n: m * 0.95 * n / edge), "post_ln", m) == pytest.approx(edge / 0.95)
+    assert f"read at N* = {N_STAR:.1f}: does not hold" in below.value
+    assert f"reaches {m:g} at N = {edge / 0.95:.4g}" in below.value and "read at N = 128 (5 N*" in below.value
+    assert below.value.endswith(f"holds (entropy drop {m * 0.95 * 128 / edge:.1e})")
+
+
+def test_sharpening_onset_is_nan_when_the_drop_never_reaches_it():
+    assert np.isnan(p1_s4.sharpening_onset(sweep(lambda n: 1e-6 * n), "post_ln", 0.01))
+    assert "never reaches 0.01" in p1_s4.rows_sharpen(sweep(lambda n: 1e-6 * n)).value
+
+
+def test_average_fixed_point_at_its_grid_and_range_thresholds():
+    params = claims.claim("p1-s4-fixed-point").params
+    within, k = params["within"], params["min_side"]
+    star = N_STAR - 0.01 / 0.7  # where N* + 0.3 (N - N*) meets N + 0.01
+    side = lambda count: [star * within ** (-(i + 1) / (count + 1)) for i in range(count)] + \
+        [star * within ** ((i + 1) / (count + 1)) for i in range(count)]  # noqa: E731
+    for count, expected in ((k, True), (k - 1, None)):
+        frame = sweep(norms=sorted([0.0, 1.0, *side(count), 1000.0]))
+        assert p1_s4.average_fixed_point(frame, **params).holds is expected, count
+    # the output drift back above the input's at one grid norm: inside within N* a second crossing, outside it not
+    for factor, expected in ((0.97, False), (1.03, True)):
+        bump = within * star * factor
+        frame = sweep(norms=sorted([*NORMS, bump]))
+        frame.loc[frame["bias_norm"] == bump, "output_drift_norm"] = bump + 1.0
+        assert p1_s4.average_fixed_point(frame, **params).holds is expected, factor
+
+
+def test_shift_direction_is_a_draw_at_its_seed_count():
+    params = claims.claim("p1-s4-other-inits-increase").params
+    k = params["min_seeds"]
+    same = lambda seeds: sweep(seeds=seeds, score_mean=lambda n: 1e-3 * n**2)  # noqa: E731
+    assert p1_s4.shift_direction_is_a_draw(same(range(k)), **params).holds is False
+    assert p1_s4.shift_direction_is_a_draw(same(range(k - 1)), **params).holds is None
+    mixed = same(range(2))
+    mixed.loc[mixed["seed"] == 1, "score_mean"] *= -1
+    out = p1_s4.shift_direction_is_a_draw(mixed, **params)
+    assert out.holds and "up in 1, down in 1 of 2 seeds" in out.value
+
+
+def test_sequence_extremes_clearer_at_its_factor():
+    params = claims.claim("p1-s4-sequence-extremes-clearer").params
+    f = params["min_factor"]
+    u = 1 / 512
+
+    def frame(factor):  # the rows' extremes move by a N, the sequences' by factor * a N, from the same 1/512
+        return sweep(softmax_max=lambda n: u + 1e-6 * n, softmax_min=lambda n: u - 1e-6 * n,
+                     seq_max=lambda n: u + factor * 1e-6 * n, seq_min=lambda n: u - factor * 1e-6 * n)
+
+    assert p1_s4.sequence_extremes_clearer(frame(f * 1.05), **params).holds
+    assert p1_s4.sequence_extremes_clearer(frame(f * 0.95), **params).holds is False
+    out = p1_s4.sequence_extremes_clearer(frame(1.0), **params)
+    assert out.holds is False and f"rises {1.0:.3f} times" in out.value
 
 
 def test_small_at_low_bias_at_its_threshold():
@@ -105,3 +159,23 @@ def test_the_full_embedding_layer_gives_queries_and_keys_a_common_direction_at_z
     swept = block_module.sweep([0.0], seeds=(0,), variants=("post_ln",), n_sequences=4, seq_len=64, hidden_size=64,
                                num_attention_heads=2, intermediate_size=128)
     assert by.loc[block_module.WORD_ONLY, "query_cosine"] == pytest.approx(swept["query_cosine"].iloc[0], rel=1e-6)
+
+
+def test_block_cosines_are_those_of_float64_pairs_at_large_drift():
+    """At N = 2048 the inputs' and outputs' mean cosines are within 1e-7 of 1; block_statistics gives the brute-force
+    float64 mean over ordered pairs of distinct rows (float32 unit vectors resolve them only to about 1e-7)."""
+    blocks = block_module.build(0, variants=("post_ln",), hidden_size=64, num_attention_heads=2, intermediate_size=128)
+    b = blocks["post_ln"]
+    x, direction = block_module.draw_inputs(b.embeddings, 2, 32, seed=0)
+    x = x + 2048.0 * direction
+    stats = block_module.block_statistics(b, x, n_rows=None)
+    with torch.no_grad():
+        y = b(x)
+    for name, v in (("input_cosine", x), ("output_cosine", y)):
+        u = v.reshape(-1, 64).double().numpy()
+        u = u / np.linalg.norm(u, axis=1, keepdims=True)
+        gram = u @ u.T
+        n = len(u)
+        brute = (gram.sum() - np.trace(gram)) / (n * (n - 1))
+        assert 1 - brute < 1e-5
+        assert stats[name] == pytest.approx(brute, abs=1e-12), name

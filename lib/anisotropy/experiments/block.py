@@ -158,7 +158,8 @@ def attention_statistics(cap: attention.AttentionCapture, n_rows: int | None = 6
     """Summary of one captured attention map (probabilities (B, H, S, S), queries and keys (B, H, S, d_k)).
 
     - ``query_cosine`` / ``key_cosine``, ``query_norm`` / ``key_norm``: mean pairwise cosine and mean norm of the
-      query and key vectors (all heads concatenated: the outputs of the query and key maps) over all tokens;
+      query and key vectors (all heads concatenated: the outputs of the query and key maps) over all tokens, the
+      cosines from float64 unit vectors;
     - on ``n_rows`` evenly spaced query positions (every row statistic is an average over rows, so a subset of
       positions estimates it; all positions when None):
       ``score_*``: pre-softmax scores scale * q.k (mean, std, and ``score_row_std``, the spread within a row, which
@@ -174,7 +175,7 @@ def attention_statistics(cap: attention.AttentionCapture, n_rows: int | None = 6
     out = {}
     for name, vectors in (("query", q), ("key", k)):
         flat = vectors.transpose(1, 2).reshape(-1, heads * d_k)
-        out[f"{name}_cosine"] = metrics.mean_cosine(flat)
+        out[f"{name}_cosine"] = metrics.mean_cosine(flat.double())  # float64: see block_statistics
         out[f"{name}_norm"] = metrics.mean_norm(flat)
 
     device = p.device
@@ -217,13 +218,17 @@ def attention_statistics(cap: attention.AttentionCapture, n_rows: int | None = 6
 
 
 def block_statistics(block: Block, x: torch.Tensor, n_rows: int | None = 64) -> dict:
-    """Input/output statistics of one forward of ``block`` on ``x`` (B, S, d), plus its attention statistics."""
+    """Input/output statistics of one forward of ``block`` on ``x`` (B, S, d), plus its attention statistics
+    (mean cosines computed from float64 unit vectors)."""
     with torch.no_grad(), attention.hooks(block.layer, layers=0) as caps:
         y = block(x)
     d = x.shape[-1]
     flat_in, flat_out = x.reshape(-1, d), y.reshape(-1, d)
+    # Cosines from float64 unit vectors: in float32 a mean cosine is resolved to about 1e-7 only, while at large N
+    # input and output are within 1e-7 of 1 and differ by less (1 - cos ~ ||x||^2 / N^2), so float32 rounding
+    # decided which one was higher.
     row = {
-        "input_cosine": metrics.mean_cosine(flat_in), "output_cosine": metrics.mean_cosine(flat_out),
+        "input_cosine": metrics.mean_cosine(flat_in.double()), "output_cosine": metrics.mean_cosine(flat_out.double()),
         "input_norm": metrics.mean_norm(flat_in), "output_norm": metrics.mean_norm(flat_out),
         "input_drift_norm": metrics.drift_norm(flat_in), "output_drift_norm": metrics.drift_norm(flat_out),
     }

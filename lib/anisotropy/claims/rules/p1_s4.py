@@ -151,16 +151,45 @@ def scores_shift_and_spread(scores: pd.DataFrame, block: pd.DataFrame, share: fl
                    f"{hi / n_star:.1f} N* (score sd {first['std'].mean():.3g} → {last['std'].mean():.3g} on average)")
 
 
-def sharpening_points(block: pd.DataFrame, variant: str, n_star: float, min_drop: float) -> str:
-    """The entropy drop (of the uniform row's) at N*, and the first grid norm on the whole grid where it reaches
-    ``min_drop``, in words: the verdict's range of N is the book's choice, these say where the effect is."""
+_SHARPENING = ("softmax_max", "softmax_min", "entropy_ratio")
+
+
+def _sharpened_at(curves: dict[str, pd.Series], n: float, min_drop: float) -> tuple[bool, float]:
+    """(whether the rows are sharper at N = ``n`` than at the smallest N: mean row maximum higher, minimum lower and
+    entropy lower by at least ``min_drop`` of the uniform row's; the entropy drop), each curve interpolated at n."""
+    at = {c: float(np.interp(n, v.index.to_numpy(float), v.to_numpy(float))) for c, v in curves.items()}
+    drop = float(curves["entropy_ratio"].iloc[0]) - at["entropy_ratio"]
+    return (bool(at["softmax_max"] > curves["softmax_max"].iloc[0] and at["softmax_min"] < curves["softmax_min"].iloc[0]
+                 and drop >= min_drop), drop)
+
+
+def sharpening_onset(block: pd.DataFrame, variant: str, min_drop: float) -> float:
+    """The smallest N where the entropy drop (mean over seeds, of the uniform row's) reaches ``min_drop``, by linear
+    interpolation between grid norms (NaN when it never does on the grid)."""
     curve = _block_curve(block, "entropy_ratio", variant)
-    drops = curve.iloc[0] - curve
-    at_star = float(np.interp(n_star, curve.index.to_numpy(float), drops.to_numpy(float)))
-    reached = drops[drops >= min_drop]
-    onset = (f"reaches {min_drop:g} first at N = {reached.index[0]:g} ({reached.index[0] / n_star:.0f} N*)"
-             if len(reached) else f"never reaches {min_drop:g} on the grid (largest N {curve.index[-1]:g})")
-    return f"entropy drop {at_star:.1e} at N* = {n_star:.1f}; it {onset}"
+    n, drops = curve.index.to_numpy(float), (curve.iloc[0] - curve).to_numpy(float)
+    for i in range(1, len(n)):
+        if drops[i] >= min_drop:
+            return float(n[i - 1] + (min_drop - drops[i - 1]) * (n[i] - n[i - 1]) / (drops[i] - drops[i - 1]))
+    return float("nan")
+
+
+def sharpening_points(block: pd.DataFrame, variant: str, n_star: float, min_drop: float) -> str:
+    """``rows_sharpen``'s test read at N* and at the first grid norm where the entropy drop has reached ``min_drop``
+    (and that N by interpolation), in words: the verdict's range of N is the book's choice, these say where the
+    effect is."""
+    curves = {c: _block_curve(block, c, variant) for c in _SHARPENING}
+    yes_no = {True: "holds", False: "does not hold"}
+    sharp, drop = _sharpened_at(curves, n_star, min_drop)
+    words = f"read at N* = {n_star:.1f}: {yes_no[sharp]} (entropy drop {drop:.1e})"
+    onset = sharpening_onset(block, variant, min_drop)
+    if not np.isfinite(onset):
+        return words + f"; the drop never reaches {min_drop:g} on the grid (largest N {curves['entropy_ratio'].index[-1]:g})"
+    grid = float(curves["entropy_ratio"].index[curves["entropy_ratio"].index >= onset][0])
+    sharp, drop = _sharpened_at(curves, grid, min_drop)
+    return (words + f"; the drop reaches {min_drop:g} at N = {onset:.4g} ({onset / n_star:.0f} N*, interpolated); read "
+            f"at N = {grid:g} ({grid / n_star:.0f} N*, the first grid norm there): {yes_no[sharp]} (entropy drop "
+            f"{drop:.1e})")
 
 
 @rule
@@ -168,25 +197,23 @@ def rows_sharpen(block: pd.DataFrame, variant: str = "post_ln", within: float = 
     """From the smallest N to the largest grid norm of the book's range (at most ``within`` N*, at least N*; the
     paper's text names no range): the mean row maximum rises, the mean row minimum falls and the attention entropy
     falls by at least ``min_drop`` of the uniform row's (a sharpening the softmax shows, not one in the sixth
-    decimal). The value says the drop at N* and the grid norm where it first reaches ``min_drop``."""
+    decimal). The value also reads the same test at N* and where the drop first reaches ``min_drop``."""
     regime = _regime(block, variant, within)
     if isinstance(regime, Outcome):
         return regime
     n_star, n_max = regime
-    curves = {c: _block_curve(block, c, variant) for c in ("softmax_max", "softmax_min", "entropy_ratio")}
+    curves = {c: _block_curve(block, c, variant) for c in _SHARPENING}
     curves = {c: v[v.index <= n_max] for c, v in curves.items()}
     n = curves["softmax_max"].index
     if len(n) < 2 or n[-1] < n_star:
         return Outcome(None, f"the grid has no bias norm between N* = {n_star:.1f} and {within:g} N*")
-    up = curves["softmax_max"].iloc[-1] > curves["softmax_max"].iloc[0]
-    down = curves["softmax_min"].iloc[-1] < curves["softmax_min"].iloc[0]
-    drop = curves["entropy_ratio"].iloc[0] - curves["entropy_ratio"].iloc[-1]
-    return Outcome(bool(up and down and drop >= min_drop), sharpening_points(block, variant, n_star, min_drop) + "; " +
-                   f"from N = {n[0]:g} to N = {n[-1]:g} ({n[-1] / n_star:.1f} N*): row maximum "
-                   f"{curves['softmax_max'].iloc[0]:.4f} → {curves['softmax_max'].iloc[-1]:.4f}, row minimum "
+    sharp, drop = _sharpened_at(curves, float(n[-1]), min_drop)
+    return Outcome(sharp, f"on the book's range, from N = {n[0]:g} to N = {n[-1]:g} ({n[-1] / n_star:.1f} N*): row "
+                   f"maximum {curves['softmax_max'].iloc[0]:.4f} → {curves['softmax_max'].iloc[-1]:.4f}, row minimum "
                    f"{curves['softmax_min'].iloc[0]:.2e} → {curves['softmax_min'].iloc[-1]:.2e}, entropy / uniform "
                    f"{curves['entropy_ratio'].iloc[0]:.4f} → {curves['entropy_ratio'].iloc[-1]:.4f} (a drop of "
-                   f"{drop:.1e}; at least {min_drop:g} asked)")
+                   f"{drop:.1e}; at least {min_drop:g} asked); the same test " +
+                   sharpening_points(block, variant, n_star, min_drop))
 
 
 @rule
@@ -239,8 +266,8 @@ def small_at_low_bias(block: pd.DataFrame, variant: str = "post_ln", min_drop: f
         return too_few(f"bias norms up to N* = {n_star:.1f}", len(low), 2)
     drop = float((low.iloc[0] - low).max())
     return Outcome(drop < min_drop, f"largest entropy drop up to N* = {n_star:.1f}: {drop:.1e} of the uniform row's "
-                                    f"({min_drop:g} would be a sharpening); " + sharpening_points(block, variant, n_star,
-                                                                                                  min_drop))
+                                    f"({min_drop:g} would be a sharpening); the sharpening test of "
+                                    "p1-s4-rows-sharpen " + sharpening_points(block, variant, n_star, min_drop))
 
 
 @rule
@@ -273,3 +300,61 @@ def anisotropic_at_zero(zero: pd.DataFrame, inputs: str = "BERT's embedding laye
     words = "; ".join(f"{name}: queries {r.query_cosine:.2g}, keys {r.key_cosine:.2g}" for name, r in means.iterrows())
     return Outcome(bool(row["query_cosine"] > q95 and row["key_cosine"] > q95),
                    f"mean cosine at N = 0 ({words}), isotropic 95th percentile {q95:.3f} (d = {dim})")
+
+
+@rule
+def shift_direction_is_a_draw(block: pd.DataFrame, variant: str = "post_ln", min_seeds: int = 6) -> Outcome:
+    """Figure 7's caption, other draws of the layer and of b_u shift the scores the other way: among the seeds (each
+    redraws the block and b_u), the block's mean pre-softmax score at the largest grid norm is above its value at the
+    smallest N in some and below it in others. When every seed shifts the same way the rule decides only from
+    ``min_seeds`` seeds on (were the direction a fair coin, all n agreeing has chance 2^(1-n): 3% at 6)."""
+    part = block[block["variant"] == variant]
+    if part.empty or "score_mean" not in part:
+        return Outcome(None, f"no {variant} block with its mean score")
+    lo, hi = part["bias_norm"].min(), part["bias_norm"].max()
+    by_seed = part.pivot_table(index="seed", columns="bias_norm", values="score_mean")
+    shift = by_seed[hi] - by_seed[lo]
+    up, down = int((shift > 0).sum()), int((shift < 0).sum())
+    words = (f"mean score from N = {lo:g} to N = {hi:g}: up in {up}, down in {down} of {len(shift)} seeds "
+             f"({', '.join(f'{v:+.3g}' for v in shift)})")
+    if up and down:
+        return Outcome(True, words)
+    if len(shift) < min_seeds:
+        return too_few("seeds, all shifting the same way", len(shift), min_seeds, words)
+    return Outcome(False, words)
+
+
+@rule
+def sequence_extremes_clearer(block: pd.DataFrame, variant: str = "post_ln", within: float = 4.0,
+                              min_factor: float = 1.5) -> Outcome:
+    """Section 4.4, the sharpening "even clearer" over whole sequences: from the smallest N to the largest grid norm
+    of the book's range (at most ``within`` N*, as ``rows_sharpen``), the whole-sequence maximum rises by at least
+    ``min_factor`` times the relative rise of the mean row maximum, and the whole-sequence minimum falls by at least
+    ``min_factor`` times the relative fall of the mean row minimum (a factor near 1: the whole sequences show no more
+    than the rows). The value gives both factors at the largest N too."""
+    if missing := {"seq_max", "seq_min", "softmax_max", "softmax_min"} - set(block.columns):
+        return Outcome(None, f"the sweep has no {', '.join(sorted(missing))}")
+    regime = _regime(block, variant, within)
+    if isinstance(regime, Outcome):
+        return regime
+    n_star, n_max = regime
+
+    def factors(top: float) -> tuple[float, float]:
+        c = {k: _block_curve(block, k, variant) for k in ("softmax_max", "seq_max", "softmax_min", "seq_min")}
+        c = {k: v[v.index <= top] for k, v in c.items()}
+        rel = {k: float(v.iloc[-1] / v.iloc[0] - 1) for k, v in c.items()}
+        with np.errstate(divide="ignore", invalid="ignore"):  # rows that do not move: NaN, which never passes
+            return (float(np.divide(rel["seq_max"], rel["softmax_max"])),
+                    float(np.divide(rel["seq_min"], rel["softmax_min"])))
+
+    curve = _block_curve(block, "seq_max", variant)
+    inside = curve.index[curve.index <= n_max]
+    if len(inside) < 2 or inside[-1] < n_star:
+        return Outcome(None, f"the grid has no bias norm between N* = {n_star:.1f} and {within:g} N*")
+    up, down = factors(n_max)
+    far_up, far_down = factors(float(curve.index[-1]))
+    return Outcome(bool(up >= min_factor and down >= min_factor),
+                   f"from N = {inside[0]:g} to N = {inside[-1]:g} ({inside[-1] / n_star:.1f} N*), the whole "
+                   f"sequences' maximum rises {up:.3f} times as much as the mean row maximum (relative to their values "
+                   f"at N = {inside[0]:g}) and their minimum falls {down:.3f} times as much (at least {min_factor:g} "
+                   f"asked); at the largest N, {curve.index[-1]:g}: {far_up:.3f} and {far_down:.3f} times")

@@ -126,9 +126,10 @@ def _decoder_runs(frame: pd.DataFrame, stack: str) -> pd.DataFrame | Outcome:
 @rule
 def rise_then_fall(dimension: pd.DataFrame, min_change: float = 0.05, stack: str = "decoder", min_runs: int = 2,
                    min_checkpoints: int = 3) -> Outcome:
-    """Per ``stack`` run, from its first checkpoint after initialisation (``growth_start``): the peak lies strictly
-    inside the series and is at least ``min_change`` (relative) above its first checkpoint and above its last; holds
-    in most of at least ``min_runs`` runs."""
+    """Per ``stack`` run, from where growth is measured (``growth_start``: the first checkpoint at or after the warm-up
+    where the frame has a ``warmup`` column, else after initialisation): the peak lies strictly inside the series and
+    is at least ``min_change`` (relative) above its first checkpoint and above its last; holds in most of at least
+    ``min_runs`` runs."""
     def test(part):
         part = part.sort_values("step")
         v = part["twonn_dimension"].to_numpy(float)
@@ -144,19 +145,20 @@ def rise_then_fall(dimension: pd.DataFrame, min_change: float = 0.05, stack: str
 @rule
 def grows_then_stabilises(anisotropy: pd.DataFrame, min_growth: float = 1.2, max_late_change: float = 0.25,
                           stack: str = "decoder", min_runs: int = 2, min_checkpoints: int = 3) -> Outcome:
-    """Per ``stack`` run, from its first checkpoint after initialisation (``growth_start``: the jump from random
-    weights is no growth): the layer-averaged anisotropy reaches ``min_growth`` times its first value, and over the
-    last third of the checkpoints moves by at most ``max_late_change`` of that rise; holds in most of at least
-    ``min_runs`` runs."""
+    """Per ``stack`` run, from where growth is measured (``growth_start``: the first checkpoint at or after the warm-up
+    where the frame says it, else after initialisation; the jump from random weights is no growth): the
+    layer-averaged anisotropy reaches ``min_growth`` times its first value and stays at least that high over the last
+    third of the checkpoints (a rise that falls back to where it started is no growth), where it moves by at most
+    ``max_late_change`` of that rise; holds in most of at least ``min_runs`` runs."""
     def test(part):
         part = part.sort_values("step")
         v = part["sigma1_share"].to_numpy(float)
         rise = v.max() - v[0]
         late = v[int(np.floor(2 * (len(v) - 1) / 3)):]
-        grows = v.max() >= min_growth * v[0]
+        grows = v.max() >= min_growth * v[0] and late.min() >= min_growth * v[0]
         settles = rise > 0 and (late.max() - late.min()) <= max_late_change * rise
-        return bool(grows and settles), (f"{v[0]:.3f} → max {v.max():.3f}, last third within "
-                                         f"{late.max() - late.min():.3f} (rise {rise:.3f})")
+        return bool(grows and settles), (f"{v[0]:.3f} → max {v.max():.3f}, last third from {late.min():.3f} to "
+                                         f"{late.max():.3f} (within {late.max() - late.min():.3f}; rise {rise:.3f})")
 
     runs = _decoder_runs(anisotropy, stack)
     return runs if isinstance(runs, Outcome) else over_runs(runs, test, min_runs,
@@ -214,11 +216,12 @@ def drift_versus_spike(clouds: pd.DataFrame) -> Outcome:
 @rule
 def internal_layers_grow(profiles: pd.DataFrame, min_growth: float = 1.2, share: float = 1.0, stack: str = "decoder",
                          min_rho: float = 0.5, min_runs: int = 2, min_checkpoints: int = 3) -> Outcome:
-    """Paper 2, Section 4: per ``stack`` run, from its first checkpoint after initialisation (``growth_start``), the
-    share of its internal layers (neither the first nor the last layer, nor the state after the final norm) whose
-    sigma1 share rises along the whole series (Spearman's rho against the step at least ``min_rho``; a rise that
-    falls back does not count) and ends at least ``min_growth`` times where it started; a run holds when that share
-    is at least ``share``; holds in most of at least ``min_runs`` runs."""
+    """Paper 2, Section 4: per ``stack`` run, from where growth is measured (``growth_start``: after the warm-up where
+    the frame says it, else after initialisation), the share of its internal layers (neither the first nor the last
+    layer, nor the state after the final norm) whose sigma1 share rises along the whole series (Spearman's rho
+    against the step at least ``min_rho``; a rise that falls back does not count) and ends at least ``min_growth``
+    times where it started; a run holds when that share is at least ``share``; holds in most of at least ``min_runs``
+    runs."""
     frame = profiles
     if "after_final_norm" in frame.columns:
         frame = frame[~frame["after_final_norm"].astype(bool)]
@@ -244,9 +247,9 @@ def internal_layers_grow(profiles: pd.DataFrame, min_growth: float = 1.2, share:
 @rule
 def peaks_early(dimension: pd.DataFrame, share: float = 0.25, stack: str = "decoder", min_runs: int = 2,
                 min_checkpoints: int = 3) -> Outcome:
-    """Paper 2, Section 4: per ``stack`` run, from its first checkpoint after initialisation (``growth_start``), the
-    layer-averaged TwoNN dimension is largest at a checkpoint after the first one and no later than ``share`` of the
-    run's last step; holds in most of at least ``min_runs`` runs."""
+    """Paper 2, Section 4: per ``stack`` run, from where growth is measured (``growth_start``: after the warm-up where
+    the frame says it, else after initialisation), the layer-averaged TwoNN dimension is largest at a checkpoint after
+    the first one and no later than ``share`` of the run's last step; holds in most of at least ``min_runs`` runs."""
     runs = _decoder_runs(dimension, stack)
     if isinstance(runs, Outcome):
         return runs
