@@ -59,7 +59,7 @@ def test_no_claim_is_decided_by_a_stand_in_of_another_kind():
         if not c.real_models:
             continue
         frame = pd.concat([layers(m, [0.3, 0.4, 0.5]) for m in c.real_models], ignore_index=True)
-        selected, tested_on, why, question = claims._select(c, [frame] * len(c.input))
+        selected, tested_on, why, question, _ = claims._select(c, [frame] * len(c.input))
         fitting = [m for m in c.real_models if stand_ins.of_kind(c, m)]
         unfit = [m for m in c.real_models if m not in fitting]
         if selected is not None:

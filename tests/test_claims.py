@@ -362,6 +362,11 @@ def test_alignment_dot_entropy_rules_compare_from_the_end_of_warmup():
         assert rule(qk(runs=("mlm seed 0",)), min_runs=2).holds is None, rule.__name__
         assert rule(qk(warmup=None)).holds is None, rule.__name__  # the frame does not say the warm-up
         assert rule(qk(warmup=2000)).holds is None, rule.__name__  # no checkpoint after it
+    # Figure 13's caption: at the end every head lies outside the band of d_h = 32, after warm-up none did
+    assert p1_s5.almost_all_heads_align(qk()).holds
+    assert p1_s5.almost_all_heads_align(qk(grow=False)).holds is False
+    assert p1_s5.almost_all_heads_align(qk(during_warmup=True)).holds is False  # aligned already after warm-up
+    assert p1_s3.broad_at_small_d(_QUANT).holds and p1_s3.broad_at_small_d(_QUANT, d=8192).holds is False
     out = p1_s5.entropy_falls(qk())
     assert "step 50 → 1,250" in out.value and "2 of 2 runs" in out.value
     assert common.after_warmup(qk(runs=("a",)))["step"].min() == 50
@@ -793,6 +798,8 @@ def pearson_frame(rows=_PEARSON, n_layers: int = 13) -> pd.DataFrame:
 
 CASES = {  # rule: (holds, does not hold, not testable or None), each a tuple of positional frames and keywords
     "null_concentrates": ((_QUANT,), (_QUANT.assign(exact_q95=2 * _QUANT["exact_q95"]),), (_QUANT.head(1),)),
+    "broad_at_small_d": ((_QUANT,), (_QUANT.assign(exact_q95=_QUANT["exact_q95"] / 2),), (_QUANT[_QUANT["d"] != 16],)),
+    "almost_all_heads_align": ((qk(),), (qk(grow=False),), (qk(runs=("mlm seed 0",)),)),
     "models_above_null": ((layers({"a": [0.5]}),), (layers({"a": [0.0]}),), (_NONE,)),
     "most_layers_above_null": ((layers({"a": [0.5, 0.5]}),), (layers({"a": [_Q / 2, _Q / 2]}),), (_NONE,)),
     "some_layer_above_null": ((layers({"a": [_Q / 2, 0.5], "b": [0.4, _Q / 2]}),),

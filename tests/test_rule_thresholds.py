@@ -155,3 +155,39 @@ def test_scores_shift_and_spread_at_its_share_of_heads():
 
     assert p1_s4.scores_shift_and_spread(scores(k), block(), **params).holds
     assert p1_s4.scores_shift_and_spread(scores(k - 1), block(), **params).holds is False
+
+
+def test_almost_all_heads_align_at_its_share_of_heads():
+    params = claims.claim("p1-s5-almost-all-heads-align").params
+    share = params["share"]
+    heads = 40
+    k = int(np.ceil(share * heads))  # the fewest aligned heads that make the share
+    from anisotropy.experiments.qk_dynamics import null_cosine_bound
+
+    bound = null_cosine_bound(64)
+
+    def frame(aligned):
+        rows = []
+        for run in ("seed 0", "seed 1"):
+            for step, t in ((0, 0.0), (100, 0.0), (1000, 1.0)):
+                for head in range(heads):
+                    cos = (-1) ** head * (bound * 1.05 if t and head < aligned else bound * 0.95)
+                    rows.append({"run": run, "layer": 0, "head": head, "step": step, "head_dim": 64, "cos_qk": cos,
+                                 "warmup": 100})
+        return pd.DataFrame(rows)
+
+    assert p1_s5.almost_all_heads_align(frame(k), **params).holds
+    assert p1_s5.almost_all_heads_align(frame(k - 1), **params).holds is False
+
+
+def test_broad_at_small_d_at_its_share_of_the_spectrum():
+    from anisotropy.measure.baseline import isotropic_cosine_quantile
+
+    params = claims.claim("p1-appB-broad-at-small-d").params
+    d, share = params["d"], params["min_share"]
+    # the exact law at d = 16: Beta(7.5, 7.5) on [-1, 1], q95 = 0.412, well inside the book's threshold
+    exact = float(isotropic_cosine_quantile(0.95, d))
+    assert abs(exact - 0.412) < 1e-3
+    assert p1_s3.broad_at_small_d(pd.DataFrame({"d": [d], "exact_q95": [exact]}), **params).holds
+    assert p1_s3.broad_at_small_d(pd.DataFrame({"d": [d], "exact_q95": [share * 1.01]}), **params).holds
+    assert p1_s3.broad_at_small_d(pd.DataFrame({"d": [d], "exact_q95": [share * 0.99]}), **params).holds is False

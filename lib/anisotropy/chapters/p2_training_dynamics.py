@@ -31,3 +31,29 @@ def paper_widths(chapter: str = "p2_training_dynamics") -> str:
     params = profiles.chapter_parameters("paper", chapter)
     names = [*params.get("pythia_models", []), *params.get("bloom_models", [])]
     return widths(registry.spec(n).config.get("hidden_size", 0) for n in names)
+
+
+#: Paper 2's share as measured and the book's two robust readings of it (``measure.batches.ROBUST_METRICS``).
+ROBUST_SHARES = {"sigma1_share": "as measured (Paper 2)", "sigma1_share_no_first": "without the first position",
+                 "sigma1_share_no_top_norms": "without the largest 1% of norms"}
+
+
+def robust_average(frame: pd.DataFrame, by) -> pd.DataFrame:
+    """Per checkpoint (``by``), the layer-averaged sigma_1 share in each of ``ROBUST_SHARES``' readings, stacked: the
+    share in column ``sigma1_share`` (and ``_std`` over batches), the reading in ``measure``."""
+    from anisotropy.experiments import spectral
+
+    parts = [spectral.layer_average(frame, column, by=by)
+             .rename(columns={column: "sigma1_share", f"{column}_std": "sigma1_share_std"}).assign(measure=name)
+             for column, name in ROBUST_SHARES.items() if column in frame.columns]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def robust_words(average: pd.DataFrame) -> str:
+    """Per run, the three layer-averaged shares of ``robust_average`` at its last checkpoint, in words."""
+    parts = []
+    for run, rows in average.groupby("label", sort=False):
+        last = rows[rows["step"] == rows["step"].max()].set_index("measure")["sigma1_share"]
+        parts.append(f"{run} at step {int(rows['step'].max()):,}: " + ", ".join(
+            f"{last[name]:.3f} {name}" for name in ROBUST_SHARES.values() if name in last.index))
+    return "; ".join(parts)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import html
 from functools import lru_cache
+from typing import NamedTuple
 from pathlib import Path
 
 import pandas as pd
@@ -149,12 +150,22 @@ def _partly(c: Claim, measured: list[str], stand_in: bool) -> str | None:
     return (f"{PARTLY} (missing: {', '.join(missing)}; no real stand-in is a {' or a '.join(kinds)} model)")
 
 
-def _select(c: Claim, frames: list[pd.DataFrame]) -> tuple[list[pd.DataFrame] | None, str, str, str]:
-    """The frames ``c`` may be decided on, what they hold (``tested_on``), why not (when None), and the question of
-    ``stand_ins.QUESTIONS`` the verdict answers. A ``training`` claim with a ``stack`` parameter (Paper 2's are about
+class Selection(NamedTuple):
+    """What ``_select`` finds for a claim: the frames it may be decided on (None: not testable here), what they hold
+    (``tested_on``), why not (when None), the question of ``stand_ins.QUESTIONS`` the verdict answers, and the
+    measured real models not of the claim's kind (``stand_ins.not_of_kind``'s words, "" when none)."""
+    frames: list[pd.DataFrame] | None
+    tested_on: str = ""
+    why: str = ""
+    question: str = ""
+    unfit: str = ""
+
+
+def _select(c: Claim, frames: list[pd.DataFrame]) -> Selection:
+    """The ``Selection`` of ``frames`` for ``c``. A ``training`` claim with a ``stack`` parameter (Paper 2's are about
     decoders) reads the runs of that stack only; a real stand-in decides only a claim of its kind."""
     if c.scope == "any":
-        return frames, ", ".join(n for f in frames for n in _names(f)[:6]), "", c.question or "papers"
+        return Selection(frames, ", ".join(n for f in frames for n in _names(f)[:6]), "", c.question or "papers")
     stack = c.params.get("stack") if c.scope == "training" else None
     if stack is not None:
         frames = [f[f["stack"] == stack] if "stack" in f.columns else f for f in frames]
@@ -169,11 +180,11 @@ def _select(c: Claim, frames: list[pd.DataFrame]) -> tuple[list[pd.DataFrame] | 
     if model_frames and all(len(f) for f in model_frames):
         names = sorted({m for f in model_frames for m in f["model"]})
         if (partly := _partly(c, names, stand_in=False)) is not None:
-            return None, "", partly, ""
+            return Selection(None, "", partly)
         missing = [m for m in c.models if m not in names]
         note = f" (not measured: {', '.join(missing)})" if missing and c.scope == "pretrained" and len(missing) < len(
             c.models) else ""
-        return decided, ", ".join(names) + note, "", c.question or "papers"
+        return Selection(decided, ", ".join(names) + note, "", c.question or "papers")
     unfit = ""
     if c.real_models:
         measured = [m for m in c.real_models if any(m in set(f.get("model", ())) for f in frames)]
@@ -184,19 +195,19 @@ def _select(c: Claim, frames: list[pd.DataFrame]) -> tuple[list[pd.DataFrame] | 
         if fitting and all(len(f) for f in real):
             names = [m for m in fitting if any(m in set(f.get("model", ())) for f in real)]
             if (partly := _partly(c, names, stand_in=True)) is not None:
-                return None, "", partly + (f"; {unfit}" if unfit else ""), ""
+                return Selection(None, "", partly + (f"; {unfit}" if unfit else ""))
             shown = f"{REAL_STAND_IN}: {', '.join(_real_label(m) for m in names)}"
-            return real, shown + (f"; {unfit}" if unfit else ""), "", "real"
+            return Selection(real, shown + (f"; {unfit}" if unfit else ""), "", "real", unfit)
     if c.scope == "training":
         stand_in = [f[_origin(f) == "self-trained"] if "model" in f.columns else f for f in frames]
         if all(len(f) for f in stand_in):
             runs = sorted({n for f in stand_in for n in _names(f)})
-            return stand_in, "stand-in (the book's self-trained runs): " + ", ".join(runs), "", "self-trained"
+            return Selection(stand_in, "stand-in (the book's self-trained runs): " + ", ".join(runs), "", "self-trained")
         kind = f" {stack}" if stack else ""
-        return None, "", (f"needs the checkpoints of {', '.join(c.models[:3])}{' …' if len(c.models) > 3 else ''} "
-                          f"(paper profile) or the book's self-trained{kind} runs; neither was measured"), ""
-    return None, "", (f"needs the pretrained {', '.join(c.models[:5])}{' …' if len(c.models) > 5 else ''} "
-                      f"(the paper profile); {_measured_words(frames, c.models)}" + (f"; {unfit}" if unfit else "")), ""
+        return Selection(None, "", f"needs the checkpoints of {', '.join(c.models[:3])}{' …' if len(c.models) > 3 else ''} "
+                          f"(paper profile) or the book's self-trained{kind} runs; neither was measured")
+    return Selection(None, "", f"needs the pretrained {', '.join(c.models[:5])}{' …' if len(c.models) > 5 else ''} "
+                      f"(the paper profile); {_measured_words(frames, c.models)}" + (f"; {unfit}" if unfit else ""))
 
 
 def _with_stack(frames: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
@@ -228,7 +239,8 @@ def verdict_rows(chapter: str, profile: str, frames: dict[str, pd.DataFrame],
             verdict = UNTESTABLE
             why = "needs " + "; ".join(f"{m}, which could not be measured here ({unavailable[m]})" for m in lost)
         else:
-            selected, tested, why, question = _select(c, [frames[name] for name in c.input])
+            selection = _select(c, [frames[name] for name in c.input])
+            selected, tested, why, question = selection.frames, selection.tested_on, selection.why, selection.question
             if selected is None:
                 verdict = UNTESTABLE
             else:
@@ -236,9 +248,8 @@ def verdict_rows(chapter: str, profile: str, frames: dict[str, pd.DataFrame],
                 value = outcome.value
                 verdict = verdict_word(outcome)
                 if outcome.holds is None:
-                    unfit = tested.split("; measured but not of the claim's kind", 1)
                     why = f"the measured models cannot decide it: {outcome.value}" + (
-                        f"; measured but not of the claim's kind{unfit[1]}" if len(unfit) > 1 else "")
+                        f"; {selection.unfit}" if selection.unfit else "")
                     question = ""
         rows.append({"id": c.id, "paper": c.paper, "source": c.source, "section": c.section, "figure": c.figure,
                      "chapter": c.chapter, "claim": c.claim, "evidence": c.evidence, "quantity": c.quantity,

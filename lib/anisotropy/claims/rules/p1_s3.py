@@ -30,6 +30,18 @@ def null_concentrates(quantiles: pd.DataFrame, tolerance: float = 0.02) -> Outco
 
 
 @rule
+def broad_at_small_d(quantiles: pd.DataFrame, d: int = 16, min_share: float = 0.25) -> Outcome:
+    """Appendix B at d = ``d``: the central 90% of the isotropic cosine, [-q95, q95] (the exact law is symmetric),
+    covers at least ``min_share`` of the possible spectrum [-1, 1], i.e. q95 >= ``min_share``."""
+    row = quantiles[quantiles["d"] == d]
+    if row.empty:
+        return Outcome(None, f"no exact quantile at d = {d}")
+    q95 = float(row["exact_q95"].iloc[0])
+    return Outcome(q95 >= min_share, f"at d = {d} the central 90% of the isotropic cosine is [{-q95:.3f}, {q95:.3f}], "
+                                     f"{q95:.0%} of [-1, 1] (at least {min_share:.0%} asked)")
+
+
+@rule
 def models_above_null(measured: pd.DataFrame) -> Outcome:
     """Every model's layer-averaged mean cosine exceeds the isotropic q95 of its dimension."""
     if measured.empty:

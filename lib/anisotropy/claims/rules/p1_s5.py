@@ -64,6 +64,24 @@ def alignment_grows(qk: pd.DataFrame, min_rho: float = 0.5, min_runs: int = 2) -
 
 
 @rule
+def almost_all_heads_align(qk: pd.DataFrame, share: float = 0.9, min_runs: int = 2) -> Outcome:
+    """Figure 13's caption, "almost all heads see Q̄_s and K̄_s align": per run, at its last checkpoint at least
+    ``share`` of the heads have |cos(Q̄, K̄)| outside the isotropic two-sided 95% band of their dimension
+    (``null_cosine_bound``), and more than at the first checkpoint after warm-up; holds in most runs."""
+    from anisotropy.experiments.qk_dynamics import null_cosine_bound
+
+    def test(part):
+        first, last = run_ends(part)
+        bound = null_cosine_bound(int(part["head_dim"].iloc[0]))
+        before, after = float((first["cos_qk"].abs() > bound).mean()), float((last["cos_qk"].abs() > bound).mean())
+        return bool(after >= share and after > before), (
+            f"heads outside the band |cos| > {bound:.3f}: {before:.0%} at step {int(first['step'].iloc[0]):,}, "
+            f"{after:.0%} at step {int(last['step'].iloc[0]):,} (at least {share:.0%} asked)")
+
+    return over_runs(qk, test, min_runs, from_warmup=True)
+
+
+@rule
 def dot_grows(qk: pd.DataFrame, min_rho: float = 0.5, min_runs: int = 2) -> Outcome:
     """Per run, from the end of warm-up on, the median |Q̄·K̄| over heads rises along the whole series
     (``rises``); holds in most runs."""
