@@ -440,6 +440,13 @@ def test_section_5_reread_rules_onsets_sharper_first_layers_and_query_key_anisot
     out = p1_s5.common_before_opposite(late_common)
     assert out.holds is False and "common from 32%" in out.value and "opposite from 8%" in out.value
     assert p1_s5.onset_share(late_common[late_common["run"] == "mlm seed 0"], "first", +1) == pytest.approx(400 / 1250)
+    # common_in_first_steps: common from step 0 with a checkpoint at 1.6% -> holds; common only from 4% -> does not;
+    # no checkpoint within the first 2% -> the grid cannot tell
+    early = qk(steps=(0, 20, 50, 100, 400, 1250))
+    assert p1_s5.common_in_first_steps(early).holds
+    late = early.assign(cos_qk=lambda f: np.where((f["layer"] == 0) & (f["step"] < 50), -0.3, f["cos_qk"]))
+    assert p1_s5.common_in_first_steps(late).holds is False
+    assert p1_s5.common_in_first_steps(qk()).holds is None
     # first_layers_sharper: read at the last checkpoint, as a share of the uniform row's entropy
     params = claims.claim("p1-s5-first-layers-sharper").params
     sharper = qk().assign(entropy=lambda f: 1.0 + 0.5 * f["layer"])
@@ -799,6 +806,9 @@ def pearson_frame(rows=_PEARSON, n_layers: int = 13) -> pd.DataFrame:
 CASES = {  # rule: (holds, does not hold, not testable or None), each a tuple of positional frames and keywords
     "null_concentrates": ((_QUANT,), (_QUANT.assign(exact_q95=2 * _QUANT["exact_q95"]),), (_QUANT.head(1),)),
     "broad_at_small_d": ((_QUANT,), (_QUANT.assign(exact_q95=_QUANT["exact_q95"] / 2),), (_QUANT[_QUANT["d"] != 16],)),
+    "common_in_first_steps": ((qk(steps=(0, 20, 50, 100, 400, 1250)),),
+                              (qk(steps=(0, 20, 50, 100, 400, 1250)).assign(cos_qk=lambda f: np.where(
+                                  (f["layer"] == 0) & (f["step"] < 50), -0.3, f["cos_qk"])),), (qk(),)),
     "almost_all_heads_align": ((qk(),), (qk(grow=False),), (qk(runs=("mlm seed 0",)),)),
     "models_above_null": ((layers({"a": [0.5]}),), (layers({"a": [0.0]}),), (_NONE,)),
     "most_layers_above_null": ((layers({"a": [0.5, 0.5]}),), (layers({"a": [_Q / 2, _Q / 2]}),), (_NONE,)),

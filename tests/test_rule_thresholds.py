@@ -191,3 +191,22 @@ def test_broad_at_small_d_at_its_share_of_the_spectrum():
     assert p1_s3.broad_at_small_d(pd.DataFrame({"d": [d], "exact_q95": [exact]}), **params).holds
     assert p1_s3.broad_at_small_d(pd.DataFrame({"d": [d], "exact_q95": [share * 1.01]}), **params).holds
     assert p1_s3.broad_at_small_d(pd.DataFrame({"d": [d], "exact_q95": [share * 0.99]}), **params).holds is False
+
+
+def test_common_in_first_steps_at_its_share_of_training():
+    params = claims.claim("p1-s5-common-in-first-steps").params
+    share = params["share"]
+    last = 10_000
+    just_in, just_out = int(share * last * 0.95), int(share * last * 1.05)
+
+    def frame(onset):
+        rows = []
+        for run in ("seed 0", "seed 1"):
+            for step in (0, just_in, just_out, 1000, last):
+                for layer in (0, 1):
+                    cos = 0.5 if step >= onset else -0.3
+                    rows.append({"run": run, "layer": layer, "head": 0, "step": step, "cos_qk": cos})
+        return pd.DataFrame(rows)
+
+    assert p1_s5.common_in_first_steps(frame(just_in), **params).holds
+    assert p1_s5.common_in_first_steps(frame(just_out), **params).holds is False

@@ -238,6 +238,24 @@ def common_before_opposite(qk: pd.DataFrame, min_runs: int = 2) -> Outcome:
 
 
 @rule
+def common_in_first_steps(qk: pd.DataFrame, share: float = 0.02, min_runs: int = 2) -> Outcome:
+    """Figure 12a, "the common direction dynamics appear in the first few steps": per run, the first layer's mean
+    cos(Q̄, K̄) is positive for good (``onset_share``, read on every checkpoint from step 0) from at most ``share`` of
+    training on. A run answers only if it has a checkpoint after step 0 and within ``share`` of its steps (else its
+    grid cannot place an onset there); holds in most of at least ``min_runs`` runs."""
+    def test(part):
+        steps = part["step"].unique() / part["step"].max()
+        if not ((steps > 0) & (steps <= share)).any():
+            return None, f"no checkpoint within the first {share:.0%} of training"
+        onset = onset_share(part, "first", +1)
+        if not np.isfinite(onset):
+            return False, "first layer not common at the end"
+        return bool(onset <= share), f"common from {onset:.1%} of training (at most {share:.0%} asked)"
+
+    return over_runs(qk, test, min_runs, min_checkpoints=3)
+
+
+@rule
 def first_layers_sharper(qk: pd.DataFrame, share_of_layers: float = 1 / 3, min_runs: int = 2) -> Outcome:
     """Per run, at its last checkpoint, the mean attention entropy over the heads of the first ``share_of_layers``
     of the layers, as a share of the uniform row's (``entropy / entropy_uniform``), is below that of the last ones."""
