@@ -429,6 +429,17 @@ def test_the_first_position_carries_the_share_at_the_claims_factor_and_only_in_t
     # encoders are not read
     assert book.first_position_carries_share(frame.assign(stack="encoder"), **params).holds is None
     assert book.first_position_carries_share(frame, **params).holds is None  # no share without the first position
+    # a measurement that left the first position out (a skipped <bos>) cannot answer: here it would have said "does
+    # not hold" (ratio 1), and without it the other decoder decides alone
+    carried = frame.assign(sigma1_share_no_first=lambda f: np.where(f["label"] == "gemma", f["sigma1_share"],
+                                                                    f["sigma1_share"] / 3))
+    assert book.first_position_carries_share(carried.assign(first_position_measured=True),
+                                             **{**params, "min_models": 2}).holds is False  # 1 of 2 is no majority
+    out = book.first_position_carries_share(carried.assign(first_position_measured=carried["label"] != "gemma"),
+                                            **{**params, "min_models": 2})
+    assert out.holds is None and "not read: gemma" in out.value
+    assert book.first_position_carries_share(carried.assign(first_position_measured=carried["label"] != "gemma"),
+                                             **params).holds
 
 
 def test_section_5_reread_rules_onsets_sharper_first_layers_and_query_key_anisotropy():

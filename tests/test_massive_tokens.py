@@ -84,3 +84,23 @@ def test_the_flags_follow_their_rows_through_the_shuffle():
         layer.update(torch.from_numpy(h[k:k + 8]), first=first[k:k + 8].reshape(-1))
     for row in layer.rows():
         assert row["first_norm_ratio"] > 50 and row["sigma1_share_no_first"] < 0.2 < row["sigma1_share"]
+
+
+def test_opens_with_special_tells_a_bos_or_cls_tokenizer_from_one_that_opens_with_text(tmp_path):
+    """A WordPiece tokenizer puts [CLS] first (its first position is special); the same vocabulary without a template
+    puts the text first; a preprocessor of images (no tokenizer) opens with nothing."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    from anisotropy.experiments.spectral import opens_with_special
+
+    vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "a": 4}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    core.pre_tokenizer = pre_tokenizers.Whitespace()
+    plain = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="[UNK]", pad_token="[PAD]")
+    core.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    opened = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+                                     sep_token="[SEP]")
+    assert opened("a")["input_ids"] == [2, 4, 3] and opens_with_special(opened)
+    assert plain("a")["input_ids"] == [4] and not opens_with_special(plain)
+    assert not opens_with_special(object())

@@ -73,3 +73,22 @@ def robust_words(frame: pd.DataFrame, band=(0.2, 0.8)) -> str:
                      f"{rows['sigma1_share_no_top_norms'].median():.3f} without the largest 1% of norms (the first "
                      f"position's norm {rows['first_norm_ratio'].median():.0f} times the others' median)")
     return "; ".join(parts)
+
+
+def with_first_position(summary: pd.DataFrame, entries, models, by, **measure) -> pd.DataFrame:
+    """The layer summary of ``models`` (registry names) for the first-position check: as measured, plus, for each
+    decoder whose tokenizer opens every text with a special token that the protocol leaves out (<bos>: its
+    ``first_position_measured`` is False), the same model measured again with its special tokens kept, labelled
+    "..., special tokens kept" (``measure``: ``spectral.profiles``' keywords, as for the page's profiles)."""
+    from anisotropy.experiments import spectral
+
+    rows = summary[summary["model"].isin(models)]
+    if "first_position_measured" not in rows.columns:
+        return rows
+    opened = rows[(rows["stack"] == "decoder") & ~rows["first_position_measured"].astype(bool)]["model"].unique()
+    again = [{**e, "label": f"{e['label']}, special tokens kept"} for e in entries
+             if e.get("model") in opened and e.get("variant", "pretrained") == "pretrained"]
+    if not again:
+        return rows
+    frame, _ = spectral.profiles(again, keep_special=True, **measure)
+    return pd.concat([rows, spectral.summary(frame, by=by)], ignore_index=True) if len(frame) else rows

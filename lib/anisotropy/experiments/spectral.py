@@ -118,7 +118,20 @@ def measure_parts(loaded, examples: Iterable, parts: Sequence[str | None], batch
         layers = (result if part is None else
                   {result.layer_in_part[layer]: result[layer] for layer in result if result.parts[layer] == part})
         frames[part] = _batch_rows(loaded, layers, has_split, has_final_norm, batch_size)
+        # where the tokenizer opens every text with a special token (<bos>, [CLS]) that the protocol leaves out, the
+        # first position of a sequence, an attention sink's usual place, is not among the measured vectors
+        frames[part]["first_position_measured"] = bool(keep_special or not opens_with_special(tok))
     return frames
+
+
+def opens_with_special(preprocessor) -> bool:
+    """Whether a text tokenizer (or a processor's) puts a special token at the first position of every text: GPT-2
+    and SmolLM2 do not, Gemma (<bos>) and BERT ([CLS]) do. False for a preprocessor of images or audio."""
+    tok = getattr(preprocessor, "tokenizer", preprocessor)
+    if not hasattr(tok, "all_special_ids") or not callable(tok):
+        return False
+    ids = tok("a", add_special_tokens=True)["input_ids"]
+    return bool(len(ids) and ids[0] in set(tok.all_special_ids))
 
 
 def _batch_rows(loaded, result: dict, has_split: bool, has_final_norm: bool, batch_size: int) -> pd.DataFrame:
@@ -172,7 +185,7 @@ def profile(model: str | Path, variant: str = "pretrained", revision: str | None
             metric_names: Sequence[str] = DEFAULT_METRICS, max_length: int = 128, extraction_batch: int = 8,
             split_final_norm: bool = False, model_seed: int = 0, device=None, dtype=None,
             store=None, extra: dict | None = None, part: str | None = None,
-            data_options: dict | None = None, shuffle: bool = True) -> pd.DataFrame:
+            data_options: dict | None = None, shuffle: bool = True, keep_special: bool = False) -> pd.DataFrame:
     """``measure`` one model (a registry name with a variant and revision, or a ``save_pretrained`` folder) on
     ``data.load(source, n_texts, data_seed)``, cached in the results store under ``STORE_CHAPTER``.
 
@@ -183,7 +196,8 @@ def profile(model: str | Path, variant: str = "pretrained", revision: str | None
     ``part`` measures one stack of an encoder-decoder (Whisper: "encoder" on frames, "decoder" on transcript tokens)
     and ``data_options`` go to ``data.load`` (e.g. eSpeak speech); both enter the key only when given.
     ``shuffle``: the layer's vectors are shuffled (seed ``data_seed``) before they are split into batches, as the
-    second paper does (``BatchedLayer``).
+    second paper does (``BatchedLayer``). ``keep_special`` keeps the special tokens (<bos>, [CLS]) among the
+    vectors, which the protocol leaves out (``measure.taps``); it enters the key only when True.
     """
     from anisotropy.data import sources
     from anisotropy.models import registry
@@ -195,7 +209,7 @@ def profile(model: str | Path, variant: str = "pretrained", revision: str | None
     key = _profile_key(model=model, variant=variant, revision=revision, source=source, n_texts=n_texts,
                        data_seed=data_seed, batch_size=batch_size, n_batches=n_batches, metric_names=metric_names,
                        max_length=max_length, split_final_norm=split_final_norm, model_seed=model_seed, dtype=dtype,
-                       part=part, data_options=data_options, shuffle=shuffle)
+                       part=part, data_options=data_options, shuffle=shuffle, keep_special=keep_special)
 
     store = store or results.Store()
 
@@ -220,7 +234,8 @@ def profile(model: str | Path, variant: str = "pretrained", revision: str | None
                 frames = measure_parts(loaded, texts, parts, batch_size=batch_size, n_batches=n_batches,
                                        metric_names=metric_names, max_length=max_length,
                                        extraction_batch=extraction_batch, split_final_norm=split_final_norm,
-                                       device=dev, shuffle_seed=data_seed if shuffle else None)
+                                       keep_special=keep_special, device=dev,
+                                       shuffle_seed=data_seed if shuffle else None)
             except torch.cuda.OutOfMemoryError:
                 torch.cuda.empty_cache()
                 raise registry.out_of_memory(str(model), _torch_dtype(dtype), extraction_batch) from None
@@ -252,7 +267,8 @@ def _is_folder(model) -> bool:
 
 
 def _profile_key(*, model, variant, revision, source, n_texts, data_seed, batch_size, n_batches, metric_names,
-                 max_length, split_final_norm, model_seed, dtype, part, data_options, shuffle) -> dict:
+                 max_length, split_final_norm, model_seed, dtype, part, data_options, shuffle,
+                 keep_special=False) -> dict:
     """What ``profile`` stores its frame under (before the code's fingerprint is added); its keywords are
     ``profile``'s arguments of the same names."""
     from anisotropy import results
@@ -269,6 +285,8 @@ def _profile_key(*, model, variant, revision, source, n_texts, data_seed, batch_
         key["part"] = part
     if data_options:
         key["data_options"] = dict(data_options)
+    if keep_special:
+        key["keep_special"] = True
     return key
 
 
