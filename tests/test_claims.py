@@ -228,6 +228,10 @@ def block(n_seeds: int = 2, crossing: bool = True, norms=NORMS, sharpening: floa
     return pd.DataFrame(rows)
 
 
+_AXES = pd.DataFrame([  # one head, three bases: the means move apart along the first axis of each
+    {"layer": 0, "head": 0, "fit_on": fit, "head_dim": 64, "q_axis_cos": 0.95, "k_axis_cos": -0.9,
+     "q_first": 0.1 * sq, "q_last": 3.0 * sq, "k_first": -0.1 * sq, "k_last": -3.0 * sq}
+    for fit, sq in (("union", 1.0), ("queries", 1.0), ("keys", -1.0))])
 COARSE = (0, 16, 32, 1024)  # the smoke profile's grid: one norm on each side of N*
 _SHIFTS = block().assign(score_mean=lambda f: np.where(f["seed"] == 0, -1.0, 1.0) * f["bias_norm"] ** 2)
 _CLEARER = block().assign(seq_max=lambda f: 1 / 512 + 2e-4 * f["bias_norm"], seq_min=lambda f: 1 / 512 - 2e-6 * f["bias_norm"])
@@ -367,6 +371,10 @@ def test_alignment_dot_entropy_rules_compare_from_the_end_of_warmup():
     assert p1_s5.almost_all_heads_align(qk(grow=False)).holds is False
     assert p1_s5.almost_all_heads_align(qk(during_warmup=True)).holds is False  # aligned already after warm-up
     assert p1_s3.broad_at_small_d(_QUANT).holds and p1_s3.broad_at_small_d(_QUANT, d=8192).holds is False
+    # Section 5's first SVD axis and Appendix C's one-distribution bases (cos^2 0.25 < 0.5; the queries not moving away)
+    assert p1_s5.first_axis_is_drift(_AXES).holds and p1_s5.first_axis_is_drift(_AXES.assign(q_axis_cos=0.5)).holds is False
+    assert p1_s5.other_drifts_opposite(_AXES).holds
+    assert p1_s5.other_drifts_opposite(_AXES.assign(q_last=lambda f: f["q_first"] + 1.0)).holds is False
     out = p1_s5.entropy_falls(qk())
     assert "step 50 → 1,250" in out.value and "2 of 2 runs" in out.value
     assert common.after_warmup(qk(runs=("a",)))["step"].min() == 50
@@ -820,6 +828,8 @@ CASES = {  # rule: (holds, does not hold, not testable or None), each a tuple of
     "common_in_first_steps": ((qk(steps=(0, 20, 50, 100, 400, 1250)),),
                               (qk(steps=(0, 20, 50, 100, 400, 1250)).assign(cos_qk=lambda f: np.where(
                                   (f["layer"] == 0) & (f["step"] < 50), -0.3, f["cos_qk"])),), (qk(),)),
+    "first_axis_is_drift": ((_AXES,), (_AXES.assign(q_axis_cos=0.5),), (_AXES.iloc[:0],)),
+    "other_drifts_opposite": ((_AXES,), (_AXES.assign(q_last=lambda f: f["q_first"] + 1.0),), (_AXES.iloc[:0],)),
     "almost_all_heads_align": ((qk(),), (qk(grow=False),), (qk(runs=("mlm seed 0",)),)),
     "models_above_null": ((layers({"a": [0.5]}),), (layers({"a": [0.0]}),), (_NONE,)),
     "most_layers_above_null": ((layers({"a": [0.5, 0.5]}),), (layers({"a": [_Q / 2, _Q / 2]}),), (_NONE,)),

@@ -400,3 +400,41 @@ def test_concatenated_alignment_is_the_cosine_of_the_concatenated_means():
     planted = pd.DataFrame([{"run": "r", "seed": 0, "layer": 0, "step": 0, "head": 0, "q_mean": e, "k_mean": e},
                             {"run": "r", "seed": 0, "layer": 0, "step": 0, "head": 1, "q_mean": e, "k_mean": -e}])
     assert qk_dynamics.concatenated_alignment(planted)["cos_qk"].iloc[0] == pytest.approx(0.0)
+
+
+def _planted(sign_key: float, d: int = 48, steps: int = 7, seed: int = 0):
+    """Queries drifting along a known unit direction u (mean a * u at step a), keys along sign_key * u; the per-step
+    means as ``step_statistics`` keeps them."""
+    rng = np.random.default_rng(seed)
+    u = rng.normal(size=d)
+    u /= np.linalg.norm(u)
+    vec_rows, stat_rows = [], []
+    for step, a in enumerate(np.linspace(0, 6, steps)):
+        means = {}
+        for kind, sign in (("query", 1.0), ("key", sign_key)):
+            x = rng.normal(size=(300, d)) + sign * a * u
+            means[kind] = x.mean(0)
+            vec_rows.append(pd.DataFrame({"layer": 0, "head": 0, "kind": kind, "step": step, "token": range(300),
+                                          "vector": list(x)}))
+        stat_rows.append({"layer": 0, "head": 0, "step": step, "q_mean": means["query"], "k_mean": means["key"]})
+    return pd.concat(vec_rows, ignore_index=True), pd.DataFrame(stat_rows), u
+
+
+def test_drift_in_basis_reads_a_planted_drift_along_the_first_axis():
+    """Means moving along u: the first axis of every basis is u, so each displacement lies along it (cos^2 near 1);
+    with keys drifting the other way, the keys-only basis sees the queries end on the other side of the origin."""
+    from anisotropy.claims.rules import p1_s5
+
+    vec, stats, u = _planted(sign_key=-1.0)
+    axes = qk_dynamics.drift_in_basis(vec, stats, [(0, 0)])
+    assert set(axes["fit_on"]) == {"union", "keys", "queries"}
+    assert (axes["q_axis_cos"] ** 2 > 0.98).all() and (axes["k_axis_cos"] ** 2 > 0.98).all()  # means of 300: noise
+    keys = axes.set_index("fit_on").loc["keys"]
+    # v1 oriented with the keys' mean (-a u): the keys project to about +6 at the end, the queries to about -6
+    assert keys["k_last"] == pytest.approx(6, abs=0.3) and keys["q_last"] == pytest.approx(-6, abs=0.3)
+    assert p1_s5.first_axis_is_drift(axes).holds
+    assert p1_s5.other_drifts_opposite(axes).holds
+    # the same drift for both: the other distribution ends on the same side, not the opposite one
+    same = qk_dynamics.drift_in_basis(*_planted(sign_key=1.0)[:2], [(0, 0)])
+    assert p1_s5.other_drifts_opposite(same).holds is False
+    assert p1_s5.first_axis_is_drift(same).holds

@@ -210,3 +210,14 @@ def test_common_in_first_steps_at_its_share_of_training():
 
     assert p1_s5.common_in_first_steps(frame(just_in), **params).holds
     assert p1_s5.common_in_first_steps(frame(just_out), **params).holds is False
+
+
+def test_first_axis_is_drift_at_its_share_of_the_displacement():
+    params = claims.claim("p1-s5-first-axis-is-drift").params
+    share = params["min_share"]
+
+    def axes(cos):
+        return pd.DataFrame([{"layer": 0, "head": 0, "fit_on": "union", "q_axis_cos": cos, "k_axis_cos": -cos}])
+
+    assert p1_s5.first_axis_is_drift(axes(np.sqrt(share) * 1.01), **params).holds
+    assert p1_s5.first_axis_is_drift(axes(np.sqrt(share) * 0.99), **params).holds is False

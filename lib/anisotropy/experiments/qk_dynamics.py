@@ -422,6 +422,30 @@ def project_means(stats: pd.DataFrame, layer: int, head: int, basis: np.ndarray)
     return pd.concat(rows, ignore_index=True)
 
 
+def drift_in_basis(vectors: pd.DataFrame, stats: pd.DataFrame, heads, fits=("union", "keys", "queries")
+                   ) -> pd.DataFrame:
+    """Section 5 and Appendix C, read as numbers: per head of ``heads`` ((layer, head) pairs with sampled vectors)
+    and per SVD basis of ``fits`` (``projection_basis``' ``fit_on``), the first singular axis v1 against the drift of
+    each mean from the first to the last step: ``q_axis_cos`` = cos(v1, Q̄_last - Q̄_first) and ``k_axis_cos`` likewise
+    (its square: the share of the displacement's squared length along v1), and the projections on v1 of Q̄ and K̄ at
+    the first and last steps (``q_first``, ``q_last``, ``k_first``, ``k_last``; v1 oriented so that the fitted
+    vectors' mean projects non-negatively)."""
+    rows = []
+    for layer, head in heads:
+        part = stats[(stats["layer"] == layer) & (stats["head"] == head)].sort_values("step")
+        first, last = part.iloc[0], part.iloc[-1]
+        for fit_on in fits:
+            v1 = projection_basis(vectors, layer, head, fit_on=fit_on)[:, 0]
+            row = {"layer": layer, "head": head, "fit_on": fit_on, "head_dim": len(v1),
+                   "first_step": int(first["step"]), "last_step": int(last["step"])}
+            for kind, col in (("q", "q_mean"), ("k", "k_mean")):
+                a, b = (np.asarray(r[col], dtype=np.float64) for r in (first, last))
+                row[f"{kind}_axis_cos"] = _cos(v1, b - a)
+                row[f"{kind}_first"], row[f"{kind}_last"] = float(a @ v1), float(b @ v1)
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
 # ---- all heads together (Appendix D, Figure 23) ------------------------------------------------------------------
 
 def concatenated_alignment(stats: pd.DataFrame) -> pd.DataFrame:

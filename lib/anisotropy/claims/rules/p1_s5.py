@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from anisotropy.claims.rules.common import (Outcome, after_warmup, each_run, over_runs, rises, rule, run_ends, too_few,
-                                            trend)
+from anisotropy.claims.rules.common import (Outcome, after_warmup, each_run, majority, over_runs, rises, rule, run_ends,
+                                            too_few, trend)
 
 
 # Paper 1, Section 5: per-head statistics along training (columns run, layer, head, step, cos_qk, dot_qk, entropy,
@@ -291,3 +291,44 @@ def qk_anisotropy_emerges(qk: pd.DataFrame, min_rho: float = 0.5, min_runs: int 
         return ok, ", ".join(words)
 
     return over_runs(qk, test, min_runs, from_warmup=True, min_checkpoints=min_checkpoints)
+
+
+@rule
+def first_axis_is_drift(axes: pd.DataFrame, min_share: float = 0.5, min_heads: int = 1) -> Outcome:
+    """Section 5, "the first dimension of the SVD seems to describe this common drift": per head shown, with the
+    SVD of the union of its queries and keys of every step, at least ``min_share`` of the squared length of each
+    mean's displacement from the first to the last step lies along the first singular axis (cos^2 >= min_share);
+    holds for most of at least ``min_heads`` heads."""
+    part = axes[axes["fit_on"] == "union"] if "fit_on" in axes.columns else axes.iloc[:0]
+    if len(part) < min_heads:
+        return too_few("heads with sampled queries and keys", len(part), min_heads)
+    flags, words = [], []
+    for _, r in part.iterrows():
+        q2, k2 = r["q_axis_cos"] ** 2, r["k_axis_cos"] ** 2
+        flags.append(bool(q2 >= min_share and k2 >= min_share))
+        words.append(f"layer {int(r['layer']) + 1} head {int(r['head']) + 1}: cos² {q2:.2f} (Q̄), {k2:.2f} (K̄)")
+    return Outcome(majority(flags), f"{sum(flags)} of {len(flags)} heads with both displacements at least "
+                                    f"{min_share:.0%} along the first axis (" + "; ".join(words) + ")")
+
+
+@rule
+def other_drifts_opposite(axes: pd.DataFrame, min_heads: int = 1) -> Outcome:
+    """Appendix C: with the SVD of one distribution only (keys, or queries), along its first axis the mean of that
+    distribution moves away from the origin from the first to the last step (|projection| grows), and the mean of the
+    other one moves away too, ending on the opposite side; per head shown and per basis, holds when most do (at
+    least ``min_heads`` heads)."""
+    part = axes[axes["fit_on"].isin(["keys", "queries"])] if "fit_on" in axes.columns else axes.iloc[:0]
+    if part[["layer", "head"]].drop_duplicates().shape[0] < min_heads:
+        return too_few("heads with sampled queries and keys", part[["layer", "head"]].drop_duplicates().shape[0],
+                       min_heads)
+    flags, words = [], []
+    for _, r in part.iterrows():
+        fit, other = ("k", "q") if r["fit_on"] == "keys" else ("q", "k")
+        away = abs(r[f"{fit}_last"]) > abs(r[f"{fit}_first"])
+        other_away = abs(r[f"{other}_last"]) > abs(r[f"{other}_first"])
+        opposite = np.sign(r[f"{other}_last"]) == -np.sign(r[f"{fit}_last"]) != 0
+        flags.append(bool(away and other_away and opposite))
+        words.append(f"layer {int(r['layer']) + 1} head {int(r['head']) + 1}, SVD of the {r['fit_on']}: "
+                     f"{r['fit_on']} {r[f'{fit}_first']:+.2f} → {r[f'{fit}_last']:+.2f}, the other "
+                     f"{r[f'{other}_first']:+.2f} → {r[f'{other}_last']:+.2f}")
+    return Outcome(majority(flags), f"{sum(flags)} of {len(flags)} bases: " + "; ".join(words))
