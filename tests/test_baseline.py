@@ -40,3 +40,16 @@ def test_q95_tends_to_gaussian_limit():
 def test_dimension_must_be_at_least_two():
     with pytest.raises(ValueError, match="d >= 2"):
         baseline.isotropic_cosine_quantile(0.95, 1)
+
+
+def test_abs_cosine_tail_is_the_two_sided_law():
+    """P(|cos| >= t): 1 at t = 0, 5% at the 0.975-quantile; at d = 3 the cosine is uniform on [-1, 1] (Archimedes),
+    so the tail is 1 - t; against Monte Carlo at d = 64, where Paper 1 quotes its head dimension."""
+    from anisotropy.measure.baseline import isotropic_abs_cosine_tail, isotropic_cosine_quantile, sample_isotropic_cosines
+
+    assert isotropic_abs_cosine_tail(0.0, 64) == pytest.approx(1.0)
+    assert isotropic_abs_cosine_tail(isotropic_cosine_quantile(0.975, 64), 64) == pytest.approx(0.05)
+    for t in (0.1, 0.5, 0.9):
+        assert isotropic_abs_cosine_tail(t, 3) == pytest.approx(1 - t)
+    sample = sample_isotropic_cosines(64, 200_000, seed=3)
+    assert float((np.abs(sample) >= 0.3).mean()) == pytest.approx(isotropic_abs_cosine_tail(0.3, 64), abs=0.003)

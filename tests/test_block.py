@@ -147,3 +147,22 @@ def test_fixed_point_on_the_norms_of_the_averages():
     gap = out_avg - (n + 0.01)
     assert star == pytest.approx(n[i] + gap[i] * (n[i + 1] - n[i]) / (gap[i] - gap[i + 1]))
     assert 16 < star < 28 and block.fixed_points(frame)["n_star"].iloc[0] != star
+
+
+@pytest.mark.parametrize("n", [0.0, 27.7, 500.0])
+def test_mean_query_and_key_are_the_maps_of_the_mean_input(blocks, n):
+    """Paper 1, Section 4.3, Equation (1): in a post-LN block the attention reads its inputs unnormalised and its
+    query and key maps are affine, so over the positions E(Q_i) = W_Q x̄ + b_Q and E(K_i) = W_K x̄ + b_K, head by head
+    (the captured queries against the maps applied to the mean input, in float64)."""
+    post = blocks["post_ln"]
+    tokens, direction = block.draw_inputs(post.embeddings, 2, 32, seed=1)
+    x = tokens + n * direction
+    with torch.no_grad(), attention.hooks(post.layer, layers=0) as caps:
+        post(x)
+    cap = caps[0]
+    heads, d_k = cap.queries.shape[1], cap.queries.shape[-1]
+    x_bar = x.reshape(-1, x.shape[-1]).double().mean(0)
+    for captured, linear in ((cap.queries, post.layer.attention.self.query), (cap.keys, post.layer.attention.self.key)):
+        mean = captured.double().mean(dim=(0, 2)).reshape(heads * d_k)  # (B, H, S, d_k): over examples and positions
+        expected = linear.weight.double() @ x_bar + linear.bias.double()
+        torch.testing.assert_close(mean, expected, rtol=1e-4, atol=1e-5 * (1 + n))

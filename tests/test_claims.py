@@ -357,6 +357,10 @@ def qk(runs=("mlm seed 0", "mlm seed 1"), opposite_from: int = 100, steps=(0, 50
     return pd.DataFrame(rows)
 
 
+_LINKED = qk().assign(cos_qk=lambda f: 0.1 + 0.2 * f["head"] + 0.01 * f["layer"],  # heads differ at every step
+                      dot_qk=lambda f: 2 * f["cos_qk"], entropy=lambda f: 4.0 - f["cos_qk"])
+
+
 def test_alignment_dot_entropy_rules_compare_from_the_end_of_warmup():
     for rule in (p1_s5.alignment_grows, p1_s5.dot_grows, p1_s5.entropy_falls):
         assert rule(qk()).holds, rule.__name__
@@ -374,6 +378,12 @@ def test_alignment_dot_entropy_rules_compare_from_the_end_of_warmup():
     # Section 5's first SVD axis and Appendix C's one-distribution bases (cos^2 0.25 < 0.5; the queries not moving away)
     assert p1_s5.first_axis_is_drift(_AXES).holds and p1_s5.first_axis_is_drift(_AXES.assign(q_axis_cos=0.5)).holds is False
     assert p1_s5.other_drifts_opposite(_AXES).holds
+    # at the end every head of qk() has |cos| 0.85 in d_h = 32 (tail ~1e-9); without growth 0.05 (tail ~0.8)
+    # across heads: better aligned, larger products, sharper rows -> holds; sharper where products are smaller -> not
+    assert p1_s5.alignment_links_sharpness(_LINKED).holds
+    assert p1_s5.alignment_links_sharpness(_LINKED.assign(entropy=lambda f: 3.0 + f["cos_qk"])).holds is False
+    assert p1_s5.alignment_unlikely_at_random(qk()).holds
+    assert p1_s5.alignment_unlikely_at_random(qk(grow=False)).holds is False
     assert p1_s5.other_drifts_opposite(_AXES.assign(q_last=lambda f: f["q_first"] + 1.0)).holds is False
     out = p1_s5.entropy_falls(qk())
     assert "step 50 → 1,250" in out.value and "2 of 2 runs" in out.value
@@ -830,6 +840,9 @@ CASES = {  # rule: (holds, does not hold, not testable or None), each a tuple of
                                   (f["layer"] == 0) & (f["step"] < 50), -0.3, f["cos_qk"])),), (qk(),)),
     "first_axis_is_drift": ((_AXES,), (_AXES.assign(q_axis_cos=0.5),), (_AXES.iloc[:0],)),
     "other_drifts_opposite": ((_AXES,), (_AXES.assign(q_last=lambda f: f["q_first"] + 1.0),), (_AXES.iloc[:0],)),
+    "alignment_links_sharpness": ((_LINKED,), (_LINKED.assign(entropy=lambda f: 3.0 + f["cos_qk"]),),
+                                  (_LINKED[_LINKED["run"] == "mlm seed 0"],)),
+    "alignment_unlikely_at_random": ((qk(),), (qk(grow=False),), (qk(runs=("mlm seed 0",)),)),
     "almost_all_heads_align": ((qk(),), (qk(grow=False),), (qk(runs=("mlm seed 0",)),)),
     "models_above_null": ((layers({"a": [0.5]}),), (layers({"a": [0.0]}),), (_NONE,)),
     "most_layers_above_null": ((layers({"a": [0.5, 0.5]}),), (layers({"a": [_Q / 2, _Q / 2]}),), (_NONE,)),

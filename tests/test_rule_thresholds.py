@@ -221,3 +221,45 @@ def test_first_axis_is_drift_at_its_share_of_the_displacement():
 
     assert p1_s5.first_axis_is_drift(axes(np.sqrt(share) * 1.01), **params).holds
     assert p1_s5.first_axis_is_drift(axes(np.sqrt(share) * 0.99), **params).holds is False
+
+
+def test_alignment_unlikely_at_random_at_its_level():
+    from anisotropy.measure.baseline import isotropic_cosine_quantile
+
+    params = claims.claim("p1-s5-alignment-unlikely-at-random").params
+    alpha = params["alpha"]
+    at = float(isotropic_cosine_quantile(1 - alpha / 2, 64))  # the |cos| whose two-sided tail is alpha
+
+    def frame(cos):
+        return pd.DataFrame([{"run": run, "layer": 0, "head": h, "step": step, "head_dim": 64,
+                              "cos_qk": (-1) ** h * cos} for run in ("a", "b") for step in (0, 100) for h in range(5)])
+
+    assert p1_s5.alignment_unlikely_at_random(frame(at * 1.01), **params).holds
+    assert p1_s5.alignment_unlikely_at_random(frame(at * 0.99), **params).holds is False
+
+
+def test_alignment_links_sharpness_at_its_rank_correlation():
+    """Ten heads whose |Q̄·K̄| follows |cos| exactly and whose entropy is ordered to give a chosen rho with it: the
+    orders closest to just above and just below -min_rho."""
+    from itertools import permutations
+
+    from anisotropy.claims.rules.common import spearman
+
+    params = claims.claim("p1-s5-alignment-links-sharpness").params
+    rho = params["min_rho"]
+    n = 6
+    cos = np.linspace(0.2, 0.9, n)
+    best = {}
+    for order in permutations(range(n)):
+        r = spearman(cos, np.array(order, float))
+        side = r <= -rho
+        if side not in best or abs(r + rho) < abs(best[side][0] + rho):
+            best[side] = (r, order)
+
+    def frame(order):
+        return pd.DataFrame([{"run": run, "layer": 0, "head": h, "step": step, "cos_qk": cos[h], "dot_qk": 2 * cos[h],
+                              "entropy": 3.0 + order[h]} for run in ("a", "b") for step in (0, 100) for h in range(n)])
+
+    assert p1_s5.alignment_links_sharpness(frame(best[True][1]), **params).holds
+    assert p1_s5.alignment_links_sharpness(frame(best[False][1]), **params).holds is False
+    assert abs(best[True][0] + rho) < 0.1 and abs(best[False][0] + rho) < 0.1

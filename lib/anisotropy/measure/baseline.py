@@ -34,6 +34,12 @@ def isotropic_cosine_quantile(q: float | np.ndarray, d: int) -> float | np.ndarr
     return _beta(d).ppf(q)
 
 
+def isotropic_abs_cosine_tail(t: float | np.ndarray, d: int) -> float | np.ndarray:
+    """P(|cos| >= t) for two independent isotropic Gaussian vectors in dimension d (two-sided tail; 0.05 at
+    t = the 0.975-quantile)."""
+    return 2 * _beta(d).sf(np.abs(t))
+
+
 def sample_isotropic_cosines(d: int, n_pairs: int, seed: int = 0, chunk_elements: int = 2**24) -> np.ndarray:
     """Monte Carlo: cosines of ``n_pairs`` independent pairs of N(0, I_d) vectors, drawn in memory-bounded chunks."""
     rng = np.random.default_rng(seed)

@@ -332,3 +332,44 @@ def other_drifts_opposite(axes: pd.DataFrame, min_heads: int = 1) -> Outcome:
                      f"{r['fit_on']} {r[f'{fit}_first']:+.2f} → {r[f'{fit}_last']:+.2f}, the other "
                      f"{r[f'{other}_first']:+.2f} → {r[f'{other}_last']:+.2f}")
     return Outcome(majority(flags), f"{sum(flags)} of {len(flags)} bases: " + "; ".join(words))
+
+
+@rule
+def alignment_unlikely_at_random(qk: pd.DataFrame, alpha: float = 0.01, min_runs: int = 2) -> Outcome:
+    """Section 5, "such an alignment is very unlikely to happen randomly": per run, at its last checkpoint, the
+    median over heads of |cos(Q̄, K̄)| has a two-sided probability below ``alpha`` under the exact cosine of two
+    independent isotropic vectors of the head dimension (``baseline.isotropic_abs_cosine_tail``); holds in most of at
+    least ``min_runs`` runs."""
+    from anisotropy.measure.baseline import isotropic_abs_cosine_tail
+
+    def test(part):
+        _, last = run_ends(part)
+        d = int(part["head_dim"].iloc[0])
+        median = float(last["cos_qk"].abs().median())
+        p = float(isotropic_abs_cosine_tail(median, d))
+        return p < alpha, (f"median |cos| {median:.2f} at step {int(last['step'].iloc[0]):,}, P(|cos| >= it) = {p:.1e} "
+                           f"at random in d_h = {d}")
+
+    return over_runs(qk, test, min_runs)
+
+
+@rule
+def alignment_links_sharpness(qk: pd.DataFrame, min_rho: float = 0.3, min_runs: int = 2) -> Outcome:
+    """Section 5's summary, "the drifts of queries and keys tend to align, thus increasing the magnitude of scalar
+    products, and the general sharpness of self-attention", read across the heads of a run at its last checkpoint:
+    Spearman's rho of |cos(Q̄, K̄)| with |Q̄·K̄| is at least ``min_rho``, and of |Q̄·K̄| with the attention entropy at
+    most -``min_rho`` (better-aligned heads have larger products, larger products sharper rows); holds in most of at
+    least ``min_runs`` runs."""
+    from anisotropy.claims.rules.common import spearman
+
+    def test(part):
+        _, last = run_ends(part)
+        if len(last) < 3:
+            return None, "fewer than 3 heads"
+        cos, dot = last["cos_qk"].abs().to_numpy(float), last["dot_qk"].abs().to_numpy(float)
+        r1, r2 = spearman(cos, dot), spearman(dot, last["entropy"].to_numpy(float))
+        ok = bool(np.isfinite(r1) and np.isfinite(r2) and r1 >= min_rho and r2 <= -min_rho)
+        return ok, (f"across {len(last)} heads at step {int(last['step'].iloc[0]):,}: rho(|cos|, |Q̄·K̄|) {r1:+.2f}, "
+                    f"rho(|Q̄·K̄|, entropy) {r2:+.2f}")
+
+    return over_runs(qk, test, min_runs)
