@@ -263,3 +263,48 @@ def test_alignment_links_sharpness_at_its_rank_correlation():
     assert p1_s5.alignment_links_sharpness(frame(best[True][1]), **params).holds
     assert p1_s5.alignment_links_sharpness(frame(best[False][1]), **params).holds is False
     assert abs(best[True][0] + rho) < 0.1 and abs(best[False][0] + rho) < 0.1
+
+
+def layer_rows(values: dict[str, list[float]], dim: int = 768, half_width: float = 0.0) -> pd.DataFrame:
+    """Per-layer rows of measured models; each layer's mean cosine with an interval of +- ``half_width``."""
+    from anisotropy.measure.baseline import isotropic_cosine_quantile
+
+    return pd.DataFrame([{"label": n, "model": n, "variant": "pretrained", "family": "token-level", "layer": i,
+                          "dim": dim, "mean_cosine": v, "mean_cosine_low": v - half_width,
+                          "mean_cosine_high": v + half_width, "null_q95": float(isotropic_cosine_quantile(0.95, dim))}
+                         for n, series in values.items() for i, v in enumerate(series)])
+
+
+def test_close_to_isotropic_at_each_claims_threshold_on_the_interval():
+    for cid in ("p1-s3.2-vit-low", "p1-s3.2-convnext-isotropic"):
+        params = claims.claim(cid).params
+        t, w = params["threshold"], 0.01
+        # the point estimate sits inside in both cases; only where the interval's far end lies decides
+        assert p1_s3.close_to_isotropic(layer_rows({"m": [0.0, t - w * 1.1]}, half_width=w), **params).holds, cid
+        assert p1_s3.close_to_isotropic(layer_rows({"m": [0.0, t - w * 0.9]}, half_width=w), **params).holds is False, cid
+        assert p1_s3.close_to_isotropic(layer_rows({"m": [0.0, -(t - w * 0.9)]}, half_width=w), **params).holds is False
+
+
+def test_some_layer_above_null_at_its_count_with_the_interval():
+    params = claims.claim("p1-f1-token-anisotropic").params
+    q95 = layer_rows({"m": [0.0]})["null_q95"].iloc[0]
+    w = 0.01
+    need = params["at_least"]
+    above, below = q95 + w * 1.1, q95 + w * 0.9  # the interval's lower end just above / just below q95
+    assert p1_s3.some_layer_above_null(layer_rows({"a": [0.0] + [above] * need}, half_width=w), **params).holds
+    assert p1_s3.some_layer_above_null(layer_rows({"a": [0.0] + [above] * (need - 1) + [below]}, half_width=w),
+                                       **params).holds is False
+
+
+def test_correlated_except_at_its_level():
+    params = claims.claim("p1-s3.3-char-correlated-but").params
+    alpha = params["alpha"]
+    others = [m for m in claims.claim("p1-s3.3-char-correlated-but").models if m not in params["exceptions"]]
+
+    def frame(p_others):
+        rows = [(m, "character-level", 0.8, p_others) for m in others]
+        rows += [(m, "character-level", 0.1, 0.6) for m in params["exceptions"]]
+        return corr(rows)
+
+    assert p1_s3.correlated_except(frame(alpha * 0.99), **params).holds
+    assert p1_s3.correlated_except(frame(alpha * 1.01), **params).holds is False
