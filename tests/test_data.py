@@ -419,3 +419,17 @@ def test_docstring_corpus_is_cached_and_keys_the_recipes(tmp_path, monkeypatch):
         real.cache_clear()
         recipes.data_fingerprint.cache_clear()
         recipes.split_paragraphs.cache_clear()
+
+
+def test_wikitext_is_drawn_without_replacement_and_capped_at_its_lines(monkeypatch):
+    """Paper 1 draws its WikiText samples without replacement: asked for more lines than the filtered split holds,
+    the loader gives every line once, with one warning line, never a duplicate."""
+    from anisotropy.data import wikipedia
+
+    lines = [f"line {i} " + "x" * 80 for i in range(50)]
+    monkeypatch.setattr(wikipedia, "wikitext_lines", lambda split="validation", min_chars=80: lines)
+    few = wikipedia.wikitext(20, seed=1)
+    assert len(few) == len(set(few)) == 20 and set(few) <= set(lines)
+    with pytest.warns(wikipedia.SampleCappedWarning, match=r"has 50 lines .* fewer than the 2,000 asked"):
+        every = wikipedia.wikitext(2000, seed=1)
+    assert sorted(every) == sorted(lines)

@@ -25,6 +25,7 @@ import json
 import os
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from typing import Callable
 
@@ -36,6 +37,10 @@ from anisotropy.errors import UserError
 
 class CorruptResultError(RuntimeError):
     """A stored result that cannot be read back."""
+
+
+class RecomputedWarning(UserWarning):
+    """A stored result could not be read (a write cut off, on a network drive say) and is computed again."""
 
 
 class StoreError(UserError):
@@ -270,7 +275,11 @@ class Store:
         is read or computed)."""
         key, record = self.code_key(key, compute, code)
         if self.has(chapter, key) and not recomputing():
-            return self.load(chapter, key)
+            try:
+                return self.load(chapter, key)
+            except CorruptResultError as exc:  # a cache miss, not a stop: the result is computed and stored anew
+                warnings.warn(str(exc).split(" Delete it", 1)[0] + " Computing it again.", RecomputedWarning,
+                              stacklevel=2)
         start = time.perf_counter()
         frame = compute()
         if not isinstance(frame, pd.DataFrame):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from pathlib import Path
 
 from anisotropy import hub
@@ -26,9 +27,18 @@ def wikitext_lines(split: str = "validation", min_chars: int = 80) -> list[str]:
     return [t for t in lines if len(t) >= min_chars and not t.startswith("=")]
 
 
+class SampleCappedWarning(UserWarning):
+    """A source asked for more examples than it holds gives all of them, each once."""
+
+
 def wikitext(n: int, seed: int = 0, min_chars: int = 80) -> list[str]:
-    """``n`` lines of WikiText-103 raw validation (``wikitext_lines``), drawn without replacement."""
+    """``n`` lines of WikiText-103 raw validation (``wikitext_lines``), drawn without replacement; when ``n`` exceeds
+    the eligible lines, all of them once (a duplicate would narrow the bootstrap intervals), with one warning line."""
     lines = wikitext_lines("validation", min_chars)
+    if n > len(lines):
+        warnings.warn(f"WikiText-103 validation has {len(lines):,} lines of at least {min_chars} characters, fewer "
+                      f"than the {n:,} asked: all of them are read, each once", SampleCappedWarning, stacklevel=2)
+        n = len(lines)
     return [lines[i] for i in sample(len(lines), n, seed, "WikiText-103 (after filtering)")]
 
 
