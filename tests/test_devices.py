@@ -1,4 +1,5 @@
-"""``devices.resolve``: "auto" and None pick the GPU when there is one, anything else passes through."""
+"""``devices.resolve``: "auto" and None pick the GPU when there is one; "cuda" without one stops in one line; anything
+else passes through."""
 
 from __future__ import annotations
 
@@ -29,16 +30,28 @@ def test_the_default_is_auto(monkeypatch):
 
 
 @pytest.mark.parametrize("available", [False, True])
-@pytest.mark.parametrize("device", ["cpu", "cuda", "cuda:1", "mps"])
+@pytest.mark.parametrize("device", ["cpu", "mps"])
 def test_explicit_devices_pass_through(monkeypatch, available, device):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: available)
     assert devices.resolve(device) == device
 
 
-def test_a_torch_device_passes_through_unchanged(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    device = torch.device("cuda", 0)
+@pytest.mark.parametrize("device", ["cuda", "cuda:1", torch.device("cuda", 0)])
+def test_a_cuda_device_passes_through_where_there_is_a_gpu(monkeypatch, device):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert devices.resolve(device) is device
+
+
+@pytest.mark.parametrize("device", ["cuda", "cuda:1", torch.device("cuda", 0)])
+def test_a_cuda_device_without_a_gpu_stops_in_one_line_saying_how_to_get_one(monkeypatch, device):
+    from anisotropy.errors import UserError
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(UserError) as info:
+        devices.resolve(device)
+    message = str(info.value)
+    assert "\n" not in message and "no GPU" in message and "Runtime > Change runtime type" in message
+    assert repr(str(device)) in message
 
 
 def test_importing_the_module_does_not_import_torch():

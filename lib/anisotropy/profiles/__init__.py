@@ -442,7 +442,8 @@ def apply(chapter: str, namespace: dict) -> Resolved:
     it differs from the ``local`` value printed in the parameters cell (an edit on Colab). Every other parameter takes
     the named profile's value. The namespace is updated in place; outside the book runner the values are checked as
     the runner checks them (kinds, and the ``allowed:`` rules where the chapter's source is at hand). From here on,
-    the failures a reader can fix show as one line (``one_line_errors``).
+    the failures a reader can fix show as one line (``one_line_errors``); a ``device`` of "cuda" on a machine
+    without a GPU stops here (``devices.NoGPUError``).
     """
     one_line_errors()
     profile = namespace.get("profile", DEFAULT)
@@ -466,4 +467,8 @@ def apply(chapter: str, namespace: dict) -> Resolved:
         reference = notebook_parameters(chapter) if has_source else {"profile": DEFAULT, **defaults}
         check(chapter, {"profile": profile, **resolved.values}, reference,
               parameter_rules(chapter) if has_source else {})
+    if "cuda" in str(resolved.values.get("device", "")):
+        from anisotropy import devices
+
+        devices.resolve(resolved.values["device"])  # no GPU here: stop now, in one line, not deep inside a measurement
     return resolved
