@@ -325,6 +325,9 @@ BAD_INPUTS = [
         cli("run", PROBE, "--profile", "smoke", "-p", "n=0"), r"parameter 'n': 0 is below the allowed range \(at least 1\)"),
     Bad("not-a-choice", "a value outside the choices the notebook declares",
         cli("run", PROBE, "--profile", "smoke", "-p", "mode=maybe"), r"parameter 'mode': 'maybe' is not one of 'ok', 'fail', 'die'"),
+    Bad("malformed-list", "a list whose bracket is not closed: one line naming the parameter, no YAML traceback",
+        cli("run", "appendix_b_isotropic", "--profile", "smoke", "-p", "dims=[16,32"),
+        r"parameter 'dims': cannot read '\[16,32' as a value .*a list in brackets such as \[16, 32\]"),
     Bad("sweep-bad-point", "one bad value in a sweep grid: refused before the first point runs",
         cli("sweep", "appendix_b_isotropic", "--profile", "smoke", "-p", "n_pairs=100,many"),
         r"parameter 'n_pairs' should be a number like 40000, got 'many'"),
@@ -777,3 +780,19 @@ def test_same_profile_and_seed_give_identical_results(smoke_book, tmp_path):
         assert a == b, name
         compared += len(a)
     assert compared > 50, "too few glued numbers were compared"
+
+
+def test_parameters_take_numbers_in_every_spelling_and_grids_of_lists():
+    """What people type: 5e-2 (YAML 1.1 reads it as a string), 1E3, .5, -3; a sweep's grid of numbers in those
+    spellings and a grid whose points are lists."""
+    from anisotropy.book.cli import _parse_assignments
+
+    got = _parse_assignments(["lr=5e-2", "n=1e3", "m=2.5e3", "f=.5", "neg=-3", "x=1.0", "models=[gpt2, bert-base-uncased]",
+                              "word=post_ln"])
+    assert got == {"lr": 0.05, "n": 1000, "m": 2500, "f": 0.5, "neg": -3, "x": 1.0, "models": ["gpt2", "bert-base-uncased"],
+                   "word": "post_ln"}
+    assert type(got["n"]) is int and type(got["x"]) is float
+    grid = _parse_assignments(["lr=5e-2,1e-1", "seed=0,1,2", "variants=[post_ln],[pre_ln, gpt2]", "dims=[16, 32]"],
+                              as_grid=True)
+    assert grid == {"lr": [0.05, 0.1], "seed": [0, 1, 2], "variants": [["post_ln"], ["pre_ln", "gpt2"]],
+                    "dims": [[16, 32]]}

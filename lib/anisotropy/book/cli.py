@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import signal
 import sys
 from pathlib import Path
@@ -15,19 +16,43 @@ from anisotropy.book import checkout, runner, sweeps
 from anisotropy.errors import UserError
 
 
+_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+
+
+def _numbers(value):
+    """``value`` with every string that Python reads as a number turned into one: YAML 1.1 reads ``5e-2`` and ``1E3``
+    as strings (it wants ``5.0e-2``), people do not."""
+    if isinstance(value, list):
+        return [_numbers(v) for v in value]
+    if isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
+        number = float(value)
+        # 1e3 and 2.5e3 count like 1000 and 2500 (a count is what an integral exponent form usually means)
+        return int(number) if number.is_integer() and ("." not in value or "e" in value.lower()) else number
+    return value
+
+
+def _read(key: str, text: str, shown: str | None = None):
+    """One value as YAML (JSON is YAML too), numbers in any spelling Python accepts; one line naming the parameter
+    (and ``shown``, what the user typed) when it cannot be read."""
+    try:
+        return _numbers(yaml.safe_load(text))
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise runner.RunnerError(f"parameter {key!r}: cannot read {shown or text!r} as a value ({problem}); write a "
+                                 "number, a word, or a list in brackets such as [16, 32].") from None
+
+
 def _parse_assignments(pairs: list[str], as_grid: bool = False) -> dict:
-    """``k=v`` pairs, values read as YAML (``n=128``, ``models=[gpt2, bert-base-uncased]``); a grid splits on commas
-    outside brackets (``seed=0,1,2``)."""
+    """``k=v`` pairs, values read as YAML (``n=128``, ``lr=5e-2``, ``models=[gpt2, bert-base-uncased]``); a grid is
+    the values separated by commas outside brackets (``seed=0,1,2``, ``lr=5e-2,1e-1``), and a grid of lists is lists
+    separated by commas (``variants=[post_ln, pre_ln],[post_ln, pre_ln, gpt2]``)."""
     out = {}
     for pair in pairs or []:
         if "=" not in pair:
             raise runner.RunnerError(f"Parameters are written name=value, got {pair!r}.")
         key, text = pair.split("=", 1)
-        if as_grid:
-            value = yaml.safe_load(f"[{text}]") if not text.startswith("[") else [yaml.safe_load(text)]
-        else:
-            value = yaml.safe_load(text)
-        out[key.strip()] = value
+        key = key.strip()
+        out[key] = _read(key, f"[{text}]", text) if as_grid else _read(key, text)
     return out
 
 
@@ -54,7 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-html", action="store_true",
                    help="execute every chapter, but do not render the HTML (e.g. a test that reads the notebooks)")
 
-    p = sub.add_parser("run", help="execute one chapter into book/executed/")
+    p = sub.add_parser("run", help="execute one chapter into book/executed/",
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=(
+                           "examples:\n"
+                           "  python -m anisotropy run appendix_b_isotropic --profile smoke\n"
+                           "  python -m anisotropy run appendix_b_isotropic -p n_pairs=2e4 -p dims=[16,64,256]"))
     p.add_argument("name")
     p.add_argument("--profile", default="local")
     p.add_argument("-p", "--param", action="append", metavar="NAME=VALUE")
@@ -64,7 +93,14 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("clean", help="remove stored results, trained runs and notebooks no current code reaches")
     p.add_argument("--dry-run", action="store_true", help="only list what would be removed")
 
-    p = sub.add_parser("sweep", help="run one chapter over a grid of parameters (cartesian product)")
+    p = sub.add_parser("sweep", help="run one chapter over a grid of parameters (cartesian product)",
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=(
+                           "examples:\n"
+                           "  python -m anisotropy sweep appendix_b_isotropic -p n_pairs=1e4,4e4 -p seed=0,1\n"
+                           "  python -m anisotropy sweep p1_s4_untrained_block --profile smoke "
+                           "-p variants=[post_ln,pre_ln],[post_ln,pre_ln,gpt2]\n"
+                           "numbers in any spelling (5e-2, 0.05, 1E3); a point's list in brackets; points separated "
+                           "by commas outside brackets"))
     p.add_argument("name")
     p.add_argument("--profile", default="local")
     p.add_argument("-p", "--param", action="append", metavar="NAME=V1,V2,...", required=True)
