@@ -18,11 +18,12 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from anisotropy import executor, fingerprint, paths, profiles, results
+from anisotropy import executor, fingerprint, paths, profiles, progress as progress_lines, results
 from anisotropy.book import kernels
 from anisotropy.errors import UserError
 
@@ -36,6 +37,54 @@ KERNEL = "python3"
 # smoke book stopped that way although their cells had finished. A slow machine must not fail a build; a hung kernel
 # is still caught by the kernel's liveness check.
 IOPUB_TIMEOUT_S = 120
+
+
+# A running chapter's console: its progress lines (``progress.say``) as they reach its log, polled every ECHO_POLL_S,
+# and a line after SILENCE_S without one, so that no chapter is silent for a minute.
+ECHO_POLL_S = 2.0
+SILENCE_S = 55.0
+
+
+class _Echo(threading.Thread):
+    """Echo the progress lines a chapter's kernel writes to its ``log`` (``progress.MARK``) to this console, each
+    with the chapter's name and its elapsed time, and say that it is still running after ``SILENCE_S`` of silence."""
+
+    def __init__(self, name: str, log: Path):
+        super().__init__(name=f"echo-{name}", daemon=True)
+        self.chapter, self.log, self.start_time = name, Path(log), time.perf_counter()
+        self.done, self.position, self.last = threading.Event(), 0, time.perf_counter()
+
+    def _drain(self) -> None:
+        try:
+            with open(self.log, "rb") as stream:
+                stream.seek(self.position)
+                data = stream.read()
+        except OSError:
+            return
+        whole = data[: data.rfind(b"\n") + 1]  # a line still being written waits for the next poll
+        self.position += len(whole)
+        for line in whole.decode(errors="replace").splitlines():
+            if line.startswith(progress_lines.MARK):
+                self._print(line[len(progress_lines.MARK):])
+
+    def _print(self, text: str) -> None:
+        self.last = time.perf_counter()
+        print(f"    {self.chapter} [{self.last - self.start_time:5.0f} s] {text}", flush=True)
+
+    def tick(self) -> None:
+        """One poll: echo the new progress lines, or say the chapter is still running after ``SILENCE_S``."""
+        self._drain()
+        if time.perf_counter() - self.last >= SILENCE_S:
+            self._print("still running (no progress line in the last minute)")
+
+    def run(self) -> None:
+        while not self.done.wait(ECHO_POLL_S):
+            self.tick()
+
+    def stop(self) -> None:
+        self.done.set()
+        self.join()
+        self._drain()
 
 
 class RunnerError(UserError):
@@ -266,9 +315,14 @@ def run_job(job: Job) -> Outcome:
         kernel_peak: list[int | None] = []
         try:
             with kernels.kernel(env, str(cwd), log, kernel_cpu, kernel_peak) as manager:
-                papermill.execute_notebook(str(src), str(partial), parameters=job.injected, kernel_name=KERNEL,
-                                           progress_bar=False, log_output=False, kernel_manager_class=manager,
-                                           iopub_timeout=IOPUB_TIMEOUT_S)
+                echo = _Echo(job.name, log)
+                echo.start()
+                try:
+                    papermill.execute_notebook(str(src), str(partial), parameters=job.injected, kernel_name=KERNEL,
+                                               progress_bar=False, log_output=False, kernel_manager_class=manager,
+                                               iopub_timeout=IOPUB_TIMEOUT_S)
+                finally:
+                    echo.stop()
         except Exception as exc:  # noqa: BLE001 - every failure becomes one report, never a traceback
             if remote and partial.is_file():
                 write_bytes(partial_at, partial.read_bytes())
@@ -314,14 +368,24 @@ def execute(name: str, profile: str, overrides: dict | None = None, output: Path
     return job if isinstance(job, Outcome) else finish(run_job(job))
 
 
-def progress(outcome: Outcome, profile: str, index: int, total: int, label: str | None = None) -> None:
+def progress(outcome: Outcome, profile: str, index: int, total: int, label: str | None = None,
+             estimate: float | None = None) -> None:
+    """The line of a chapter that ended: its time (and CPU time), and the estimate it started with."""
     if outcome.blocked:
         status = "not run"
     else:
         status = "reused" if outcome.reused else ("FAILED" if outcome.error else f"{outcome.seconds:7.1f} s")
         if outcome.cpu_seconds is not None and not (outcome.reused or outcome.error):
             status += f" ({outcome.cpu_seconds:.0f} s CPU)"
+        if estimate and not outcome.reused:
+            status += f", estimated {estimate:.0f} s"
     print(f"[{index}/{total}] {label or outcome.name:<32} profile={profile:<6} {status}", flush=True)
+
+
+def started(name: str, profile: str, estimate: float | None = None) -> None:
+    """The line of a chapter that starts executing (with its estimated wall time on this machine, when known)."""
+    about = f" (estimated {estimate:.0f} s here)" if estimate else ""
+    print(f"[start] {name:<32} profile={profile:<6}{about}", flush=True)
 
 
 # ---- what a chapter runs after ---------------------------------------------------------------------------------------
@@ -346,8 +410,13 @@ def dependencies(names: list[str] | None = None) -> dict[str, list[str]]:
     return found
 
 
-def _build_chapter(name: str, env: dict, profile: str, rerun: bool, recompute: bool) -> Outcome:
-    return execute(name, profile, rerun=rerun, recompute=recompute, env={**KERNEL_THREADS, **env})
+def _build_chapter(name: str, env: dict, profile: str, rerun: bool, recompute: bool,
+                   estimates: dict | None = None) -> Outcome:
+    job = prepare(name, profile, rerun=rerun, recompute=recompute, env={**KERNEL_THREADS, **env})
+    if isinstance(job, Outcome):  # reused: nothing starts
+        return job
+    started(name, profile, (estimates or {}).get(name))
+    return finish(run_job(job))
 
 
 # One torch/BLAS thread per chapter kernel of a build: the build keeps every core busy with chapters (and their own
@@ -360,10 +429,11 @@ KERNEL_MALLOC = executor.malloc_env()
 
 
 def execute_all(profile: str, only: list[str] | None = None, rerun: bool = False, recompute: bool = False,
-                jobs: int | None = None, processes: bool = False) -> list[Outcome]:
+                jobs: int | None = None, processes: bool = False, estimates: dict | None = None) -> list[Outcome]:
     """Execute the chapters (``only`` some) under ``profile``: each after the chapters it depends on
     (``dependencies``), independent ones at the same time, ``jobs`` at a time (default: the cores; the cores are
-    shared with what a chapter starts itself through ``executor.map``). One progress line per chapter as it ends; a
+    shared with what a chapter starts itself through ``executor.map``). A line per chapter as it starts and as it ends
+    (with ``estimates``, chapter -> estimated wall seconds, beside them), its progress lines in between (``_Echo``); a
     failed chapter does not stop the others, but those that run after it are not run. Returns the outcomes in
     ``_toc.yml`` order."""
     import functools
@@ -389,9 +459,9 @@ def execute_all(profile: str, only: list[str] | None = None, rerun: bool = False
         else:
             outcome = result
         outcomes[name] = outcome
-        progress(outcome, profile, len(outcomes), len(names))
+        progress(outcome, profile, len(outcomes), len(names), estimate=(estimates or {}).get(name))
 
-    fn = functools.partial(_build_chapter, profile=profile, rerun=rerun, recompute=recompute)
+    fn = functools.partial(_build_chapter, profile=profile, rerun=rerun, recompute=recompute, estimates=estimates)
     try:
         executor.schedule(fn, names, after, jobs=jobs, processes=processes, failed=lambda o: bool(o.error),
                           on_done=done)
@@ -465,15 +535,19 @@ def build(profile: str = "local", rerun: bool = False, recompute: bool = False, 
         ref = machine.reference()
         cal = machine.calibrate(profile)
         print(f"This machine: {machine.describe(cal)} (calibrated in {cal['seconds']:.0f} s).", flush=True)
+    estimates = None
     if cal and ref and ref.get("calibration") and ref.get("profile") == profile:
         est = machine.estimate_build(cal, ref, chapters())
+        estimates = {name: seconds / est["speed_index"] for name, seconds in
+                     ref.get("chapters_wall_seconds", {}).items()}
         print(f"Estimated for a fresh build here: {est['cpu_seconds'] / 60:.0f} CPU-minutes, "
               f"{est['wall_seconds'] / 60:.0f} minutes of wall time (the reference build of {ref['commit']}: "
               f"{ref['cpu_seconds'] / 60:.0f} CPU-minutes on a machine {1 / est['speed_index']:.2f} times "
               f"{'slower' if est['speed_index'] > 1 else 'faster'} at the suites' updates; one calibration varies "
               f"10-30% between runs a minute apart on the same machine, so read it as +/- 20%; chapters already "
               f"executed are reused, so a rebuild takes less).", flush=True)
-    outcomes = execute_all(profile, rerun=rerun, recompute=recompute, jobs=jobs, processes=processes)
+    outcomes = execute_all(profile, rerun=rerun, recompute=recompute, jobs=jobs, processes=processes,
+                           estimates=estimates)
     failed = [o for o in outcomes if o.error and not o.blocked]
     blocked = [o for o in outcomes if o.blocked]
     ran = sum(o.seconds for o in outcomes)

@@ -15,7 +15,7 @@ import torch
 from anisotropy.measure import metrics
 from anisotropy.experiments import qk_dynamics
 from anisotropy.models import registry
-from anisotropy import results
+from anisotropy import progress as progress_lines, results
 from anisotropy.training import trainer, checkpoints, recipes as training_recipes
 
 CHAPTER = "beyond_sharp_without_anisotropy"
@@ -79,6 +79,7 @@ def run(variants, seeds, recipe: dict, n_texts: int = 32, max_length: int = 64, 
 def _measure_checkpoint(job: tuple) -> None:
     """Measure one checkpoint into the store (in a worker process of ``executor.map``)."""
     root, key, folder, texts, max_length, threads = job
+    progress_lines.say(f"measuring {key['suite']} seed {key['seed']} at step {key['step']:,}")
     with trainer.torch_threads(threads):
         results.Store(root).cached(CHAPTER, key, lambda: checkpoint_statistics(folder, texts, max_length))
 

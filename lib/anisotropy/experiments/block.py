@@ -25,6 +25,7 @@ import pandas as pd
 import torch
 from torch import nn
 
+from anisotropy import progress as progress_lines
 from anisotropy.measure import attention, metrics
 
 VARIANTS = ("post_ln", "pre_ln", "gpt2")
@@ -279,6 +280,8 @@ def sweep(bias_norms, seeds=(0,), variants=("post_ln", "pre_ln"), n_sequences: i
 
         bar = tqdm(total=len(bias_norms) * len(seeds) * len(variants), desc="block sweep")
     rows = []
+    beat = progress_lines.Every(30.0)
+    total = len(bias_norms) * len(seeds) * len(variants)
     try:
         for seed in seeds:
             blocks = build(seed, variants=variants, **config_overrides)
@@ -296,6 +299,7 @@ def sweep(bias_norms, seeds=(0,), variants=("post_ln", "pre_ln"), n_sequences: i
                                  "predicted_n_star": predicted, "seq_len": seq_len, "n_sequences": n_sequences})
                     if bar is not None:
                         bar.update()
+                    beat.say(lambda: f"block sweep: {len(rows)} of {total} (seed {seed}, {variant}, N = {n:g})")
     finally:
         if bar is not None:
             bar.close()

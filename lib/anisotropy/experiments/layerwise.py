@@ -23,7 +23,7 @@ import pandas as pd
 import torch
 
 from anisotropy.measure import baseline, metrics
-from anisotropy import devices, results
+from anisotropy import devices, progress, results
 
 STORE_CHAPTER = "p1_layerwise"  # one namespace shared by every chapter that measures layer-wise geometry
 # With stats="full", wider layers (CNN maps flattened to C*H*W) still get first moments only: LayerStats' d x d
@@ -363,6 +363,7 @@ def measure(ref: ModelRef, examples, *, source: str, n: int, seed: int = 0, max_
     def compute() -> pd.DataFrame:
         dev = devices.resolve(device)
         start = time.perf_counter()
+        progress.say(f"measuring {ref.label or ref.name} ({ref.variant}) on {n} examples of {source}")
         if ref.is_folder:
             loaded = registry.load(ref.name, device=dev, dtype=_dtype(dtype))
         else:

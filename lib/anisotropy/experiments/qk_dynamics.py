@@ -29,7 +29,7 @@ import torch
 from anisotropy.measure import attention, metrics
 from anisotropy.data import sources
 from anisotropy.models import registry
-from anisotropy import devices, results
+from anisotropy import devices, progress as progress_lines, results
 
 CHAPTER = "p1_s5_qk_training"
 KINDS = ("query", "key")
@@ -291,6 +291,7 @@ def _per_stage(stages: list[Stage], what: dict, extra_key: dict, measure, datase
 
     def computation(stage: Stage) -> Callable[[], pd.DataFrame]:
         def compute():
+            progress_lines.say(f"{stage.run}: checkpoint at step {stage.step:,} ({what.get('what', 'measured')})")
             loaded = stage.load(device, release=release)
             size = _image_size(loaded)
             if size not in inputs:

@@ -37,7 +37,7 @@ import torch
 
 from anisotropy.measure.final_norm import find_final_norm, final_norm_split
 from anisotropy.measure.batches import BATCH_METRICS, BATCH_SIZE, DEFAULT_METRICS, ROBUST_METRICS, BatchedLayer
-from anisotropy import devices
+from anisotropy import devices, progress
 
 STORE_CHAPTER = "paper2_spectral"  # every measurement of this module lives under results/<STORE_CHAPTER>/
 
@@ -215,6 +215,8 @@ def profile(model: str | Path, variant: str = "pretrained", revision: str | None
 
     def compute() -> pd.DataFrame:
         dev = devices.resolve(device)
+        progress.say(f"measuring {(extra or {}).get('label') or model}" + (f" at {revision}" if revision else "")
+                     + (f" ({part})" if part else "") + f", {n_texts} texts of {source}")
         loaded = (registry.load(folder, device=dev, dtype=_torch_dtype(dtype)) if is_folder else
                   registry.load(model, variant=variant, revision=revision, device=dev, dtype=_torch_dtype(dtype),
                                 seed=model_seed, release=revision is not None))

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from anisotropy.data import sources, docstrings
-from anisotropy import executor
+from anisotropy import executor, progress as progress_lines
 from anisotropy.training.checkpoints import (Checkpoint, checkpoints, drop_old_optimizer_states, fresh_state,
                                              is_trained, resumable, run_dir, save_checkpoint, training_state)
 from anisotropy.training.recipes import (BERT_KINDS, TEXT_KINDS, Recipe, build_model, data_fingerprint, load_model,
@@ -117,6 +117,7 @@ def train(recipe: Recipe, out_dir: str | Path | None = None, progress: bool = Tr
             save_checkpoint(folder, model, task, checkpoint_state(0), optimizer)
         last = recipe.steps if stop_after is None else min(recipe.steps, start + stop_after)
         bar = _progress_bar(recipe, start, progress)
+        beat = progress_lines.Every(30.0)  # the build's console (the bar goes to the notebook, which drops it)
         for step in range(start + 1, last + 1):
             seed = int(np.random.SeedSequence([recipe.seed, step]).generate_state(1)[0])
             torch.manual_seed(seed)  # dropout of this update
@@ -135,6 +136,8 @@ def train(recipe: Recipe, out_dir: str | Path | None = None, progress: bool = Tr
             bar.update(1)
             bar.set_postfix(loss=f"{np.mean(state['train_loss'][-20:]):.3f}",
                             val=f"{state['validation'][-1]['loss']:.3f}", refresh=False)
+            beat.say(lambda: f"training {recipe.suite} seed {recipe.seed}: update {step:,} of {recipe.steps:,}, "
+                             f"loss {np.mean(state['train_loss'][-20:]):.3f}", force=step == last)
             if step in ckpt_steps:
                 folder = run / f"step-{step}"
                 save_checkpoint(folder, model, task, checkpoint_state(step), optimizer)
@@ -184,15 +187,15 @@ def train_many(recipe_list, out_dir: str | Path | None = None, workers: int | No
     def done(job, found: list[Checkpoint]) -> None:
         if progress and found:
             state = training_state(found[-1])
-            print(f"trained {job[0].suite} seed {job[0].seed}: {state['step']} updates, final validation loss "
-                  f"{found[-1].loss:.3f}, {state['seconds']:.0f} s ({state['cpu_seconds']:.0f} s CPU) "
-                  f"[{time.perf_counter() - started:.0f} s since the start]", file=sys.stderr, flush=True)
+            progress_lines.say(f"trained {job[0].suite} seed {job[0].seed}: {state['step']} updates, final validation "
+                               f"loss {found[-1].loss:.3f}, {state['seconds']:.0f} s ({state['cpu_seconds']:.0f} s "
+                               f"CPU) [{time.perf_counter() - started:.0f} s since the start]")
 
     if todo:
         n = min(workers or executor.cores(), len(todo))
         if progress:
-            print(f"training {len(todo)} run(s) on {n} worker process(es): "
-                  f"{', '.join(f'{r.suite} seed {r.seed}' for r in todo)}", file=sys.stderr, flush=True)
+            progress_lines.say(f"training {len(todo)} run(s) on {n} worker process(es): "
+                               f"{', '.join(f'{r.suite} seed {r.seed}' for r in todo)}")
         executor.map(_train_quietly, [(r, out_dir) for r in todo], workers=n, on_done=done)
     return {r: checkpoints(r, out_dir) for r in recipe_list}
 

@@ -1,0 +1,67 @@
+"""A build that says what it is doing (issue 46): a line when a chapter starts and when it ends, and in between the
+progress lines its computations write (``anisotropy.progress``), echoed from the chapter's log to the console, with a
+line at least every minute."""
+
+from __future__ import annotations
+
+import re
+import time
+
+from anisotropy import progress
+from anisotropy.book import runner
+
+
+def test_say_writes_one_marked_line_to_the_process_stderr(capfd):
+    progress.say("training mlm seed 0:\n update 10 of 100")
+    err = capfd.readouterr().err
+    assert err == progress.MARK + "training mlm seed 0: update 10 of 100\n"
+
+
+def test_every_says_the_first_time_then_at_most_once_per_interval(capfd):
+    beat = progress.Every(3600.0)
+    made = []
+    assert beat.say(lambda: made.append(1) or "first")
+    assert not beat.say(lambda: made.append(1) or "second")  # within the hour: not said, not even made
+    assert beat.say("forced", force=True)
+    assert made == [1] and capfd.readouterr().err.count(progress.MARK) == 2
+
+
+def test_the_echo_prints_a_chapters_progress_lines_and_only_those(tmp_path, capsys):
+    log = tmp_path / "chapter.log"
+    log.write_text("kernel noise\n" + progress.MARK + "measuring gpt2\n" + progress.MARK + "half a li")
+    echo = runner._Echo("p2_layer_profiles", log)
+    echo.tick()
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 1 and re.fullmatch(r"    p2_layer_profiles \[\s*\d+ s\] measuring gpt2", out[0])
+    with open(log, "a") as stream:  # the line being written is echoed once it is whole
+        stream.write("ne\n")
+    echo.tick()
+    assert capsys.readouterr().out.strip().endswith("] half a line")
+
+
+def test_the_echo_says_a_silent_chapter_is_still_running(tmp_path, capsys):
+    log = tmp_path / "chapter.log"
+    log.write_text("")
+    echo = runner._Echo("checkpoint_suites", log)
+    echo.tick()
+    assert capsys.readouterr().out == ""
+    echo.last = time.perf_counter() - runner.SILENCE_S  # as if a minute went by without a line
+    echo.tick()
+    out = capsys.readouterr().out
+    assert re.fullmatch(r"    checkpoint_suites \[\s*\d+ s\] still running \(no progress line in the last minute\)\n", out)
+
+
+def test_the_smoke_builds_console_names_each_chapter_as_it_starts_and_ends_and_is_never_silent_a_minute(smoke_book):
+    """Every executed chapter has its start line and its end line in the smoke build's console output; in a chapter
+    that ran over a minute, no stretch of a minute (plus a poll) passes without a line of it."""
+    text = (smoke_book / "_build" / "smoke_build.log").read_text()
+    names = runner.chapters()
+    ended = {m.group(1): float(m.group(2)) for m in re.finditer(r"^\[\d+/\d+\] (\S+)\s+profile=smoke\s+([\d.]+) s",
+                                                                 text, flags=re.M)}
+    assert set(ended) == set(names), sorted(set(names) ^ set(ended))
+    for name in names:
+        assert re.search(rf"^\[start\] {re.escape(name)}\s+profile=smoke", text, flags=re.M), name
+        if ended[name] > 60:
+            times = [0.0] + [float(t) for t in re.findall(rf"^    {re.escape(name)} \[\s*(\d+) s\]", text, flags=re.M)]
+            gaps = [b - a for a, b in zip(times, times[1:] + [ended[name]])]
+            assert max(gaps) <= 60 + 2 * runner.ECHO_POLL_S, (name, times)
