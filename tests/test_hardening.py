@@ -331,6 +331,9 @@ BAD_INPUTS = [
     Bad("sweep-bad-point", "one bad value in a sweep grid: refused before the first point runs",
         cli("sweep", "appendix_b_isotropic", "--profile", "smoke", "-p", "n_pairs=100,many"),
         r"parameter 'n_pairs' should be a number like 40000, got 'many'"),
+    Bad("misspelt-papermill", "a misspelt parameter name passed to plain papermill -p (papermill only warns)",
+        papermill_cli("-p", "nn", "3"), r"ProfileError: Notebook 'hardening_probe': unknown parameter 'nn' \(did you "
+        r"mean 'n'\?\)", ours=False),
     Bad("wrong-type-papermill", "a wrong kind passed to plain papermill -p (the chapter's provenance call checks)",
         papermill_cli("-p", "n", "many"), r"ProfileError: Notebook 'hardening_probe': parameter 'n' should be a number",
         ours=False),

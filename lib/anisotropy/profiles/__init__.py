@@ -464,6 +464,10 @@ def apply(chapter: str, namespace: dict) -> Resolved:
         namespace[name] = resolved.values[name] = value
         resolved.origins[name] = origin
     if os.environ.get("ANISOTROPY_RUNNER") != "1":  # the runner has checked them already
+        # plain papermill injects a misspelt name as a new variable and warns only: the chapter would run with the
+        # profile's value, so a name that is not a parameter stops here, naming the nearest one
+        check(chapter, {name: namespace[name] for name in sorted(injected - set(defaults) - {"profile"})},
+              {"profile": profile, **defaults})
         reference = notebook_parameters(chapter) if has_source else {"profile": DEFAULT, **defaults}
         check(chapter, {"profile": profile, **resolved.values}, reference,
               parameter_rules(chapter) if has_source else {})
