@@ -65,3 +65,24 @@ def test_the_smoke_builds_console_names_each_chapter_as_it_starts_and_ends_and_i
             times = [0.0] + [float(t) for t in re.findall(rf"^    {re.escape(name)} \[\s*(\d+) s\]", text, flags=re.M)]
             gaps = [b - a for a, b in zip(times, times[1:] + [ended[name]])]
             assert max(gaps) <= 60 + 2 * runner.ECHO_POLL_S, (name, times)
+
+
+def test_chapters_lists_the_book_and_one_chapters_parameters_with_the_profiles_values(capsys):
+    """``anisotropy chapters``: every chapter of _toc.yml in order; with a name, each parameter of its parameters
+    cell with its kind, the notebook's value and the profile's where it differs (read here from the profile's YAML);
+    a misspelt name is one line naming the nearest chapter."""
+    import yaml
+
+    from anisotropy import paths
+    from anisotropy.book import cli
+
+    assert cli.main(["chapters"]) == 0
+    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()[:-1]]
+    assert listed == runner.chapters()
+    assert cli.main(["chapters", "appendix_b_isotropic", "--profile", "smoke"]) == 0
+    out = capsys.readouterr().out
+    smoke = yaml.safe_load((paths.project_root() / "lib/anisotropy/profiles/smoke.yml").read_text())
+    n_pairs = smoke["notebooks"]["appendix_b_isotropic"]["n_pairs"]
+    assert f"n_pairs (number) = 40000; under smoke: {n_pairs!r}" in out and "seed (number) = 0\n" in out
+    assert cli.main(["chapters", "appendx_b"]) == 1
+    assert "did you mean 'appendix_b_isotropic'?" in capsys.readouterr().err

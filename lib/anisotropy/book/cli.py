@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import re
 import signal
@@ -54,6 +55,26 @@ def _parse_assignments(pairs: list[str], as_grid: bool = False) -> dict:
         key = key.strip()
         out[key] = _read(key, f"[{text}]", text) if as_grid else _read(key, text)
     return out
+
+
+def _print_chapters(name: str | None, profile: str) -> None:
+    """``anisotropy chapters``: the chapters in the book's order; with a name, that chapter's parameters."""
+    names = runner.chapters()
+    if name is None:
+        for chapter in names:
+            print(f"{chapter:<34} {len(profiles.notebook_parameters(chapter))} parameters")
+        print("a chapter's parameters: python -m anisotropy chapters NAME [--profile PROFILE]")
+        return
+    if name not in names:
+        close = difflib.get_close_matches(name, names, n=1)
+        raise runner.RunnerError(f"No chapter {name!r}" + (f"; did you mean {close[0]!r}?" if close else ".")
+                                 + f" Chapters: {', '.join(names)}.")
+    for row in profiles.parameter_table(name, profile):
+        shown = "" if row[profile] == row["notebook"] else f"; under {profile}: {row[profile]!r}"
+        allowed = f"; allowed: {row['allowed']}" if row["allowed"] else ""
+        print(f"{row['name']} ({row['kind']}) = {row['notebook']!r}{shown}{allowed}")
+        if row["meaning"]:
+            print(f"    {row['meaning']}")
 
 
 def _interrupt(signum, frame):
@@ -116,6 +137,13 @@ def main(argv: list[str] | None = None) -> int:
 
     sub.add_parser("profiles", help="list the profiles")
 
+    p = sub.add_parser("chapters", help="list the chapters, or one chapter's parameters",
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=(
+                           "examples:\n  python -m anisotropy chapters\n"
+                           "  python -m anisotropy chapters appendix_b_isotropic --profile smoke"))
+    p.add_argument("name", nargs="?", help="a chapter: show its parameters (kind, what they allow, values)")
+    p.add_argument("--profile", default="local", help="whose values to show beside the notebook's (default: local)")
+
     p = sub.add_parser("calibrate", help="measure this machine (matrix products, memory, the suites' updates)")
     p.add_argument("--profile", default="local", help="whose suite recipes to time (default: local)")
     p.add_argument("--out", default=None, metavar="FILE", help="also write the calibration as JSON")
@@ -170,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "profiles":
             for name in profiles.names():
                 print(f"{name:<9} {profiles.load(name).get('description', '')}")
+        elif args.command == "chapters":
+            _print_chapters(args.name, args.profile)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -316,6 +316,21 @@ def _rule_validators(choices: tuple, low, low_inclusive: bool, high, high_inclus
             TypeAdapter(Annotated[float, Field(strict=True, **bounds)]) if bounds else None)
 
 
+def parameter_table(name: str, profile: str = DEFAULT) -> list[dict]:
+    """One row per parameter of chapter ``name``: its name, kind (number, str, list...), what its comment says, what
+    it allows (``Rule``), its value in the parameters cell and under ``profile`` (what ``anisotropy chapters NAME``
+    prints)."""
+    values = chapter_parameters(profile, name)
+    rows = []
+    for pname, info in _inspect(name).items():
+        default = ast.literal_eval(info["default"])
+        comment = (info.get("help") or "").strip()
+        meaning, _, allowed = comment.partition("allowed:")
+        rows.append({"name": pname, "kind": _kind(default), "meaning": meaning.strip().rstrip(";").strip(),
+                     "allowed": allowed.strip(), "notebook": default, profile: values.get(pname, default)})
+    return rows
+
+
 def parameter_rules(name: str) -> dict[str, Rule]:
     """The ``allowed:`` declarations of the parameters cell's comments (see ``Rule``)."""
     rules = {}
