@@ -34,7 +34,7 @@ import torch
 from anisotropy import executor, paths
 
 REFERENCE = Path("benchmarks") / "results" / "build_reference.json"
-REFERENCE_PROFILE = "local"  # the build whose times the README states, calibrated before it starts
+REFERENCE_PROFILE = "local"  # the build whose times benchmarks/results/builds.csv records, calibrated before it starts
 _STEP_REPEATS = 3  # measured updates per recipe, after one warm-up update
 
 

@@ -1150,3 +1150,28 @@ def ablation_sharp_vs_isotropic(summary: pd.DataFrame, isotropy: str = "mean_cos
     axes[0, 0].set_ylabel("attention entropy / uniform")
     axes[0, 0].legend(fontsize="x-small")
     return fig
+
+
+def measured_builds(builds: pd.DataFrame, reference: dict):
+    """The measured builds (``benchmarks/results/builds.csv``): left, each fresh ``make book`` and ``make test`` in
+    minutes of wall time against the machine's calibration (one update of the subword encoder, ms: the build's
+    slowest part), one marker per command, one colour per host; right, the CPU minutes of each chapter in the
+    committed reference build (``build_reference.json``)."""
+    fig, axes = figure(ncols=2, height=3.8)
+    left, right = axes[0, 0], axes[0, 1]
+    rows = builds[builds["command"].isin(["make book", "make test"]) & builds["mlm_update_ms"].notna()]
+    hosts = list(dict.fromkeys(rows["host"]))
+    colours = dict(zip(hosts, sns.color_palette(PALETTE, max(len(hosts), 1))))
+    markers = {"make book": "o", "make test": "s"}
+    for (host, command), part in rows.groupby(["host", "command"], sort=False):
+        left.scatter(part["mlm_update_ms"], part["wall_s"] / 60, color=colours[host], marker=markers[command], s=36,
+                     label=f"{command}, {host}", alpha=0.85)
+    left.set_xlabel("calibration: one update of the subword encoder (ms)")
+    left.set_ylabel("wall time (minutes), fresh clone")
+    handles, labels = left.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=2, fontsize="xx-small")  # inside, it hid points
+    chapters = pd.Series(reference.get("chapters_cpu_seconds", {}), dtype=float).sort_values() / 60
+    right.barh(chapters.index, chapters.to_numpy(), color=sns.color_palette(PALETTE, 1)[0])
+    right.set_xlabel(f"CPU minutes in the reference build ({reference.get('commit', '?')})")
+    right.tick_params(axis="y", labelsize="x-small")
+    return fig
