@@ -1,7 +1,8 @@
 # The two commands of the README: `make book` (the main job) and `make test`. Each sets itself up from nothing.
 PROFILE ?= local
 PYTHON ?= python3
-VENV := .venv
+# `make book VENV=$$CONDA_PREFIX` installs into (and builds with) a conda environment instead: environment.yml
+VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 # The Python versions the pinned set installs on (pyproject.toml's requires-python says the same; a test checks it):

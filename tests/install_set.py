@@ -204,15 +204,16 @@ def resolved(install: InstallSet, root: Path = ROOT) -> dict[str, list[str]]:
 
 
 def environment_yml(root: Path = ROOT) -> tuple[dict, InstallSet]:
-    """environment.yml's conda part and its pip section read as one requirements file."""
+    """environment.yml's conda part and its pip section (none: the Makefile installs into the conda environment)
+    read as one requirements file."""
     import yaml
 
     env = yaml.safe_load((root / "environment.yml").read_text())
     conda = [d for d in env["dependencies"] if isinstance(d, str)]
-    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    pip = next((d["pip"] for d in env["dependencies"] if isinstance(d, dict)), [])
     tokens = [t for line in pip for t in shlex.split(line)]
     return {"name": env.get("name"), "conda": conda, "channels": env.get("channels", [])}, _gather(
-        [parse_install_args(tokens)])
+        [parse_install_args(tokens)] if tokens else [])
 
 
 def requires_python(root: Path = ROOT) -> tuple[tuple[int, ...], tuple[int, ...]]:
