@@ -86,3 +86,17 @@ def test_chapters_lists_the_book_and_one_chapters_parameters_with_the_profiles_v
     assert f"n_pairs (number) = 40000; under smoke: {n_pairs!r}" in out and "seed (number) = 0\n" in out
     assert cli.main(["chapters", "appendx_b"]) == 1
     assert "did you mean 'appendix_b_isotropic'?" in capsys.readouterr().err
+
+
+def test_every_numeric_parameter_of_every_chapter_declares_its_range():
+    """A number a reader can set is checked before the kernel starts (``allowed:`` in its comment), so a sweep over a
+    wrong value stops in one line instead of inside the notebook; every profile's values are within those ranges."""
+    from anisotropy import profiles
+
+    undeclared = [(chapter, name) for chapter in runner.chapters()
+                  for name, value in profiles.notebook_parameters(chapter).items()
+                  if isinstance(value, (int, float)) and not isinstance(value, bool)
+                  and name not in profiles.parameter_rules(chapter)]
+    assert undeclared == []
+    for profile in profiles.names():
+        profiles.check_profile(profile, runner.chapters())
