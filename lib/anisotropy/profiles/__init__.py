@@ -431,6 +431,16 @@ def _papermill_injected(namespace: dict) -> set[str]:
     return set()
 
 
+def _in_kernel() -> bool:
+    """Whether this runs in a notebook kernel (IPython), where a chapter is about to measure, rather than in a test or
+    a tool that only resolves a chapter's parameters."""
+    try:
+        get_ipython()  # noqa: F821 - defined inside IPython only
+    except NameError:
+        return False
+    return True
+
+
 def one_line_errors() -> None:
     """In a notebook kernel, show the failures a reader can fix (a parameter, a model or dataset that cannot be had
     here, a full disk, a model too large for the device) as their one-line message instead of a traceback; the cell
@@ -486,7 +496,7 @@ def apply(chapter: str, namespace: dict) -> Resolved:
         reference = notebook_parameters(chapter) if has_source else {"profile": DEFAULT, **defaults}
         check(chapter, {"profile": profile, **resolved.values}, reference,
               parameter_rules(chapter) if has_source else {})
-    if "cuda" in str(resolved.values.get("device", "")):
+    if "cuda" in str(resolved.values.get("device", "")) and _in_kernel():
         from anisotropy import devices
 
         devices.resolve(resolved.values["device"])  # no GPU here: stop now, in one line, not deep inside a measurement
