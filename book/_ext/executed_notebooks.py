@@ -6,23 +6,13 @@ on a fresh clone, ``jupyter-book build .`` would otherwise render a book of miss
 
 from pathlib import Path
 
-import yaml
 
 def missing_chapters(root: Path) -> list[str]:
-    """The ``book/executed/`` entries of ``root``'s ``_toc.yml`` that have no notebook there."""
-    entries = []
+    """The chapters of ``root``'s ``_toc.yml`` (``profiles.toc_chapters``) with no notebook under ``book/executed/``,
+    as toc entries (``book/executed/<chapter>``)."""
+    from anisotropy.profiles import EXECUTED, toc_chapters
 
-    def walk(node):
-        if isinstance(node, dict):
-            if str(node.get("file", "")).startswith("book/executed/"):
-                entries.append(node["file"])
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(yaml.safe_load((root / "_toc.yml").read_text()))
+    entries = [f"{EXECUTED.as_posix()}/{name}" for name in toc_chapters(root)]
     return [e for e in entries if not (root / f"{e}.ipynb").is_file()]
 
 

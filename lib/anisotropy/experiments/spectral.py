@@ -112,15 +112,16 @@ def measure_parts(loaded, examples: Iterable, parts: Sequence[str | None], batch
                               max_length=max_length, keep_special=keep_special, device=device,
                               stats_factory=factory, part=parts[0] if len(parts) == 1 else None)
     has_final_norm = find_final_norm(loaded.model) is not None
+    # where the tokenizer opens every text with a special token (<bos>, [CLS]) that the protocol leaves out, the first
+    # position of a sequence, an attention sink's usual place, is not among the measured vectors
+    first_measured = bool(keep_special or not opens_with_special(tok))
     frames = {}
     for part in parts:
         # a stack's own layers, numbered from 0 (taps keeps the whole model's numbering)
         layers = (result if part is None else
                   {result.layer_in_part[layer]: result[layer] for layer in result if result.parts[layer] == part})
         frames[part] = _batch_rows(loaded, layers, has_split, has_final_norm, batch_size)
-        # where the tokenizer opens every text with a special token (<bos>, [CLS]) that the protocol leaves out, the
-        # first position of a sequence, an attention sink's usual place, is not among the measured vectors
-        frames[part]["first_position_measured"] = bool(keep_special or not opens_with_special(tok))
+        frames[part]["first_position_measured"] = first_measured
     return frames
 
 

@@ -123,6 +123,11 @@ def chapters() -> list[str]:
     root = checkout()
     if root is None:
         raise ProfileError("The chapters' order needs a checkout of the book (a folder with _toc.yml).")
+    return toc_chapters(root)
+
+
+def toc_chapters(root: Path) -> list[str]:
+    """The chapters of ``root``'s ``_toc.yml`` in its order (``chapters`` of another tree, e.g. the one Sphinx renders)."""
     found: list[str] = []
 
     def walk(node):
