@@ -333,6 +333,32 @@ def test_an_interrupted_parallel_build_stops_its_kernels_and_resumes(tmp_path):
 
 # ---- the executor: dependency order, failures, shared cores --------------------------------------------------------
 
+def test_a_cancelled_running_chapter_still_reports_its_own_failure_without_a_second_error():
+    # An interrupted build cancels the futures still running; the chapter's thread then ends with the kernel's error.
+    # That must not become concurrent.futures' InvalidStateError printed after the interruption's message.
+    from anisotropy import executor
+
+    started, release, errors = threading.Event(), threading.Event(), []
+    before = threading.excepthook
+    threading.excepthook = lambda args: errors.append(args.exc_value)
+    try:
+        def fn():
+            started.set()
+            release.wait(hang_guard(1))
+            raise RuntimeError("kernel stopped")
+
+        with executor._pool(False, 1) as submit:
+            future = submit(fn)
+            assert started.wait(hang_guard(1))
+            assert not future.cancel(), "a running chapter's future cannot be cancelled"
+            release.set()
+            with pytest.raises(RuntimeError, match="kernel stopped"):
+                future.result(timeout=hang_guard(1))
+    finally:
+        threading.excepthook = before
+    assert errors == []
+
+
 def test_schedule_runs_items_after_their_dependencies_and_blocks_what_follows_a_failure():
     from anisotropy import executor
 

@@ -453,6 +453,10 @@ def _pool(processes: bool, jobs: int):
         future = concurrent.futures.Future()
 
         def work():
+            # A running future cannot be cancelled, so an interrupted build's cancel() in ``schedule`` cannot race the
+            # kernel's own failure into InvalidStateError printed after the interruption's message.
+            if not future.set_running_or_notify_cancel():
+                return
             try:
                 future.set_result(fn(*args))
             except BaseException as exc:  # noqa: BLE001 - handed to the scheduling thread
