@@ -23,6 +23,18 @@ def test_every_ipynb_is_in_sync_with_its_myst_source():
     assert checkout.sync(check=True) == [], "run `make sync` (python -m anisotropy sync) and commit the .ipynb files"
 
 
+def test_every_ipynb_opens_on_colab_with_a_gpu_runtime():
+    # Colab starts a GPU runtime for a notebook whose metadata say so (what it writes itself after Edit > Notebook
+    # settings > T4 GPU); without them the paper profile would first meet a CPU runtime.
+    import json
+
+    ipynbs = sorted((checkout.runner.root() / "notebooks").glob("*.ipynb"))
+    assert len(ipynbs) == len(list((checkout.runner.root() / "notebooks").glob("*.md")))
+    for path in ipynbs:
+        meta = json.loads(path.read_text())["metadata"]
+        assert meta.get("accelerator") == "GPU" and meta.get("colab", {}).get("gpuType") == "T4", path.name
+
+
 def test_toc_chapters_and_notebooks_are_the_same_set():
     assert sorted(runner.chapters()) == sorted(p.stem for p in NOTEBOOKS)
 

@@ -23,12 +23,18 @@ def paired_ipynb_text(name: str) -> str:
     kept = nb.metadata.pop("jupytext", {}).get("notebook_metadata_filter")
     if kept:
         nb.metadata["jupytext"] = {"notebook_metadata_filter": kept}
+    # Colab reads these two keys when it opens a notebook: it starts a GPU runtime (a T4 on the free tier) instead of
+    # its default CPU one, so `profile = "paper"` runs where the budget assumes it does.
+    nb.metadata.update(COLAB_GPU)
     for index, cell in enumerate(nb.cells):
         cell.metadata.pop("vscode", None)
         # nbformat draws random cell ids; derive them from the content so the pair check is reproducible.
         cell["id"] = hashlib.sha256(f"{index}\n{cell.source}".encode()).hexdigest()[:8]
     return nbformat.writes(nb) + "\n"
 
+
+#: The metadata Colab writes for a notebook saved on a GPU runtime (Edit > Notebook settings > T4 GPU).
+COLAB_GPU = {"accelerator": "GPU", "colab": {"gpuType": "T4", "provenance": []}}
 
 _INSTALL_LINE = re.compile(r'^( *)%pip install -q "anisotropy\[colab\] @ git\+[^"]*"$', flags=re.M)
 
