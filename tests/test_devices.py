@@ -58,3 +58,77 @@ def test_importing_the_module_does_not_import_torch():
     code = "import sys; import anisotropy.devices; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# ---- the paper profile's runtime: a Colab CPU runtime stops, "auto" on a CPU says what it will cost ---------------
+
+@pytest.fixture
+def colab(monkeypatch):
+    """A Colab kernel as the notebooks' install cell and ``devices.on_colab`` recognise it."""
+    import types
+
+    monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
+
+
+@pytest.mark.parametrize("device", ["auto", "cpu", "cuda"])
+def test_the_paper_profile_on_a_colab_cpu_runtime_stops_in_one_line_whatever_the_device(monkeypatch, colab, device):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(devices.NoGPUError) as info:
+        devices.check_runtime("paper", device)
+    message = str(info.value)
+    assert "\n" not in message and "Runtime > Change runtime type" in message and 'profile = "local"' in message
+
+
+@pytest.mark.parametrize("profile", ["local", "paper-sim", "smoke"])
+def test_other_profiles_on_a_colab_cpu_runtime_run_on_the_cpu(monkeypatch, colab, profile):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert devices.check_runtime(profile, "auto") == "cpu"
+
+
+def test_the_paper_profile_runs_where_colab_has_a_gpu_and_off_colab_resolves_as_usual(monkeypatch, colab):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert devices.check_runtime("paper", "auto") == "cuda"
+    monkeypatch.delitem(sys.modules, "google.colab")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert devices.check_runtime("paper", "auto") == "cpu"
+
+
+def test_a_paper_chapter_opened_on_a_colab_cpu_runtime_stops_in_its_first_cell(monkeypatch, colab):
+    from anisotropy import profiles
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(profiles, "_in_kernel", lambda: True)
+    monkeypatch.setattr(profiles, "one_line_errors", lambda: None)
+    with pytest.raises(devices.NoGPUError):
+        profiles.apply("p1_s3_token_level", {"profile": "paper"})
+    namespace = {"profile": "local"}  # the offline profile on the same runtime runs
+    assert profiles.apply("p1_s3_token_level", namespace).profile == "local"
+
+
+def test_auto_under_the_paper_profile_without_a_gpu_warns_once_with_its_time_on_the_cpu(monkeypatch):
+    import warnings
+
+    from anisotropy import profiles
+    from anisotropy.pages import budget, report
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    resolved = profiles.apply("p1_s3_token_level", {"profile": "paper"})
+    assert resolved.values["device"] == "auto"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        text = report.cpu_fallback(resolved)
+    assert [w.category for w in caught] == [devices.CPUFallbackWarning] and str(caught[0].message) == text
+    e = budget.estimate(budget.plan("p1_s3_token_level", resolved.values, "paper"))
+    # The same downloads, and forward passes at two vCPUs' float32 peak instead of a T4's float16 one (65 / 0.14 =
+    # 464 times slower): an order of magnitude more in all, the downloads being the same.
+    assert budget.cpu_minutes(e) > 10 * e["t4_minutes"]
+    no_passes = dict(e, forward_tflop=0.0)
+    assert budget.cpu_minutes(e) - budget.cpu_minutes(no_passes) == pytest.approx(
+        e["forward_tflop"] / (0.14 * 0.3) / 60, rel=1e-12)
+    assert budget.minutes_text(budget.cpu_minutes(e)) in text and budget.minutes_text(e["t4_minutes"]) in text
+    # No warning where a GPU is there, where the device is set, or under another profile.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert report.cpu_fallback(resolved) == ""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert report.cpu_fallback(profiles.apply("p1_s3_token_level", {"profile": "local"})) == ""
+    assert report.cpu_fallback(profiles.apply("p1_s3_token_level", {"profile": "paper", "device": "cpu"})) == ""

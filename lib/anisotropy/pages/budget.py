@@ -32,6 +32,8 @@ XET_CHUNK_CACHE_ENV = "HF_XET_CHUNK_CACHE_SIZE_BYTES"
 XET_CHUNK_CACHE_DEFAULT_BYTES = 10_000_000_000
 T4_TFLOPS = {"float16": 65.0, "bfloat16": 65.0, "float32": 8.1}  # peak dense rates
 EFFICIENCY = 0.3  # share of the peak a measurement loop reaches (small batches, hooks, copies to the CPU)
+# Peak float32 rate of two vCPUs (a free Colab CPU runtime, a laptop): AVX2 FMA, 2 x 32 flop/cycle x ~2.2 GHz.
+CPU_TFLOPS = 0.14
 HUB_MB_PER_S = 80.0  # download rate from the Hub to a Colab runtime
 LOAD_S = 5.0  # per checkpoint: opening the files, building the model, moving it to the GPU
 GIB = 2**30
@@ -491,6 +493,14 @@ def estimate(p: Plan) -> dict:
             "forward_tflop": sum(flops.values()) / 1e12, "unknown": unknown_sizes(p)}
 
 
+def cpu_minutes(e: dict) -> float:
+    """The estimate ``e`` (of ``estimate``) on two vCPUs instead of a T4: its forward passes and training at
+    ``CPU_TFLOPS`` with the same ``EFFICIENCY``, plus the same downloads and loads, in minutes."""
+    flop = e["forward_tflop"] * 1e12 + e["training_minutes"] * 60 * T4_TFLOPS["float32"] * 1e12 * EFFICIENCY
+    return (flop / (CPU_TFLOPS * 1e12 * EFFICIENCY) + e["download_gib"] * 1024 / HUB_MB_PER_S
+            + LOAD_S * e["checkpoints"]) / 60
+
+
 def _params(model: str) -> float:
     from anisotropy.models import registry
 
@@ -520,7 +530,7 @@ def problems(p: Plan, e: dict | None = None) -> list[str]:
                    f"measure fewer checkpoints or keep ANISOTROPY_KEEP_CHECKPOINTS unset")
     if e["t4_minutes"] > COLAB["hours"] * 60:
         share = COLAB["hours"] * 60 / e["t4_minutes"]
-        out.append(f"time: about {_minutes(e['t4_minutes'])}, longer than a Colab session ({COLAB['hours']:.0f} h); "
+        out.append(f"time: about {minutes_text(e['t4_minutes'])}, longer than a Colab session ({COLAB['hours']:.0f} h); "
                    f"about {share:.0%} of the work (fewer seeds, variants, steps or checkpoints) fits one session")
     if e["ram_gib"] > HOST_RAM_LIMIT_GIB:
         worst = max(p.checkpoints, key=host_ram_bytes)
@@ -550,11 +560,11 @@ def table(chapter: str, params: dict, profile: str = "paper"):
              low + _gib(e["disk_gib"]), f"{COLAB['disk']:.0f} GiB"),
             ("GPU memory at the peak", low + _gib(e["gpu_gib"]), f"{COLAB['gpu']:.0f} GiB (T4)"),
             ("host memory at the peak", low + _gib(e["ram_gib"]), f"{HOST_RAM_LIMIT_GIB:.1f} GiB"),
-            ("time on a T4" + (" (with training)" if e["training_minutes"] else ""), _minutes(e["t4_minutes"]),
+            ("time on a T4" + (" (with training)" if e["training_minutes"] else ""), minutes_text(e["t4_minutes"]),
              f"{COLAB['hours']:.0f} h a session")]
     if e["training_minutes"]:
         suites = f" ({', '.join(p.trained)} suite{'s' if len(p.trained) > 1 else ''})" if p.trained else ""
-        rows.append(("of which training" + suites, _minutes(e["training_minutes"]),
+        rows.append(("of which training" + suites, minutes_text(e["training_minutes"]),
                      "less if checkpoint_suites trained them in this runtime" if p.trained else ""))
     if p.reused_from:
         rows.append(("reused when they ran in this runtime", ", ".join(p.reused_from),
@@ -568,7 +578,8 @@ def _gib(x: float) -> str:
     return f"{x * 1024:.0f} MiB" if x < 1 else f"{x:.1f} GiB"
 
 
-def _minutes(m: float) -> str:
+def minutes_text(m: float) -> str:
+    """Minutes in words: "12.3 min" below an hour and a half, else hours ("2.5 h")."""
     return f"{max(m, 0.1):.1f} min" if m < 90 else f"{m / 60:.1f} h"
 
 
@@ -603,10 +614,10 @@ def summary(chapter: str, params: dict, profile: str = "paper") -> str:
     if not p.checkpoints and not p.training_flops:
         return "it downloads no model" + (f" ({p.notes[0]})" if p.notes else "")
     if not p.checkpoints:
-        text = f"about {_minutes(e['t4_minutes'])} of training on a Colab T4 and {_gib(e['download_gib'])} of data"
+        text = f"about {minutes_text(e['t4_minutes'])} of training on a Colab T4 and {_gib(e['download_gib'])} of data"
     else:
-        training = f", {_minutes(e['training_minutes'])} of it training" if e["training_minutes"] else ""
-        text = (f"about {_minutes(e['t4_minutes'])} on a Colab T4{training}, {e['checkpoints']} checkpoint"
+        training = f", {minutes_text(e['training_minutes'])} of it training" if e["training_minutes"] else ""
+        text = (f"about {minutes_text(e['t4_minutes'])} on a Colab T4{training}, {e['checkpoints']} checkpoint"
                 f"{'s' if e['checkpoints'] != 1 else ''}, {'at least ' if e['unknown'] else ''}"
                 f"{_gib(e['download_gib'])} of downloads and {_gib(e['ram_gib'])} of host memory at the peak")
     if p.reused_from:

@@ -114,6 +114,7 @@ def provenance(resolved, models=(), described: dict | None = None):
 
     profile = resolved.profile
     described = described or {}
+    cpu_fallback(resolved)
     warning = ""
     if profile != "paper":
         warning = (
@@ -184,6 +185,27 @@ def unverified_note(resolved) -> str:
     text = hub.unverified_text(hub.unverified(requests))
     return (f"Unverified against the Hub: {text}. No public page read for the package's record of the Hub "
             f"({hub.MANIFEST.name}) showed these; the loads assume what the registry expects.") if text else ""
+
+
+def cpu_fallback(resolved) -> str:
+    """Under the ``paper`` profile with ``device`` "auto" on a machine without a GPU: one ``CPUFallbackWarning``
+    with the chapter's estimated time on two vCPUs beside its time on a T4 (``pages.budget.cpu_minutes``), returned
+    as text; "" otherwise."""
+    import warnings
+
+    from anisotropy import devices
+    from anisotropy.pages import budget
+
+    device = resolved.values.get("device", "auto")
+    if resolved.profile != "paper" or str(device or "auto") != "auto" or devices.resolve(device) != "cpu":
+        return ""
+    e = budget.estimate(budget.plan(resolved.chapter, resolved.values, resolved.profile))
+    text = (f"device \"auto\" found no GPU: this chapter measures the papers' models on the CPU, about "
+            f"{budget.minutes_text(budget.cpu_minutes(e))} on two cores (about "
+            f"{budget.minutes_text(e['t4_minutes'])} on a T4); on Colab choose Runtime > Change runtime type > "
+            f"T4 GPU.")
+    warnings.warn(text, devices.CPUFallbackWarning, stacklevel=3)
+    return text
 
 
 def colab_budget(resolved):

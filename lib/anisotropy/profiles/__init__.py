@@ -473,7 +473,8 @@ def apply(chapter: str, namespace: dict) -> Resolved:
     the named profile's value. The namespace is updated in place; outside the book runner the values are checked as
     the runner checks them (kinds, and the ``allowed:`` rules where the chapter's source is at hand). From here on,
     the failures a reader can fix show as one line (``one_line_errors``); a ``device`` of "cuda" on a machine
-    without a GPU stops here (``devices.NoGPUError``).
+    without a GPU stops here (``devices.NoGPUError``), and so does ``profile = "paper"`` on a Colab runtime without
+    one (``devices.check_runtime``).
     """
     one_line_errors()
     profile = namespace.get("profile", DEFAULT)
@@ -501,8 +502,9 @@ def apply(chapter: str, namespace: dict) -> Resolved:
         reference = notebook_parameters(chapter) if has_source else {"profile": DEFAULT, **defaults}
         check(chapter, {"profile": profile, **resolved.values}, reference,
               parameter_rules(chapter) if has_source else {})
-    if "cuda" in str(resolved.values.get("device", "")) and _in_kernel():
+    if _in_kernel() and (profile == "paper" or "cuda" in str(resolved.values.get("device", ""))):
         from anisotropy import devices
 
-        devices.resolve(resolved.values["device"])  # no GPU here: stop now, in one line, not deep inside a measurement
+        # No GPU where one is needed: stop now, in one line, not deep inside a measurement.
+        devices.check_runtime(profile, resolved.values.get("device", "auto"))
     return resolved
