@@ -3,6 +3,8 @@ attention, planted drifts recovered by the SVD projection and by the head-select
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -324,6 +326,47 @@ def test_second_run_reads_the_store_instead_of_loading_checkpoints(suite, store,
     pd.testing.assert_frame_equal(again.drop(columns=["q_mean", "k_mean"]), full.drop(columns=["q_mean", "k_mean"]))
     pd.testing.assert_frame_equal(first.drop(columns=["q_mean", "k_mean"]),
                                   full[full["step"].isin(STEPS[:2])].drop(columns=["q_mean", "k_mean"]))
+
+
+def test_a_checkpoint_that_cannot_be_downloaded_is_left_out_named_and_blocks_the_claims_on_its_run(suite, store,
+                                                                                                     monkeypatch):
+    from anisotropy import hub
+    from anisotropy.claims import ledger
+    from anisotropy.chapters import p1_s5_qk_training as page
+
+    original = qk_dynamics.Stage.load
+    missing = STEPS[1]
+
+    def load(self, device="cpu", release=False):
+        if self.step == missing:
+            raise hub.Unavailable(f"google/multiberts-seed_0 at step_{missing}k: 504 Gateway Timeout")
+        return original(self, device)
+
+    monkeypatch.setattr(qk_dynamics.Stage, "load", load)
+    stats = qk_dynamics.step_statistics(suite["stages"], store=store, **KW)
+    assert set(stats["step"]) == set(STEPS) - {missing}  # the others were measured
+    left_out = qk_dynamics.skipped(stats)
+    assert [(s.ref.step, s.ref.name) for s in left_out] == [(missing, suite["stages"][1].source)]
+    assert "504 Gateway Timeout" in left_out[0].reason and "partly measured" in left_out[0].reason
+    assert f"at step {missing:,}" in page.left_out_note(left_out)
+    assert page.left_out_note([]) == "Every checkpoint of every run was measured."
+    # a claim that names the run's model is not decided on the rest; one that does not is unaffected
+    unavailable = {s.ref.name: s.reason for s in left_out}
+    claim = next(c for c in ledger.ledger() if c.chapter == "p1_s5_qk_training")
+    rows = ledger.verdict_rows("p1_s5_qk_training", "local", {"qk": stats, "axes": stats},
+                              {claim.models[0]: left_out[0].reason})
+    row = rows[rows["id"] == claim.id].iloc[0]
+    assert "could not be measured here" in row["why"] and "partly measured" in row["why"]
+    assert suite["stages"][1].source in unavailable
+    # offline stops at once, and a run with nothing measurable stops naming the first reason
+    monkeypatch.setattr(qk_dynamics.Stage, "load", lambda self, device="cpu", release=False: (_ for _ in ()).throw(
+        hub.Offline("the Hub is unreachable")))
+    with pytest.raises(hub.Offline):
+        qk_dynamics.step_statistics(suite["stages"], store=results.Store(Path(store.root) / "other"), **KW)
+    monkeypatch.setattr(qk_dynamics.Stage, "load", lambda self, device="cpu", release=False: (_ for _ in ()).throw(
+        hub.Unavailable("gone")))
+    with pytest.raises(hub.Unavailable, match="none of the"):
+        qk_dynamics.step_statistics(suite["stages"], store=results.Store(Path(store.root) / "other2"), **KW)
 
 
 def test_alignment_summary_on_the_planted_suite(suite, store):

@@ -26,6 +26,16 @@ def vectors(stages, heads, datasets: dict, fraction: float, max_vectors: int, **
                            max_vectors=max_vectors, **common)
 
 
+def left_out_note(skipped) -> str:
+    """The sentence that says which checkpoints could not be measured (``experiments.qk_dynamics.skipped``), or that
+    every one was."""
+    if not skipped:
+        return "Every checkpoint of every run was measured."
+    names = "; ".join(f"{s.ref.run} at step {s.ref.step:,}" for s in skipped)
+    return (f"Left out, because they could not be had here: {names}. The claims about these runs are not decided "
+            f"on what remains ({skipped[0].reason}).")
+
+
 def label(head) -> str:
     """A (layer, head) pair, counted from 0, as the page names it: "layer 1, head 1"."""
     return f"layer {head[0] + 1}, head {head[1] + 1}"

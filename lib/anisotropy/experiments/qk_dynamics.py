@@ -29,9 +29,12 @@ import torch
 from anisotropy.measure import attention, metrics
 from anisotropy.data import sources
 from anisotropy.models import registry
-from anisotropy import devices, progress as progress_lines, results
+from anisotropy import devices, hub, progress as progress_lines, results
 
 CHAPTER = "p1_s5_qk_training"
+# What stops a checkpoint, not the chapter: it could not be downloaded, or does not fit the device.
+SKIPPABLE = (hub.Unavailable, registry.ModelTooLargeError)
+PARTLY_MEASURED = "partly measured"
 KINDS = ("query", "key")
 
 
@@ -48,6 +51,11 @@ class Stage:
     source: str
     revision: str | None = None
     variant: str = "pretrained"
+
+    @property
+    def name(self) -> str:
+        """The registry name (or folder) of the run's weights: the model a claim names (``claims.ledger``)."""
+        return self.source
 
     @property
     def key(self) -> dict:
@@ -316,9 +324,42 @@ def _per_stage(stages: list[Stage], what: dict, extra_key: dict, measure, datase
 
     with tqdm(total=len(stages), desc=progress or "", disable=not progress, leave=False) as bar:
         stored = lambda stage: store.stored(chapter, key(stage), computation(stage))  # noqa: E731
-        frames = executor.map(one, stages, retries=1, on_done=lambda *_: bar.update(1), ready=stored,
-                              **executor.fan_out(fan_out))
-    return pd.concat(frames, ignore_index=True)
+        outcomes = executor.map(one, stages, retries=1, on_done=lambda *_: bar.update(1), ready=stored,
+                                errors="return", **executor.fan_out(fan_out))
+    return _skipping_unavailable(stages, outcomes)
+
+
+def _skipping_unavailable(stages: list[Stage], outcomes: list) -> pd.DataFrame:
+    """The measured stages' rows, concatenated; a checkpoint that could not be had (a failed download out of a
+    run's hundreds, a model too large for the device) is left out, named in one line and listed in the frame's
+    ``attrs["skipped"]`` (``skipped``). Offline, or with nothing measured, it stops; any other error is raised."""
+    from anisotropy.experiments.layerwise import Skipped
+
+    frames, skipped = [], []
+    for stage, outcome in zip(stages, outcomes):
+        if isinstance(outcome, hub.Offline) or (isinstance(outcome, BaseException)
+                                                and not isinstance(outcome, SKIPPABLE)):
+            raise outcome
+        if isinstance(outcome, BaseException):
+            reason = f"{PARTLY_MEASURED}: its checkpoint at step {stage.step:,} could not be had here (" + \
+                str(outcome).splitlines()[0] + ")"
+            progress_lines.say(f"{stage.run}: skipped the checkpoint at step {stage.step:,}: "
+                               f"{str(outcome).splitlines()[0]}")
+            skipped.append(Skipped(stage, reason))
+        else:
+            frames.append(outcome)
+    if not frames:
+        raise hub.Unavailable(f"none of the {len(stages)} checkpoints of {stages[0].run} could be measured here; "
+                              f"the first: {skipped[0].reason}")
+    frame = pd.concat(frames, ignore_index=True)
+    frame.attrs["skipped"] = skipped
+    return frame
+
+
+def skipped(*frames: pd.DataFrame) -> list:
+    """The checkpoints ``step_statistics`` / ``step_vectors`` left out of ``frames`` (``layerwise.Skipped`` rows, one
+    per checkpoint), for ``claims.ledger.evaluate``: a claim about that run is then not decided on part of it."""
+    return [s for f in frames for s in f.attrs.get("skipped", [])]
 
 
 def model_body(loaded: registry.Loaded):
