@@ -168,6 +168,20 @@ def test_models_that_do_not_fit_refuse_to_start(monkeypatch):
     registry.check_fits(MODELS["llama-2-7b"], dtype=torch.float16)  # 12.3 GiB fits in 16 GiB
 
 
+def test_gpu_memory_that_pytorch_holds_cached_counts_as_available(monkeypatch):
+    # After one checkpoint is released, its blocks stay reserved by the caching allocator: the driver reports them
+    # as used, yet the next model gets them first. 6 GiB free + (10 reserved - 2 allocated) = 14 GiB available.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (6 * 2**30, 16 * 2**30))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 10 * 2**30)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 2 * 2**30)
+    assert registry._available_bytes("cuda") == 14 * 2**30
+    registry.check_fits(MODELS["llama-2-7b"], device="cuda", dtype=torch.float16)  # 12.3 GiB fits in 14
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 2 * 2**30)  # nothing cached: 6 GiB
+    with pytest.raises(registry.ModelTooLargeError, match="6.0 GiB is free"):
+        registry.check_fits(MODELS["llama-2-7b"], device="cuda", dtype=torch.float16)
+
+
 def test_tiny_and_untrained_are_seeded_and_match_the_offline_tokenizer():
     a = registry.load("roberta-base", variant="tiny", seed=1)
     b = registry.load("roberta-base", variant="tiny", seed=1)

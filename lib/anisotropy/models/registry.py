@@ -117,11 +117,15 @@ def names(paper: int | None = None, family: str | None = None, modality: str | N
 
 
 def _available_bytes(device) -> int | None:
+    """Bytes a new model could take on ``device``: on a GPU the driver's free memory plus what PyTorch's caching
+    allocator holds reserved but unused (the previous checkpoint's freed blocks, which it hands out again before
+    asking the driver); on the CPU the kernel's MemAvailable."""
     import torch
 
     device = torch.device(device)
     if device.type == "cuda" and torch.cuda.is_available():
-        return int(torch.cuda.mem_get_info(device)[0])
+        reclaimable = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        return int(torch.cuda.mem_get_info(device)[0]) + max(int(reclaimable), 0)
     if device.type == "cpu":
         try:
             with open("/proc/meminfo") as fh:
