@@ -512,3 +512,4 @@ def test_a_colab_run_on_a_fresh_runtime_fetches_from_the_hub(standin, colab_runt
     assert got == want
     glued = runner.glued_values(tmp_path / "out.ipynb")
     assert glued["not_measured"] == "none"
+
