@@ -57,3 +57,46 @@ def test_a_paper_sim_chapter_killed_mid_way_continues_from_the_store(standin, tm
     measured_again = re.findall(r"\] measuring ", again.stdout)
     # Each checkpoint the re-run measured is one progress line; the ones stored before are read back, not measured.
     assert len(measured_again) == len(after - before), again.stdout
+
+
+def test_results_dir_moves_the_store_and_keeps_verdict_keys(tmp_path, monkeypatch):
+    """``results_dir`` in the parameters cell (or ``-p``) puts the store there; like ``profile`` it is not a value
+    the results or verdicts are keyed by, so the closing chapter finds the rows a chapter stored there."""
+    import os
+
+    from anisotropy import paths, profiles, results
+    from anisotropy.claims import ledger
+
+    monkeypatch.setenv("ANISOTROPY_RESULTS", str(tmp_path / "default"))
+    there = tmp_path / "drive" / "anisotropy"
+    resolved = profiles.apply("p1_s3_token_level", {"profile": "local", "results_dir": str(there)})
+    assert os.environ["ANISOTROPY_RESULTS"] == str(there) and Path(results.Store().root) == there
+    assert resolved.results_dir == str(there) and "results_dir" not in resolved.values
+    assert resolved.values == ledger.expected_parameters("p1_s3_token_level", "local")
+    assert paths.results_dir() == there
+
+
+def test_a_results_dir_on_colab_drive_mounts_drive_first(monkeypatch, tmp_path):
+    import types
+
+    from anisotropy import paths
+
+    mounted = []
+    colab = types.ModuleType("google.colab")
+    colab.drive = types.SimpleNamespace(mount=lambda where: mounted.append(where))
+    monkeypatch.setitem(sys.modules, "google", types.ModuleType("google"))
+    monkeypatch.setitem(sys.modules, "google.colab", colab)
+    monkeypatch.setenv("ANISOTROPY_RESULTS", str(tmp_path))
+    paths.use_results("/content/drive/MyDrive/anisotropy")
+    assert mounted == ["/content/drive"]
+    paths.use_results(str(tmp_path / "elsewhere"))  # not on Drive: nothing to mount
+    assert mounted == ["/content/drive"]
+
+
+def test_a_chapter_run_with_results_dir_stores_there(tmp_path):
+    root = copy_repo(tmp_path / "repo")
+    there = tmp_path / "elsewhere"
+    proc = run_cli(root, "run", "appendix_b_isotropic", "--profile", "smoke", "-p", f"results_dir={there}")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert list((there / "appendix_b_isotropic").glob("*.parquet")), "the chapter stored its results there"
+    assert not (root / "results" / "appendix_b_isotropic").exists(), "and not in the default store"

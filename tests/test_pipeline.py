@@ -113,7 +113,8 @@ def test_local_profile_is_exactly_what_the_parameters_cells_show():
     # profiles.apply reads a value equal to the local one as "not set by the user": the two must be the same.
     for name in runner.chapters():
         cell = profiles.notebook_parameters(name)
-        cell.pop("profile")
+        for runtime in profiles.RUNTIME:  # where the chapter runs, set by no profile
+            assert cell.pop(runtime) == {"profile": "local", "results_dir": ""}[runtime], name
         assert profiles.chapter_parameters("local", name) == cell, name
 
 

@@ -1,7 +1,8 @@
 """Where the project keeps things: the repository root, the results store and the cache of trained checkpoints.
 
 Environment variables override the defaults: ``ANISOTROPY_RESULTS`` (results store: a folder, or any fsspec URL such
-as ``s3://bucket/prefix``) and ``ANISOTROPY_CACHE`` (self-trained checkpoints, tokenizers). Outside a checkout (e.g. a pip install on Colab) both fall back to
+as ``s3://bucket/prefix``; a chapter's ``results_dir`` parameter sets it, ``use_results``) and ``ANISOTROPY_CACHE``
+(self-trained checkpoints, tokenizers). Outside a checkout (e.g. a pip install on Colab) both fall back to
 ``~/.cache/anisotropy``.
 ``atomic_folder`` and ``write_folder_once`` write a folder of the cache (a tokenizer, a checkpoint; a conversion) so
 that it appears whole or not at all.
@@ -42,6 +43,24 @@ def results_location() -> str | Path:
 def results_dir() -> Path:
     given = os.environ.get("ANISOTROPY_RESULTS") or ""
     return Path(given.removeprefix("file://")) if given else _default("results")
+
+
+DRIVE = "/content/drive"  # where Colab mounts Google Drive
+
+
+def use_results(location: str) -> None:
+    """Keep this process's results store (and its children's) at ``location``, a folder or an fsspec URL, from now
+    on. A folder under Colab's ``DRIVE`` mounts Google Drive first when it is not mounted (Colab asks the reader to
+    allow it once)."""
+    location = str(location)
+    if location.startswith(DRIVE) and not os.path.ismount(DRIVE) and not Path(DRIVE, "MyDrive").is_dir():
+        try:
+            from google.colab import drive  # only on Colab
+        except ImportError:
+            pass
+        else:
+            drive.mount(DRIVE)
+    os.environ["ANISOTROPY_RESULTS"] = location
 
 
 def cache_dir() -> Path:

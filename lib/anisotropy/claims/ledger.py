@@ -298,7 +298,8 @@ def expected_parameters(chapter: str, profile: str) -> dict:
 
     defaults = profiles.chapter_parameters(profiles.DEFAULT, chapter)
     wanted = profiles.chapter_parameters(profile, chapter)
-    defaults.pop("profile", None)
+    for name in profiles.RUNTIME:
+        defaults.pop(name, None)
     return {name: wanted.get(name, default) for name, default in defaults.items()}
 
 

@@ -129,6 +129,8 @@ def provenance(resolved, models=(), described: dict | None = None):
         ("profile", html.escape(profile)),
         ("measured", html.escape("; ".join(models) if models else "nothing (no model is measured on this page)")),
         ("parameters", _parameter_table(resolved, described)),
+        *([("results store", html.escape(f"{resolved.results_dir} (results_dir, set in this run)"))]
+          if getattr(resolved, "results_dir", "") else []),
         ("code", html.escape(f"anisotropy {__version__}, code fingerprint {fingerprint.package()} ("
                              + ", ".join(f"{k} {v}" for k, v in fingerprint.versions().items()) + ")")),
         ("commit", html.escape(git_commit())),

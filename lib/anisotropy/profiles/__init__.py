@@ -32,6 +32,9 @@ from anisotropy.errors import ProfileError, UserError  # noqa: F401 - ProfileErr
 
 FOLDER = Path(__file__).resolve().parent
 DEFAULT = "local"  # the profile whose values every parameters cell shows
+# Parameters of every chapter that say where it runs, not what it measures: no profile sets them, a result's key and a
+# verdict's key leave them out, and ``apply`` acts on them. ``results_dir``: the results store ("" = the default).
+RUNTIME = ("profile", "results_dir")
 
 
 # ---- profiles -------------------------------------------------------------------------------------------------------
@@ -415,6 +418,7 @@ class Resolved:
     profile: str
     values: dict = field(default_factory=dict)
     origins: dict = field(default_factory=dict)
+    results_dir: str = ""  # where this run's results store is, when the reader moved it ("" = the default)
 
     def origin_words(self, name: str) -> str:
         origin = self.origins.get(name)
@@ -474,16 +478,21 @@ def apply(chapter: str, namespace: dict) -> Resolved:
     the runner checks them (kinds, and the ``allowed:`` rules where the chapter's source is at hand). From here on,
     the failures a reader can fix show as one line (``one_line_errors``); a ``device`` of "cuda" on a machine
     without a GPU stops here (``devices.NoGPUError``), and so does ``profile = "paper"`` on a Colab runtime without
-    one (``devices.check_runtime``).
+    one (``devices.check_runtime``). A ``results_dir`` moves this run's results store there (``paths.use_results``:
+    on Colab a folder of Google Drive, mounted if it is not), so a chapter run again after a disconnect continues
+    from what it stored; like ``profile`` it is not among ``values``.
     """
     one_line_errors()
     profile = namespace.get("profile", DEFAULT)
     wanted = chapter_parameters(profile, chapter)  # raises for an unknown profile
     has_source = checkout() is not None and (checkout() / "notebooks" / f"{chapter}.md").is_file()
     defaults = chapter_parameters(DEFAULT, chapter) or (notebook_parameters(chapter) if has_source else {})
-    defaults.pop("profile", None)
+    for name in RUNTIME:
+        defaults.pop(name, None)
     injected = _papermill_injected(namespace)
-    resolved = Resolved(chapter, profile)
+    resolved = Resolved(chapter, profile, results_dir=str(namespace.get("results_dir") or ""))
+    if resolved.results_dir:
+        paths.use_results(resolved.results_dir)
     for name, default in defaults.items():
         current = namespace.get(name, default)
         if name in injected or current != default:
@@ -497,10 +506,11 @@ def apply(chapter: str, namespace: dict) -> Resolved:
     if os.environ.get("ANISOTROPY_RUNNER") != "1":  # the runner has checked them already
         # plain papermill injects a misspelt name as a new variable and warns only: the chapter would run with the
         # profile's value, so a name that is not a parameter stops here, naming the nearest one
-        check(chapter, {name: namespace[name] for name in sorted(injected - set(defaults) - {"profile"})},
-              {"profile": profile, **defaults})
-        reference = notebook_parameters(chapter) if has_source else {"profile": DEFAULT, **defaults}
-        check(chapter, {"profile": profile, **resolved.values}, reference,
+        runtime = {"profile": profile, "results_dir": resolved.results_dir}
+        check(chapter, {name: namespace[name] for name in sorted(injected - set(defaults) - set(RUNTIME))},
+              {**runtime, **defaults})
+        reference = notebook_parameters(chapter) if has_source else {"profile": DEFAULT, "results_dir": "", **defaults}
+        check(chapter, {**{k: v for k, v in runtime.items() if k in reference}, **resolved.values}, reference,
               parameter_rules(chapter) if has_source else {})
     if _in_kernel() and (profile == "paper" or "cuda" in str(resolved.values.get("device", ""))):
         from anisotropy import devices
