@@ -4,6 +4,7 @@ derived independently: from the configs, the tokenizers' masks, the audio length
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -335,3 +336,66 @@ def test_convertible_examples_give_the_same_vectors(images, audio):
     mono = taps.extract(hubert, audio[:1])
     stereo = taps.extract(hubert, [np.stack([audio[0], audio[0]])])  # (channels, samples): mixed to mono
     assert stereo[2].n == mono[2].n and stereo[2].mean_cosine == pytest.approx(mono[2].mean_cosine, abs=1e-6)
+
+
+# ---- long speech on a small GPU: the front end's memory, and passes cut to fit it ---------------------------------
+
+_FRONT_END_PEAK = """
+import sys, torch
+from transformers import Wav2Vec2Config
+from transformers.models.wav2vec2.modeling_wav2vec2 import Wav2Vec2FeatureEncoder
+
+def status(field):  # kB -> bytes; VmHWM is this process's own peak (getrusage's maxrss outlives exec on Linux)
+    return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith(field)) * 1024
+
+torch.set_num_threads(1)
+batch, samples, norm = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+encoder = Wav2Vec2FeatureEncoder(Wav2Vec2Config(feat_extract_norm=norm)).eval()
+x = torch.randn(batch, samples)
+with torch.inference_mode():
+    encoder(x[:, :4000])  # allocator and kernels warmed up on a short clip
+    before = status("VmRSS:")
+    open("/proc/self/clear_refs", "w").write("5")  # the peak starts again from here
+    encoder(x)
+print(status("VmHWM:") - before)
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="reads Linux's per-process peak memory")
+@pytest.mark.parametrize("norm", ["group", "layer"])  # wav2vec2-base / HuBERT-base, and the large lv60 models
+def test_the_front_end_memory_formula_matches_an_allocation_measured_at_the_same_shapes(norm):
+    import subprocess
+    import sys
+
+    from transformers import Wav2Vec2Config
+
+    batch, samples = 2, 10 * 16_000
+    # glibc's default allocator maps each large tensor and unmaps it when freed, so the peak is the tensors' own;
+    # the kernels' settings (anisotropy's MALLOC_* defaults) keep freed memory to reuse it, which hides the peak.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    out = subprocess.run([sys.executable, "-c", _FRONT_END_PEAK, str(batch), str(samples), norm], capture_output=True,
+                         text=True, check=True, env=env)
+    measured = int(out.stdout.split()[-1])  # the process's peak resident memory grew by this much
+    predicted = taps.front_end_bytes(Wav2Vec2Config(feat_extract_norm=norm), batch, samples)
+    assert predicted == pytest.approx(measured, rel=0.15)
+
+
+def test_speech_chunks_cut_long_clips_into_passes_under_the_limit_in_order():
+    from transformers import Wav2Vec2Config
+
+    config = Wav2Vec2Config()
+    seconds = [1, 2, 35, 3, 30, 30, 1, 1, 1, 12]
+    clips = [np.full(int(s * 16_000), i + 1, dtype=np.float32) for i, s in enumerate(seconds)]
+    limit = taps.front_end_bytes(config, 2, 31 * 16_000)  # two 30 s clips fit, a 35 s one only alone
+    chunks = list(taps.speech_chunks(clips, 4, config, limit=limit))
+    flat = [int(c["array"][0]) - 1 for chunk in chunks for c in chunk]
+    assert flat == list(range(len(seconds)))  # every clip once, in order, whole
+    assert all(c["array"].size == int(seconds[int(c["array"][0]) - 1] * 16_000) for chunk in chunks for c in chunk)
+    for chunk in chunks:
+        longest = max(c["array"].size for c in chunk)
+        assert len(chunk) <= 4
+        assert len(chunk) == 1 or taps.front_end_bytes(config, len(chunk), longest) <= limit
+    # greedy, in order: [1 s, 2 s] [35 s] [3 s, 30 s] [30 s, 1 s] [1 s, 1 s, 12 s] (a third 30 s-wide clip is over)
+    assert [len(c) for c in chunks] == [2, 1, 2, 2, 3]
+    # without a memory limit, the batch size alone cuts
+    assert [len(c) for c in taps.speech_chunks(clips, 4, config, limit=1 << 62)] == [4, 4, 2]

@@ -13,7 +13,8 @@ Which vectors count (every rule applies to every variant of a model):
   stack input + its blocks; the [CLS] molecule is special; a molecule counts where the model's own molecule mask is
   on), "upsampled" (projection back to characters + final character encoder).
 - speech: one vector per frame of the encoder (20 ms for wav2vec 2.0, HuBERT, Whisper); frames beyond an example's
-  real audio are excluded. Whisper's encoder always sees 30 s windows: frames are cropped to the real audio
+  real audio are excluded; a batch of long clips is cut into passes whose convolutional front end stays under
+  ``SPEECH_PASS_BYTES`` (``speech_chunks``), so full-length utterances fit a T4. Whisper's encoder always sees 30 s windows: frames are cropped to the real audio
   (ceil(samples / 320)). When the examples carry a transcript (``{"array", "sampling_rate", "text"}``), Whisper's
   decoder is fed [decoder start] + transcript tokens and its layers follow the encoder's.
 - vision transformers (ViT, BEiT, DeiT): one vector per patch token; the CLS (and DeiT's distillation) token is
@@ -344,6 +345,43 @@ def _chunks(examples: Iterable, size: int):
         yield chunk
 
 
+# The convolutional front end of wav2vec 2.0 / HuBERT is the peak of a forward pass over long audio: its first layer's
+# output (conv_dim[0] channels at 1 / conv_stride[0] of the sample rate) lives beside its normalised copy (a layer norm
+# adds a transposed copy) and the second layer's output at half its length. Measured on the CPU at the same shapes
+# (tests/test_taps.py): 2.5 and 3.5 times the first output.
+FRONT_END_COPIES = {"group": 2.5, "layer": 3.5}
+# What one pass's front end may take: with the model (wav2vec2-large: 1.3 GB in float32), its hidden states and
+# attention beside it, this keeps a pass over LibriSpeech's longest utterances (~35 s) within a T4's 15 GiB; 32 such
+# utterances in one pass would take ~14 GB for the front end alone.
+SPEECH_PASS_BYTES = 2 << 30
+
+
+def front_end_bytes(config, batch: int, samples: int, dtype_bytes: int = 4) -> int:
+    """Peak bytes of the convolutional front end on ``batch`` clips padded to ``samples``: ``FRONT_END_COPIES`` x
+    batch x conv_dim[0] x ((samples - conv_kernel[0]) // conv_stride[0] + 1) values of ``dtype_bytes``."""
+    length = max((samples - config.conv_kernel[0]) // config.conv_stride[0] + 1, 1)
+    copies = FRONT_END_COPIES.get(getattr(config, "feat_extract_norm", "group"), max(FRONT_END_COPIES.values()))
+    return int(copies * batch * config.conv_dim[0] * length * dtype_bytes)
+
+
+def speech_chunks(examples: Iterable, size: int, config, dtype_bytes: int = 4, limit: int = SPEECH_PASS_BYTES):
+    """Chunks of at most ``size`` speech examples (as ``{"array", "sampling_rate", "text"}`` at 16 kHz), cut earlier
+    where the padded batch's front end (``front_end_bytes``) would pass ``limit``; a clip over it alone is a chunk of
+    its own, whole (cropping it would change the data). Clips keep their order."""
+    chunk, longest = [], 0
+    for example in examples:
+        array, text = _audio(example)
+        item = {"array": array, "sampling_rate": SAMPLING_RATE, "text": text}
+        wider = max(longest, array.size, _MIN_SAMPLES)
+        if chunk and (len(chunk) == size or front_end_bytes(config, len(chunk) + 1, wider, dtype_bytes) > limit):
+            yield chunk
+            chunk, wider = [], max(array.size, _MIN_SAMPLES)
+        chunk.append(item)
+        longest = wider
+    if chunk:
+        yield chunk
+
+
 def extract(loaded, examples: Iterable, batch_size: int = 8, max_length: int = 128, keep_special: bool = False,
             reservoir_size: int = 2048, seed: int = 0, device=None, progress: bool = False, part: str | None = None,
             stats_factory: Callable[[int], Any] | None = None) -> Extraction:
@@ -385,7 +423,9 @@ def extract(loaded, examples: Iterable, batch_size: int = 8, max_length: int = 1
 
         bar = tqdm(total=total, desc=f"{spec.name} layers", unit="ex")
     with torch.inference_mode():
-        for chunk in _chunks(examples, batch_size):
+        chunks = (speech_chunks(examples, batch_size, model.config, next(model.parameters()).element_size())
+                  if spec.layout == "speech-encoder" else _chunks(examples, batch_size))
+        for chunk in chunks:
             if not checked:
                 _check_modality(spec, chunk[0])
                 checked = True
