@@ -198,6 +198,10 @@ def test_bad_inputs_stop_in_one_line(tiny_gpt2, tmp_path, capsys, monkeypatch):
     (tmp_path / "short.txt").write_text("a few words\n")
     line = _one_line_error(capsys, tiny_gpt2, "--text", tmp_path / "short.txt", "--out", out)
     assert f"fewer than {model_profile.MIN_VECTORS}" in line
+    vit = registry.load("vit-base", variant="tiny")
+    vit.model.save_pretrained(tmp_path / "tiny-vit")
+    vit.preprocessor.save_pretrained(tmp_path / "tiny-vit")
+    assert "is a vision model" in _one_line_error(capsys, tmp_path / "tiny-vit", "--n", N, "--out", out)
     monkeypatch.setattr(registry, "_available_bytes", lambda device: 1000)
     assert "GiB is free" in _one_line_error(capsys, tiny_gpt2, "--n", N, "--out", out)
     assert not out.exists()  # nothing written for a failed command
@@ -214,3 +218,8 @@ def test_store_key_follows_the_weights(tiny_gpt2, tmp_path):
     (copy / "model.safetensors").write_bytes((copy / "model.safetensors").read_bytes()[:-1] + b"\x01")
     assert model_profile.model_key(model_profile.Target(str(copy))) != a
     assert model_profile.Target.parse("owner/name@step10") == model_profile.Target("owner/name", "step10")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_a_gpu_asked_for_without_one_stops_in_one_line(tiny_gpt2, tmp_path, capsys):
+    assert "has no GPU" in _one_line_error(capsys, tiny_gpt2, "--n", N, "--device", "cuda", "--out", tmp_path)

@@ -175,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=None, help="examples (default: 256 of a source, every one of a file)")
     p.add_argument("--max-length", type=int, default=128, help="tokens per example at most (default: 128)")
     p.add_argument("--device", default="auto", help="cpu, cuda, or auto (default)")
-    p.add_argument("--dtype", default=None, help="e.g. float16 (default: the weights' own, float32)")
+    p.add_argument("--dtype", default=None, choices=("float32", "float16", "bfloat16"),
+                   help="the weights' dtype on the device (default: as loaded, float32)")
     p.add_argument("--out", default="profile-out", metavar="DIR", help="where the table, figures and verdicts go")
 
     args = parser.parse_args(argv)

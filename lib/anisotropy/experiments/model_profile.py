@@ -133,15 +133,20 @@ def examples(text: str | Path | None = None, source: str = "prose", n: int | Non
 
 
 def load(target: Target, device=None, dtype: str | None = None):
-    """``models.registry.load_any`` with its failures as one ``ProfileInputError`` line."""
+    """``models.registry.load_any`` with its failures (and a model that does not read text) as one
+    ``ProfileInputError`` line."""
     from anisotropy import hub
     from anisotropy.models import registry
 
     try:
-        return registry.load_any(target.name, revision=target.revision, device=devices.resolve(device),
-                                 dtype=getattr(torch, dtype) if dtype else None)
+        loaded = registry.load_any(target.name, revision=target.revision, device=devices.resolve(device),
+                                   dtype=getattr(torch, dtype) if dtype else None)
     except (FileNotFoundError, ValueError, hub.Unavailable, ModelTooLargeError) as exc:
         raise ProfileInputError(f"{target.shown}: {' '.join(str(exc).split())}") from None
+    if loaded.spec.modality != "text" or loaded.spec.layout == "whisper":
+        raise ProfileInputError(f"{target.shown} is a {loaded.spec.modality} model: profile measures text models "
+                                f"(encoders and decoders) for now")
+    return loaded
 
 
 def batching(n_min: int) -> tuple[int, int]:
