@@ -95,7 +95,16 @@ def model_key(target: Target) -> dict:
         files = sorted(f for pattern in ("config.json", "*.safetensors", "*.bin", "tokenizer*.json", "vocab*")
                        for f in path.glob(pattern))
         return {"folder": {f.name: _sha256(f) for f in files}}
-    return {"hub_id": target.name, "revision": target.revision}
+    # a Hub id by the commit its snapshot holds, so that new weights at the same name measure again
+    commit = None
+    if target.name.count("/") == 1 and not target.name.startswith((".", "/", "~")):
+        from anisotropy import hub
+
+        try:
+            commit = registry.hub_folder(target.name, target.revision).name
+        except hub.Unavailable:  # not to be had here: load() says why, in one line
+            pass
+    return {"hub_id": target.name, "revision": target.revision, "commit": commit}
 
 
 def read_texts(path: str | Path) -> list[str]:
@@ -138,6 +147,7 @@ def load(target: Target, device=None, dtype: str | None = None):
     from anisotropy import hub
     from anisotropy.models import registry
 
+    layerwise.silence_known_warnings()  # transformers' notices would break the one line of an error, and say nothing here
     try:
         loaded = registry.load_any(target.name, revision=target.revision, device=devices.resolve(device),
                                    dtype=getattr(torch, dtype) if dtype else None)
@@ -215,11 +225,15 @@ def profile(model: str, *, text: str | Path | None = None, source: str = "prose"
 
 
 def _label(target: Target, frame: pd.DataFrame) -> str:
-    """The legend's name: the registry's display name, a folder's or file's own name, a Hub id."""
+    """The legend's name: the registry's display name, a folder's or file's own name, else the Hub id."""
+    from anisotropy.models import registry
+
     path = Path(target.name)
+    if target.name in registry.MODELS or any(target.name == s.hub_id for s in registry.MODELS.values()):
+        return str(frame["display"].iloc[0]) + (f" @ {target.revision}" if target.revision else "")
     if path.exists():
         return path.stem if path.is_file() else path.resolve().name
-    return str(frame["display"].iloc[0]) + (f" @ {target.revision}" if target.revision else "")
+    return target.shown
 
 
 def profile_models(models: Sequence[str], **kwargs) -> pd.DataFrame:
