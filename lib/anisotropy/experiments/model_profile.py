@@ -204,8 +204,10 @@ def profile(model: str, *, text: str | Path | None = None, source: str = "prose"
     key = {"what": "model profile", "model": model_key(target), "data": data_key, "max_length": max_length,
            "extraction_batch": extraction_batch, "seed": seed, "dtype": dtype}
     store = store or results.Store()
+    measured = []
 
     def compute() -> pd.DataFrame:
+        measured.append(True)
         progress.say(f"profiling {target.shown} on {len(texts)} examples")
         loaded = load(target, device, dtype)
         try:
@@ -220,7 +222,8 @@ def profile(model: str, *, text: str | Path | None = None, source: str = "prose"
     frame["model"] = target.shown
     frame["label"] = _label(target, frame)
     frame["data"] = data_key.get("name") or f"{data_key['source']} ({data_key['n']})"
-    progress.say(f"{target.shown}: {len(frame)} layers, {int(frame['n'].min()):,} vectors in the thinnest")
+    progress.say(f"{target.shown}: {len(frame)} layers, {int(frame['n'].min()):,} vectors in the thinnest"
+                 + ("" if measured else " (read from the results store)"))
     return frame
 
 
