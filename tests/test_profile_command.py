@@ -194,6 +194,8 @@ def test_bad_inputs_stop_in_one_line(tiny_gpt2, tmp_path, capsys, monkeypatch):
     assert "has no config.json" in _one_line_error(capsys, tmp_path / "empty", "--out", out)
     assert "not in the local Hugging Face cache" in _one_line_error(capsys, "someone/no-such-model@v1", "--out", out)
     assert "unknown model 'gtp2'" in _one_line_error(capsys, "gtp2", "--out", out)
+    assert "at least one example" in _one_line_error(capsys, tiny_gpt2, "--n", 0, "--out", out)
+    assert "at least one token" in _one_line_error(capsys, tiny_gpt2, "--max-length", 0, "--out", out)
     assert "--text" in _one_line_error(capsys, tiny_gpt2, "--text", tmp_path / "missing.txt", "--out", out)
     (tmp_path / "short.txt").write_text("a few words\n")
     line = _one_line_error(capsys, tiny_gpt2, "--text", tmp_path / "short.txt", "--out", out)

@@ -128,6 +128,8 @@ def examples(text: str | Path | None = None, source: str = "prose", n: int | Non
     ``source`` (``data.sources.load``, default ``DEFAULT_N``)."""
     from anisotropy.data import sources
 
+    if n is not None and n < 1:
+        raise ProfileInputError(f"--n {n}: give at least one example")
     if text is not None:
         texts = read_texts(text)
         texts = texts[:n] if n else texts
@@ -199,6 +201,8 @@ def profile(model: str, *, text: str | Path | None = None, source: str = "prose"
             store: results.Store | None = None) -> pd.DataFrame:
     """One model's per-layer rows (``measure``), from the store when the same model, examples, settings and code
     were measured before; columns ``model`` (as given), ``label``, ``stack`` and ``data`` are added."""
+    if max_length < 1:
+        raise ProfileInputError(f"--max-length {max_length}: give at least one token per example")
     target = Target.parse(str(model))
     texts, data_key = examples(text, source, n, seed)
     key = {"what": "model profile", "model": model_key(target), "data": data_key, "max_length": max_length,
