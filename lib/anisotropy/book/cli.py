@@ -1,4 +1,5 @@
-"""Command line: ``python -m anisotropy {build,run,sweep,sync,clean,profiles}``; errors print as one paragraph."""
+"""Command line: ``python -m anisotropy {build,run,sweep,sync,clean,profiles,chapters,calibrate,profile}``; errors
+print as one paragraph."""
 
 from __future__ import annotations
 
@@ -77,6 +78,20 @@ def _print_chapters(name: str | None, profile: str) -> None:
             print(f"    {row['meaning']}")
 
 
+def _profile(args) -> None:
+    """``anisotropy profile``: the table, one figure per measure and the verdicts in ``--out``, the verdicts printed."""
+    from anisotropy.claims import model_verdicts
+    from anisotropy.experiments import model_profile
+
+    table = model_profile.profile_models(args.models, text=args.text, source=args.source, n=args.n,
+                                         max_length=args.max_length, device=args.device, dtype=args.dtype)
+    written = model_profile.write(table, args.out)
+    block = model_verdicts.markdown(model_verdicts.verdicts(table))
+    (Path(args.out) / "verdicts.md").write_text(block)
+    print(block)
+    print(f"wrote {', '.join(str(p) for p in [*written, Path(args.out) / 'verdicts.md'])}")
+
+
 def _interrupt(signum, frame):
     """SIGTERM (a pre-empted job, ``kill``) unwinds like Ctrl-C: papermill shuts its kernel down on the way out."""
     raise KeyboardInterrupt(signal.Signals(signum).name)
@@ -148,6 +163,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", default="local", help="whose suite recipes to time (default: local)")
     p.add_argument("--out", default=None, metavar="FILE", help="also write the calibration as JSON")
 
+    p = sub.add_parser("profile", help="measure any text model's layer-wise geometry (both papers' measures)",
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=(
+                           "MODEL: a registry name, a Hub id (owner/name@revision), a save_pretrained folder or a "
+                           ".gguf file\nexamples:\n  python -m anisotropy profile smollm2-135m gemma3-270m --n 64\n"
+                           "  python -m anisotropy profile ./my-checkpoint --text notes.txt --out profile-out"))
+    p.add_argument("models", nargs="+", metavar="MODEL")
+    data = p.add_mutually_exclusive_group()
+    data.add_argument("--text", metavar="FILE", help="one example per line (per paragraph if it has blank lines)")
+    data.add_argument("--source", default="prose", help="a named data source (default: prose)")
+    p.add_argument("--n", type=int, default=None, help="examples (default: 256 of a source, every one of a file)")
+    p.add_argument("--max-length", type=int, default=128, help="tokens per example at most (default: 128)")
+    p.add_argument("--device", default="auto", help="cpu, cuda, or auto (default)")
+    p.add_argument("--dtype", default=None, choices=("float32", "float16", "bfloat16"),
+                   help="the weights' dtype on the device (default: as loaded, float32)")
+    p.add_argument("--out", default="profile-out", metavar="DIR", help="where the table, figures and verdicts go")
+
     args = parser.parse_args(argv)
     try:
         previous = signal.signal(signal.SIGTERM, _interrupt)
@@ -200,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name:<9} {profiles.load(name).get('description', '')}")
         elif args.command == "chapters":
             _print_chapters(args.name, args.profile)
+        elif args.command == "profile":
+            _profile(args)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

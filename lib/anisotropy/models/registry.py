@@ -418,3 +418,83 @@ def _folder_preprocessor(folder: Path, base: ModelSpec):
         return auto.from_pretrained(str(folder))
     warnings.warn(f"{folder} has no tokenizer or preprocessor files: using {base.untrained_tokenizer}", stacklevel=3)
     return _build_preprocessor(base, "untrained")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Any model: a registry name, a Hub id, a folder or a GGUF file
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def folder_bytes(folder: str | os.PathLike) -> int:
+    """Bytes of a folder's weight files (``*.safetensors``, ``*.bin``, ``*.gguf``): what its weights take in memory
+    at the dtype they are stored in."""
+    folder = Path(folder)
+    return sum(f.stat().st_size for pattern in ("*.safetensors", "*.bin", "*.gguf") for f in folder.glob(pattern))
+
+
+def check_folder_fits(folder: str | os.PathLike, device="cpu", dtype=None) -> None:
+    """``check_fits`` for a folder, from its weight files' size (float32 on disk, scaled to ``dtype``)."""
+    import torch
+
+    need = folder_bytes(folder) * 1.1
+    if dtype is not None:
+        need *= torch.empty(0, dtype=dtype).element_size() / 4
+    have = _available_bytes(devices.resolve(device))
+    if have is not None and need > have:
+        raise ModelTooLargeError(
+            f"{Path(folder).name} needs about {need / 2**30:.1f} GiB on {device}, but {have / 2**30:.1f} GiB is "
+            f"free: use a larger GPU, dtype float16, or a smaller model")
+
+
+def gguf_folder(path: str | os.PathLike) -> Path:
+    """The ``save_pretrained`` folder of a GGUF file, dequantised once into the cache (``converted/`` as the
+    registry's GGUF entries, keyed by the file's SHA-256 and the converters' code)."""
+    from anisotropy.models import conversion
+    from anisotropy.models.formats.gguf import convert_gguf
+    from anisotropy import paths
+
+    path = Path(path)
+    target = conversion.converted_dir(f"gguf-{path.stem}", path)
+    return paths.write_folder_once(target, lambda tmp: convert_gguf(path, tmp))
+
+
+def hub_folder(repo: str, revision: str | None = None) -> Path:
+    """The local snapshot of a Hub repository that is not a registry entry (``hub.load``: the cache first; one
+    ``hub.Unavailable`` line when it cannot be had)."""
+    from huggingface_hub import snapshot_download
+
+    return Path(hub.load(snapshot_download, repo, revision))
+
+
+def load_any(model: str | os.PathLike, revision: str | None = None, device="cpu", dtype=None) -> Loaded:
+    """``load`` of whatever names a model: a registry name (pretrained weights, at ``revision``), a Hub id of a
+    registry entry, a ``save_pretrained`` folder, a ``.gguf`` file (dequantised once, ``gguf_folder``) or any other
+    Hub id (its snapshot loaded as a folder, ``hub_folder``); a folder must be a ``model_type`` some registry entry
+    has. Raises ``FileNotFoundError`` for a path that does not exist, ``ModelTooLargeError`` before loading weights
+    that would not fit."""
+    text = str(model)
+    path = Path(text)
+    if text in MODELS or any(text == s.hub_id for s in MODELS.values()):
+        return load(spec(text).name, revision=revision, device=device, dtype=dtype)
+    if revision is not None and path.exists():
+        raise ValueError(f"{text}: a revision ({revision}) applies to a Hub id, not to a local folder or file")
+    if path.suffix == ".gguf" or path.is_file():
+        if not path.is_file():
+            raise FileNotFoundError(f"{text}: no such file")
+        if path.suffix != ".gguf":
+            raise UnknownModelError(f"{text} is a file but not a .gguf file: give a GGUF file, a folder written by "
+                                    f"save_pretrained, a registry name or a Hub id")
+        folder = gguf_folder(path)
+    elif path.is_dir():
+        folder = path
+    elif text.count("/") == 1 and not text.startswith((".", "/", "~")):
+        try:
+            folder = hub_folder(text, revision)
+        except hub.Unavailable as exc:  # owner/name may also have been meant as a folder here
+            raise type(exc)(f"{exc} (nor is there a folder {text} here)") from None
+    elif "/" in text or text.startswith((".", "~")):
+        raise FileNotFoundError(f"{text}: no such folder or file")
+    else:
+        spec(text)  # an unknown registry name: one line with the nearest names
+    check_folder_fits(folder, device, dtype)
+    return load_folder(folder, device=device, dtype=dtype)

@@ -466,6 +466,8 @@ def layer_cosines(frame: pd.DataFrame, panel: str | None = None, titles: dict | 
         high = sub["mean_cosine_high"].max() if "mean_cosine_high" in sub else np.nan
         low = float(np.nanmin([sub["mean_cosine"].min(), low]))
         high = float(np.nanmax([sub["mean_cosine"].max(), high]))
+        if "null_q95" in sub:  # the null stays in view (at d = 32 it is 0.29, above a flat profile's axis)
+            high = max(high, float(sub["null_q95"].max()))
         ax.set_ylim(min(-0.02, low - 0.02), min(1.02, max(0.2, high + 0.05)))
         if key is not None:
             ax.set_title((titles or {}).get(key, str(key)))
@@ -885,6 +887,25 @@ def paper2_layer_profiles(summary: pd.DataFrame, metric: str = "sigma1_share", b
         # below the panel: a decoder's profile can fill every corner of it (SmolLM2 stays near 1 for half its depth)
         ax.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.2), ncols=1)
     axes[0, 0].set_ylabel(P2_METRIC_LABELS.get(metric, metric))
+    return fig
+
+
+def layer_measure(frame: pd.DataFrame, column: str, ylabel: str | None = None, by: str = "label"):
+    """One per-layer measure against relative depth (0 = first layer, 1 = last), one line per model (``by``), with
+    a band of +- ``<column>_std`` where the frame has it (Paper 2's measures: one standard deviation over
+    batches)."""
+    fig, axes = figure(height=3.6)
+    ax = axes[0, 0]
+    labels = list(dict.fromkeys(frame[by]))
+    colours = sns.color_palette(PALETTE if len(labels) <= 10 else "husl", len(labels))
+    for colour, label in zip(colours, labels):
+        rows = frame[frame[by] == label].sort_values("relative_depth")
+        std = rows[f"{column}_std"] if f"{column}_std" in rows else None
+        _band(ax, rows["relative_depth"], rows[column], std, colour, label)
+    ax.set_xlabel("relative depth (0 = first layer shown, 1 = last)")
+    ax.set_xlim(-0.03, 1.03)
+    ax.set_ylabel(ylabel or P2_METRIC_LABELS.get(column, column))
+    ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.0, 1.0), ncols=1)
     return fig
 
 

@@ -1,0 +1,295 @@
+"""Any model's layer-wise geometry in one call (``python -m anisotropy profile``): both papers' per-layer measures of a
+registry model, a Hub id (``owner/name@revision``), a ``save_pretrained`` folder or a ``.gguf`` file, on a named
+source or on a text file, as one tidy table through the results store.
+
+Per layer (one row per model and layer; ``relative_depth`` = layer / last layer, in [0, 1]):
+
+- Paper 1 (``experiments.layerwise``, ``layerwise.FirstMoments`` on every valid token vector): ``mean_cosine`` with its
+  bootstrap interval over examples (``mean_cosine_low`` / ``_high``, ``layerwise.BOOTSTRAP``), ``null_q95`` (the
+  isotropic 95th percentile of the cosine at the layer's width ``dim``), ``ratio_to_null`` = mean_cosine / null_q95,
+  ``drift_norm`` = ||mean of the vectors|| and ``mean_norm`` = mean of ||vector|| (units of the hidden state), ``n``
+  (vectors);
+- Paper 2 (``experiments.spectral.measure``'s shuffled batches): ``sigma1_share`` = sigma_1^2 / sum_i sigma_i^2 of the
+  centred batch and ``twonn_dimension`` (TwoNN), each the mean over ``spectral_n_batches`` batches of
+  ``spectral_batch_size`` vectors (``<metric>_std``: standard deviation over batches), ``spectral_vectors`` in all.
+
+The batches are Paper 2's 4096 vectors where the text gives four of them, else fewer and smaller (every layer's
+vectors, at least ``MIN_VECTORS``): the table records what was used. A text file gives one example per line, or one
+per paragraph when it has blank lines. Inputs that cannot be profiled stop with one ``ProfileInputError`` line.
+``figures`` draws one figure per measure (``pages.plots``); the verdicts are ``claims.model_verdicts``.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+import torch
+
+from anisotropy import devices, progress, results
+from anisotropy.errors import ModelTooLargeError, UserError
+from anisotropy.experiments import layerwise, spectral
+from anisotropy.measure.batches import BATCH_SIZE
+
+STORE_CHAPTER = "model_profile"  # results/<STORE_CHAPTER>/: one frame per model, data and settings
+MIN_VECTORS = 64  # fewer vectors in some layer: no bootstrap, TwoNN or sigma_1 share worth reading
+N_BATCHES = 4  # Paper 2's batches per layer, when the text has enough vectors
+DEFAULT_N = 256  # examples of a named source
+PAPER2_METRICS = ("sigma1_share", "twonn_dimension")  # Paper 1's measures come from every vector, not the batches
+
+#: The measures drawn and their axis labels, in the table's order.
+MEASURES = {"mean_cosine": "mean cosine similarity", "sigma1_share": "σ₁ share (σ₁² / Σσᵢ²)",
+            "twonn_dimension": "TwoNN intrinsic dimension", "drift_norm": "drift norm ||mean||",
+            "mean_norm": "mean norm"}
+
+
+class ProfileInputError(UserError):
+    """A model or a text that cannot be profiled here (one line, what to give instead)."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """One model as typed on the command line: ``name`` (without ``@revision``) and ``revision``."""
+
+    name: str
+    revision: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> "Target":
+        """``owner/name@rev`` -> Target("owner/name", "rev"); a path that exists keeps any "@" it holds."""
+        if "@" in text and not Path(text).exists():
+            name, revision = text.rsplit("@", 1)
+            return cls(name, revision or None)
+        return cls(text)
+
+    @property
+    def shown(self) -> str:
+        return self.name + (f"@{self.revision}" if self.revision else "")
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()[:16]
+
+
+def model_key(target: Target) -> dict:
+    """What identifies a model's weights in the key: a registry entry (name, hub id, revision), a file or folder by
+    the SHA-256 of its weights and config (so a changed file measures again, wherever it lies), a Hub id by name and
+    revision."""
+    from anisotropy.models import registry
+
+    path = Path(target.name)
+    if target.name in registry.MODELS or any(target.name == s.hub_id for s in registry.MODELS.values()):
+        s = registry.spec(target.name)
+        return {"registry": s.name, "hub_id": s.hub_id, "revision": target.revision}
+    if path.is_file():
+        return {"file": _sha256(path)}
+    if path.is_dir():
+        files = sorted(f for pattern in ("config.json", "*.safetensors", "*.bin", "tokenizer*.json", "vocab*")
+                       for f in path.glob(pattern))
+        return {"folder": {f.name: _sha256(f) for f in files}}
+    # a Hub id by the commit its snapshot holds, so that new weights at the same name measure again
+    commit = None
+    if target.name.count("/") == 1 and not target.name.startswith((".", "/", "~")):
+        from anisotropy import hub
+
+        try:
+            commit = registry.hub_folder(target.name, target.revision).name
+        except hub.Unavailable:  # not to be had here: load() says why, in one line
+            pass
+    return {"hub_id": target.name, "revision": target.revision, "commit": commit}
+
+
+def read_texts(path: str | Path) -> list[str]:
+    """The examples of a text file (UTF-8): one per non-empty line, or one per paragraph (lines joined by a space)
+    when the file has blank lines."""
+    path = Path(path)
+    if not path.is_file():
+        raise ProfileInputError(f"--text {path}: no such file")
+    text = path.read_text(encoding="utf-8", errors="replace")
+    lines = text.splitlines()
+    if any(not line.strip() for line in lines[:-1]) and len(text.strip().splitlines()) > 1:
+        blocks = [" ".join(line.strip() for line in block.splitlines() if line.strip())
+                  for block in text.replace("\r\n", "\n").split("\n\n")]
+        return [b for b in blocks if b]
+    return [line.strip() for line in lines if line.strip()]
+
+
+def examples(text: str | Path | None = None, source: str = "prose", n: int | None = None, seed: int = 0,
+             ) -> tuple[list[str], dict]:
+    """(examples, their key): the text file's examples (the first ``n`` when given), else ``n`` examples of
+    ``source`` (``data.sources.load``, default ``DEFAULT_N``)."""
+    from anisotropy.data import sources
+
+    if n is not None and n < 1:
+        raise ProfileInputError(f"--n {n}: give at least one example")
+    if text is not None:
+        texts = read_texts(text)
+        texts = texts[:n] if n else texts
+        digest = hashlib.sha256("\n\x00".join(texts).encode()).hexdigest()[:16]
+        return texts, {"text": digest, "n": len(texts), "name": Path(text).name}
+    if source not in sources.SOURCES:
+        raise ProfileInputError(f"--source {source}: no such source; choose from {', '.join(sources.SOURCES)}")
+    if sources.modality(source) != "text":
+        raise ProfileInputError(f"--source {source} is {sources.modality(source)}; profile measures text models")
+    n = n or DEFAULT_N
+    return sources.load(source, n, seed=seed), {"source": source, "n": n, "seed": seed}
+
+
+def load(target: Target, device=None, dtype: str | None = None):
+    """``models.registry.load_any`` with its failures (and a model that does not read text) as one
+    ``ProfileInputError`` line."""
+    from anisotropy import hub
+    from anisotropy.models import registry
+
+    layerwise.silence_known_warnings()  # transformers' notices would break the one line of an error, and say nothing here
+    try:
+        loaded = registry.load_any(target.name, revision=target.revision, device=devices.resolve(device),
+                                   dtype=getattr(torch, dtype) if dtype else None)
+    except (FileNotFoundError, ValueError, hub.Unavailable, ModelTooLargeError) as exc:
+        raise ProfileInputError(f"{target.shown}: {' '.join(str(exc).split())}") from None
+    if loaded.spec.modality != "text" or loaded.spec.layout == "whisper":
+        raise ProfileInputError(f"{target.shown} is a {loaded.spec.modality} model: profile measures text models "
+                                f"(encoders and decoders) for now")
+    return loaded
+
+
+def batching(n_min: int) -> tuple[int, int]:
+    """(batch size, batches) of Paper 2's measures for a model whose thinnest layer has ``n_min`` vectors:
+    ``N_BATCHES`` batches of ``BATCH_SIZE`` where there are enough, else as many ``BATCH_SIZE`` batches as fit, else
+    one batch of every vector."""
+    size = min(BATCH_SIZE, n_min)
+    return size, max(1, min(N_BATCHES, n_min // size))
+
+
+def measure(loaded, texts: Sequence[str], *, max_length: int = 128, extraction_batch: int = 8, seed: int = 0,
+            device=None) -> pd.DataFrame:
+    """The per-layer rows of one loaded model on ``texts`` (see the module docstring); not stored."""
+    from anisotropy.measure import taps
+
+    base = getattr(loaded.model, "base_model", loaded.model)
+    loaded.model = base  # the hidden states are the base model's; an LM head would only compute logits
+    extraction = taps.extract(loaded, texts, batch_size=extraction_batch, max_length=max_length, seed=seed,
+                              device=device, stats_factory=layerwise.stats_factory("moments", 0, seed))
+    frame = layerwise.frame_of(extraction, loaded)
+    n_min = int(frame["n"].min())
+    if n_min < MIN_VECTORS:
+        raise ProfileInputError(f"{loaded.spec.display}: the text gives {n_min} token vectors in some layer, fewer "
+                                f"than {MIN_VECTORS}: give more or longer examples (--n, --text, --max-length)")
+    size, count = batching(n_min)
+    batches = spectral.measure(loaded, texts, batch_size=size, n_batches=count, max_length=max_length,
+                               extraction_batch=extraction_batch, device=device, shuffle_seed=seed,
+                               metric_names=PAPER2_METRICS)
+    summary = spectral.summary(batches, by=["layer"])[["layer", "sigma1_share", "sigma1_share_std",
+                                                        "twonn_dimension", "twonn_dimension_std"]]
+    frame = frame.drop(columns=["sigma1_share", "twonn_dimension"]).merge(summary, on="layer", how="left")
+    frame["ratio_to_null"] = frame["mean_cosine"] / frame["null_q95"]
+    frame["spectral_batch_size"], frame["spectral_n_batches"] = size, count
+    frame["spectral_vectors"] = size * count
+    return frame
+
+
+def profile(model: str, *, text: str | Path | None = None, source: str = "prose", n: int | None = None,
+            seed: int = 0, max_length: int = 128, extraction_batch: int = 8, device=None, dtype: str | None = None,
+            store: results.Store | None = None) -> pd.DataFrame:
+    """One model's per-layer rows (``measure``), from the store when the same model, examples, settings and code
+    were measured before; columns ``model`` (as given), ``label``, ``stack`` and ``data`` are added."""
+    if max_length < 1:
+        raise ProfileInputError(f"--max-length {max_length}: give at least one token per example")
+    target = Target.parse(str(model))
+    texts, data_key = examples(text, source, n, seed)
+    key = {"what": "model profile", "model": model_key(target), "data": data_key, "max_length": max_length,
+           "extraction_batch": extraction_batch, "seed": seed, "dtype": dtype}
+    store = store or results.Store()
+    measured = []
+
+    def compute() -> pd.DataFrame:
+        measured.append(True)
+        progress.say(f"profiling {target.shown} on {len(texts)} examples")
+        loaded = load(target, device, dtype)
+        try:
+            frame = measure(loaded, texts, max_length=max_length, extraction_batch=extraction_batch, seed=seed,
+                            device=devices.resolve(device))
+        finally:
+            del loaded
+            gc.collect()
+        return frame
+
+    frame = store.cached(STORE_CHAPTER, key, compute)
+    frame["model"] = target.shown
+    frame["label"] = _label(target, frame)
+    frame["data"] = data_key.get("name") or f"{data_key['source']} ({data_key['n']})"
+    progress.say(f"{target.shown}: {len(frame)} layers, {int(frame['n'].min()):,} vectors in the thinnest"
+                 + ("" if measured else " (read from the results store)"))
+    return frame
+
+
+def _label(target: Target, frame: pd.DataFrame) -> str:
+    """The legend's name: the registry's display name, a folder's or file's own name, else the Hub id."""
+    from anisotropy.models import registry
+
+    path = Path(target.name)
+    if target.name in registry.MODELS or any(target.name == s.hub_id for s in registry.MODELS.values()):
+        return str(frame["display"].iloc[0]) + (f" @ {target.revision}" if target.revision else "")
+    if path.exists():
+        return path.stem if path.is_file() else path.resolve().name
+    return target.shown
+
+
+def profile_models(models: Sequence[str], **kwargs) -> pd.DataFrame:
+    """``profile`` of each model, one table (two models with the same label get their names as labels)."""
+    frames = [profile(m, **kwargs) for m in models]
+    table = pd.concat(frames, ignore_index=True)
+    if table.groupby("label")["model"].nunique().max() > 1:
+        table["label"] = table["model"]
+    return table
+
+
+#: The table's columns in the order it is written (the rest follow).
+COLUMNS = ("model", "label", "display", "stack", "data", "layer", "relative_depth", "dim", "n", "n_examples",
+           "mean_cosine", "mean_cosine_low", "mean_cosine_high", "null_q95", "ratio_to_null", "sigma1_share",
+           "sigma1_share_std", "twonn_dimension", "twonn_dimension_std", "spectral_batch_size", "spectral_n_batches",
+           "spectral_vectors", "drift_norm", "mean_norm")
+
+
+def tidy(table: pd.DataFrame) -> pd.DataFrame:
+    """The table with ``COLUMNS`` first."""
+    first = [c for c in COLUMNS if c in table.columns]
+    return table[first + [c for c in table.columns if c not in first]]
+
+
+def figures(table: pd.DataFrame) -> dict:
+    """``{measure: Figure}``: mean cosine (``plots.layer_cosines``, with the isotropic null) and every other measure
+    (``plots.layer_measure``) against relative depth, all models on each."""
+    from anisotropy.pages import plots
+
+    plots.use_style()
+    out = {"mean_cosine": plots.layer_cosines(table)}
+    for measure_name, label in MEASURES.items():
+        if measure_name != "mean_cosine":
+            out[measure_name] = plots.layer_measure(table, measure_name, label)
+    return out
+
+
+def write(table: pd.DataFrame, out: str | Path) -> list[Path]:
+    """The table (``profile.csv``, ``profile.parquet``) and one PNG per measure in ``out``; the paths written."""
+    import matplotlib.pyplot as plt
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    table = tidy(table)
+    written = [out / "profile.csv", out / "profile.parquet"]
+    table.to_csv(written[0], index=False)
+    table.to_parquet(written[1], index=False)
+    for name, fig in figures(table).items():
+        written.append(out / f"{name}.png")
+        fig.savefig(written[-1], bbox_inches="tight")
+        plt.close(fig)
+    return written
