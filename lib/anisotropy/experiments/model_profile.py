@@ -37,6 +37,7 @@ from anisotropy.measure.batches import BATCH_SIZE
 
 STORE_CHAPTER = "model_profile"  # results/<STORE_CHAPTER>/: one frame per model, data and settings
 MIN_VECTORS = 64  # fewer vectors in some layer: no bootstrap, TwoNN or sigma_1 share worth reading
+EXTRACTION_BATCH = 8  # texts per forward pass
 N_BATCHES = 4  # Paper 2's batches per layer, when the text has enough vectors
 DEFAULT_N = 256  # examples of a named source
 PAPER2_METRICS = ("sigma1_share", "twonn_dimension")  # Paper 1's measures come from every vector, not the batches
@@ -149,7 +150,8 @@ def load(target: Target, device=None, dtype: str | None = None):
     from anisotropy import hub
     from anisotropy.models import registry
 
-    layerwise.silence_known_warnings()  # transformers' notices would break the one line of an error, and say nothing here
+    # transformers' notices would break the one line of an error, and say nothing here
+    layerwise.silence_known_warnings()
     try:
         loaded = registry.load_any(target.name, revision=target.revision, device=devices.resolve(device),
                                    dtype=getattr(torch, dtype) if dtype else None)
@@ -169,8 +171,8 @@ def batching(n_min: int) -> tuple[int, int]:
     return size, max(1, min(N_BATCHES, n_min // size))
 
 
-def measure(loaded, texts: Sequence[str], *, max_length: int = 128, extraction_batch: int = 8, seed: int = 0,
-            device=None) -> pd.DataFrame:
+def measure(loaded, texts: Sequence[str], *, max_length: int = 128, extraction_batch: int = EXTRACTION_BATCH,
+            seed: int = 0, device=None) -> pd.DataFrame:
     """The per-layer rows of one loaded model on ``texts`` (see the module docstring); not stored."""
     from anisotropy.measure import taps
 
@@ -197,8 +199,8 @@ def measure(loaded, texts: Sequence[str], *, max_length: int = 128, extraction_b
 
 
 def profile(model: str, *, text: str | Path | None = None, source: str = "prose", n: int | None = None,
-            seed: int = 0, max_length: int = 128, extraction_batch: int = 8, device=None, dtype: str | None = None,
-            store: results.Store | None = None) -> pd.DataFrame:
+            seed: int = 0, max_length: int = 128, extraction_batch: int = EXTRACTION_BATCH, device=None,
+            dtype: str | None = None, store: results.Store | None = None) -> pd.DataFrame:
     """One model's per-layer rows (``measure``), from the store when the same model, examples, settings and code
     were measured before; columns ``model`` (as given), ``label``, ``stack`` and ``data`` are added."""
     if max_length < 1:
