@@ -240,3 +240,34 @@ def test_layerstats_on_device_matches_the_reference(name, device):
     assert abs(ref.twonn_dimension() - want) <= bound
     np.testing.assert_allclose(dev.covariance, np.cov(x.double().numpy(), rowvar=False),
                                rtol=0, atol=M.DEVICE_SIGMA1_SHARE_ABS * np.trace(ref.covariance))
+
+
+@pytest.mark.parametrize("device", DEVICES, ids=str)
+def test_batched_layer_measures_on_the_device_path(device):
+    from anisotropy.measure import batches
+
+    x = torch.from_numpy(offset_cloud())
+    first = torch.zeros(len(x), dtype=torch.bool)
+    first[::50] = True
+    names = ("sigma1_share", "mean_cosine", "drift_norm", "mean_norm")
+    dev = batches.BatchedLayer(x.shape[1], batch_size=500, n_batches=3, metric_names=names, shuffle_seed=1)
+    ref = batches.BatchedLayer(x.shape[1], batch_size=500, n_batches=3, metric_names=names, shuffle_seed=1)
+    with M.on_device(device):
+        for part, flags in zip(torch.tensor_split(x, 4), torch.tensor_split(first, 4)):
+            dev.update(part.to(device), first=flags)
+        got = dev.rows()
+    for part, flags in zip(torch.tensor_split(x, 4), torch.tensor_split(first, 4)):
+        ref.update(part, first=flags)
+    want = ref.rows()
+    assert len(got) == len(want) == 3
+    mean_norm = truth(x)["mean_norm"]
+    share_keys = [k for k in want[0] if k.startswith("sigma1_share")]
+    cosine_keys = [k for k in want[0] if k.startswith("mean_cosine")]
+    assert share_keys and cosine_keys
+    for g, w in zip(got, want):
+        for k in share_keys:
+            assert abs(g[k] - w[k]) <= M.DEVICE_SIGMA1_SHARE_ABS
+        for k in cosine_keys:
+            assert abs(g[k] - w[k]) <= M.DEVICE_MEAN_COSINE_ABS
+        for k in ("drift_norm", "mean_norm"):
+            assert abs(g[k] - w[k]) <= M.DEVICE_NORM_REL * mean_norm
