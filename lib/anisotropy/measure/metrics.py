@@ -602,11 +602,13 @@ def _exact_sq_on_device(rows: torch.Tensor, who: torch.Tensor, cand: torch.Tenso
     """``_exact_sq`` with torch where the rows are: sorted float64 squared distances from rows ``who`` to their
     candidate rows (float32 differences are exact in float64)."""
     out = torch.empty(cand.shape, dtype=torch.float64, device=rows.device)
-    # 64 MiB of float64 differences per step: large enough to keep a GPU busy, small beside the Gram block.
-    step = max(1, (64 << 20) // (8 * cand.shape[1] * rows.shape[1]))
+    # 4 MiB of float64 differences per step, as on the CPU, so that the budget's bound on the metrics' memory
+    # (pages.budget.metric_bytes) holds on the GPU too; a few dozen steps per Gram block cost the GPU little.
+    step = max(1, (4 << 20) // (8 * cand.shape[1] * rows.shape[1]))
     for s in range(0, cand.shape[0], step):
-        diff = rows[cand[s:s + step]].double() - rows[who[s:s + step], None, :].double()
-        out[s:s + step] = (diff * diff).sum(dim=2)
+        diff = rows[cand[s:s + step]].double()
+        diff -= rows[who[s:s + step], None, :]  # in place (float64 - float32 promotes): one copy held, as numpy's
+        out[s:s + step] = diff.square_().sum(dim=2)
     return torch.sort(out, dim=1).values
 
 
