@@ -60,10 +60,18 @@ def test_pool_formula_matches_the_pools_allocated(stream):
     assert 0.9 * estimated <= measured <= 1.1 * bound + 2**20, (measured, bound)
 
 
+@pytest.mark.parametrize("device_path", [False, True], ids=["cpu", "device"])
 @pytest.mark.parametrize("batch, width", [(512, 256), (1024, 256), (128, 768)])
-def test_metric_bytes_bound_the_metrics(batch, width):
+def test_metric_bytes_bound_the_metrics(batch, width, device_path):
+    # The device path (forced on the CPU here, where the profiler sees its allocations) holds what it would hold on a
+    # GPU, which ``_gpu_gib`` counts with the same formula.
+    import contextlib
+
+    from anisotropy.measure import metrics
+
     x = torch.randn(batch, width, generator=torch.Generator().manual_seed(0))
-    measured = max(peak_bytes(lambda: batches.BATCH_METRICS[name](x)) for name in batches.BATCH_METRICS)
+    with metrics.on_device(torch.device("cpu")) if device_path else contextlib.nullcontext():
+        measured = max(peak_bytes(lambda: batches.BATCH_METRICS[name](x)) for name in batches.BATCH_METRICS)
     assert measured <= budget.metric_bytes(batch, width), (measured, budget.metric_bytes(batch, width))
 
 

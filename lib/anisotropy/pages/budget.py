@@ -325,7 +325,9 @@ def _gpu_gib(c: Checkpoint) -> float:
         activations = batch * CNN_MB_PER_IMAGE * 2**20
     else:  # every layer's hidden states are kept for one batch, and one layer's attention scores
         activations = batch * c.positions * (width * (layers + 1) + heads * c.positions) * BYTES.get(c.dtype, 4)
-    return weights_gib(c.model, c.dtype) + activations / GIB
+    # Paper 2's per-batch metrics run where the model is (``measure.metrics``' device path), one batch at a time.
+    metric = metric_bytes(c.metric_batch or c.pool, width) if c.pool and c.metrics else 0
+    return weights_gib(c.model, c.dtype) + (activations + metric) / GIB
 
 
 # ---- metric work --------------------------------------------------------------------------------------------------
@@ -408,8 +410,9 @@ def pool_bytes(states: int, width: int, pool: int, stream_rows: int, chunk_rows:
 
 
 def metric_bytes(batch: int, width: int) -> int:
-    """Host bytes of Paper 2's per-batch metrics on one pooled batch of ``batch`` vectors of ``width`` (``measure.metrics``;
-    one metric at a time, so the larger of the two that allocate):
+    """Bytes of Paper 2's per-batch metrics on one pooled batch of ``batch`` vectors of ``width`` (``measure.metrics``;
+    one metric at a time, so the larger of the two that allocate), held where they run: GPU memory on the device path
+    (counted in ``_gpu_gib``), host memory on the CPU path (counted in ``pool_bytes``, which stays an upper bound):
 
     - ``sigma1_share``: the float64 d x d scatter with its merge and eigenvalue workspace (about six copies) and the
       batch's float32 product: 50 x d^2 + 4 x batch x d;
