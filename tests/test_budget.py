@@ -60,10 +60,18 @@ def test_pool_formula_matches_the_pools_allocated(stream):
     assert 0.9 * estimated <= measured <= 1.1 * bound + 2**20, (measured, bound)
 
 
+@pytest.mark.parametrize("device_path", [False, True], ids=["cpu", "device"])
 @pytest.mark.parametrize("batch, width", [(512, 256), (1024, 256), (128, 768)])
-def test_metric_bytes_bound_the_metrics(batch, width):
+def test_metric_bytes_bound_the_metrics(batch, width, device_path):
+    # The device path (forced on the CPU here, where the profiler sees its allocations) holds what it would hold on a
+    # GPU, which ``_gpu_gib`` counts with the same formula.
+    import contextlib
+
+    from anisotropy.measure import metrics
+
     x = torch.randn(batch, width, generator=torch.Generator().manual_seed(0))
-    measured = max(peak_bytes(lambda: batches.BATCH_METRICS[name](x)) for name in batches.BATCH_METRICS)
+    with metrics.on_device(torch.device("cpu")) if device_path else contextlib.nullcontext():
+        measured = max(peak_bytes(lambda: batches.BATCH_METRICS[name](x)) for name in batches.BATCH_METRICS)
     assert measured <= budget.metric_bytes(batch, width), (measured, budget.metric_bytes(batch, width))
 
 
@@ -184,3 +192,38 @@ def test_a_model_of_unknown_size_is_shown_as_unknown():
     assert "at least" in budget.summary("p1_s3_character_level", params)
     known = budget.table("p1_s3_token_level", profiles.chapter_parameters("paper", "p1_s3_token_level"))
     assert "size unknown (not counted)" not in set(known["quantity"])
+
+
+@pytest.mark.parametrize("metric, batch, width", [("sigma1_share", 600, 48), ("sigma1_share", 5000, 32),
+                                                  ("twonn_dimension", 600, 48)])
+def test_metric_flops_count_the_matrix_products_the_metrics_run(metric, batch, width):
+    # torch's FlopCounterMode counts every matrix product (2 m n k each) the metric runs, on its device path as on the
+    # CPU; it has no formula for eigendecompositions, whose 4/3 d^3 is the textbook count (Golub & Van Loan).
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from anisotropy.measure import metrics
+
+    x = torch.randn(batch, width, generator=torch.Generator().manual_seed(1))
+    with metrics.on_device(torch.device("cpu")), FlopCounterMode(display=False) as counter:
+        batches.BATCH_METRICS[metric](x)
+    float32, float64 = budget.metric_flops(metric, batch, width)
+    assert counter.get_total_flops() == float32
+    assert float64 == (4 / 3 * width**3 if metric == "sigma1_share" else 0.0)
+
+
+def test_metric_minutes_count_every_state_batch_and_pass():
+    # Pythia-2.8B under `paper` (training dynamics: TwoNN too): 33 states x 4 batches of 4096 per checkpoint, and the
+    # time is the float32 and float64 flops at the T4's rates.
+    p = paper("p2_training_dynamics")
+    c = next(c for c in p.checkpoints if c.model == "pythia-2.8b")
+    assert "twonn_dimension" in c.metrics and c.pool // c.metric_batch == 4
+    f32, f64 = budget.checkpoint_metric_flops(c)
+    d, b, n = 2560, 4096, 33 * 4 * c.passes
+    assert f32 == pytest.approx(n * (3 * 2 * b * d * d + 2 * b * b * (d + 1)))
+    assert f64 == pytest.approx(n * 3 * 4 / 3 * d**3)
+    e = budget.estimate(p)
+    total = sum(sum(budget.checkpoint_metric_flops(c)) for c in p.checkpoints)
+    assert e["metric_tflop"] == pytest.approx(total / 1e12)
+    assert 0 < e["metric_minutes"] < e["t4_minutes"]
+    assert "of which metrics" in set(budget.table("p2_training_dynamics",
+                                                  profiles.chapter_parameters("paper", "p2_training_dynamics"))["quantity"])

@@ -36,6 +36,7 @@ TOP_NORMS = 0.01  # the share of largest norms left out by the ``*_no_top_norms`
 def robust_metrics(batch: torch.Tensor, first: torch.Tensor) -> dict[str, float]:
     """``ROBUST_METRICS`` of one batch ((n, d) rows; ``first``: (n,) bool, the rows at their sequence's first
     position)."""
+    first = first.to(batch.device)
     norms = batch.double().norm(dim=1)
     rest = batch[~first]
     kept = batch[norms <= torch.quantile(norms, 1 - TOP_NORMS)]
@@ -120,6 +121,10 @@ class BatchedLayer:
         # shuffled mode: the pool's keys (``shuffle_keys``, one per valid row in stream order) and their generator
         self._keys: list[np.ndarray] = []
         self._rng = np.random.default_rng(shuffle_seed) if shuffle_seed is not None else None
+        # Where the rows came from when not the CPU (the model's GPU): the pool waits in host memory (every layer's
+        # pool on the GPU would not fit beside the model), and each batch goes back there to be measured
+        # (``metrics``' device path; one batch is 4096 d float32, a few ms over PCIe).
+        self._device: torch.device | None = None
 
     def __repr__(self) -> str:
         done = len(self.values[self.metric_names[0]]) if self.metric_names else 0
@@ -149,6 +154,8 @@ class BatchedLayer:
         return self.batches_done >= self.n_batches
 
     def _measure(self, batch: torch.Tensor, first: torch.Tensor) -> None:
+        if self._device is not None:
+            batch = batch.to(self._device)
         for name in self.metric_names:
             self.values[name].append(float(BATCH_METRICS[name](batch)))
         if self.robust:
@@ -183,6 +190,8 @@ class BatchedLayer:
         rows = rows.reshape(-1, rows.shape[-1])
         if rows.shape[1] != self.dim:
             raise ValueError(f"BatchedLayer(dim={self.dim}) got rows of dimension {rows.shape[1]}")
+        if rows.device.type not in ("cpu", "mps"):  # MPS lacks float64: its batches are measured on the CPU
+            self._device = rows.device
         flags = (torch.zeros(rows.shape[0], dtype=torch.bool) if first is None
                  else torch.as_tensor(first).reshape(-1).to(device="cpu", dtype=torch.bool))
         if mask is not None:

@@ -11,11 +11,21 @@ does not grow with the number of rows.
 Paper 1 (Godey et al. 2024) measures the mean cosine similarity between pairs of vectors and the drift ||mean||;
 Paper 2 measures sigma_1^2 / sum_i sigma_i^2 of the centred matrix and the TwoNN intrinsic dimension
 (Facco et al. 2017).
+
+Device path. Rows on a non-CPU device (a CUDA GPU, where the model is) are measured there with torch, never copied
+to the CPU: first moments (float32 products, float64 sums), the float64 scatter with Chan's update and its top
+eigenvalue (``torch.linalg.eigvalsh`` in float64: ~4/3 d^3 flops, CUDA runs float64 at a fraction of float32 speed
+but the CPU would take hours on 2 vCPUs), TwoNN (float32 Gram blocks, top-k, float64 re-measure and certificate, all
+torch; only the n ratios go to the CPU for the fit) and ``LayerStats`` (its accumulators and reservoir move to the
+rows' device). ``with on_device(torch.device("cpu")):`` forces the device path, same ops and dtypes, on any rows (the
+tests run it without a GPU). Devices without float64 (Apple MPS) take the CPU path. The CPU path is the reference;
+the device path agrees with it within ``DEVICE_*`` below (derived from the precision of each step).
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import math
 import warnings
 from dataclasses import dataclass
@@ -34,6 +44,7 @@ __all__ = [
     "PairEstimate",
     "TwoNNEstimate",
     "batched",
+    "on_device",
     "bootstrap_mean_cosine",
     "grouped_bootstrap_mean_cosine",
     "drift_norm",
@@ -61,10 +72,60 @@ TWONN_MIN_ROWS = 5
 # more is looked up to certify them).
 _TWONN_CANDIDATES = 3
 
+# How far the device path may be from the CPU reference (tests/test_metrics_device.py holds it to these). Both paths
+# round the same float32 reductions in different orders (CUDA kernels vs CPU BLAS); a reduction of m terms is within
+# lambda sqrt(m) u32 of exact arithmetic relative to the sum of the terms' magnitudes (Higham & Mary 2019's
+# probabilistic bound; lambda = 8 as in TwoNN's certificate), so the two paths are within twice that of each other.
+# m <= 2^15 for every reduction here when 32 <= d <= 2^15 (rows per chunk <= max(256, 2^20 / d), a norm has d terms).
+_U32 = float(torch.finfo(torch.float32).eps) / 2  # unit roundoff 2^-24
+_U64 = float(torch.finfo(torch.float64).eps) / 2  # 2^-53
+_LAMBDA = 8
+_MAX_TERMS = 1 << 15
+# mean cosine (absolute): d(||S||^2) / (n(n-1)) <= 2 ||S|| ||dS|| / (n(n-1)) with ||S|| <= n and ||dS|| <= n lambda
+# sqrt(m) u32 from each of two sources (the norms, the chunk sums): 2 paths x 2 x 2 lambda sqrt(m) u32 x n/(n-1)
+# (<= 1.01 for n > 100) ~ 7e-4.
+DEVICE_MEAN_COSINE_ABS = 8 * _LAMBDA * math.sqrt(_MAX_TERMS) * _U32 * 1.01
+# mean_norm (relative) and drift_norm (absolute, in units of the mean norm: the sum's error is relative to sum |x_i|,
+# not to |sum x_i|): one float32 reduction per value, 2 paths.
+DEVICE_NORM_REL = 2 * _LAMBDA * math.sqrt(_MAX_TERMS) * _U32
+# sigma1 share (absolute): each chunk's scatter entry is within lambda sqrt(b) u32 sqrt(S_ii S_jj) (b <= 4096 rows),
+# plus 2 u32 for the rounded centring, so ||dS||_2 <= (lambda sqrt(b) + 2) u32 trace (the entrywise bound is the
+# nonnegative rank-one matrix sqrt(diag S) sqrt(diag S)^T, of norm trace S); Weyl moves sigma_1^2 and the trace by that,
+# the share by twice it; 2 paths: 4 (lambda sqrt(b) + 2) u32 ~ 1.2e-4. float64 eigensolvers add ~d u64, negligible.
+DEVICE_SIGMA1_SHARE_ABS = 4 * (_LAMBDA * math.sqrt(_MOMENT_CHUNK_ROWS) + 2) * _U32
+# TwoNN (relative, per squared distance): both paths certify the same two nearest rows, then sum d exact float64
+# squares of differences in different orders: gamma_(d+3) = (d + 3) u64 each (nonnegative terms; float64 rows add a
+# rounded difference), 2 paths. The dimension follows by first-order propagation through the fit
+# (tests/test_metrics_device.py evaluates that propagation on the data).
+DEVICE_TWONN_SQ_REL = 2 * (_MAX_TERMS + 3) * _U64
+
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Input handling
 # ---------------------------------------------------------------------------------------------------------------------
+
+_FORCED_DEVICE: contextvars.ContextVar[torch.device | None] = contextvars.ContextVar("metrics_device", default=None)
+
+
+@contextlib.contextmanager
+def on_device(device):
+    """Inside the block every metric takes the device path with torch on ``device``, wherever the rows are
+    (``torch.device("cpu")``: the device code, same ops and dtypes as on CUDA, on a machine without a GPU)."""
+    token = _FORCED_DEVICE.set(torch.device(device))
+    try:
+        yield
+    finally:
+        _FORCED_DEVICE.reset(token)
+
+
+def _device_for(t: torch.Tensor) -> torch.device | None:
+    """The device the metrics of ``t`` run on, or None for the CPU reference path."""
+    forced = _FORCED_DEVICE.get()
+    if forced is not None:
+        return forced
+    # MPS has no float64, which the sums and the scatter need: such rows take the CPU path.
+    return t.device if t.device.type not in ("cpu", "mps") else None
+
 
 
 def _as_rows(x, mask=None) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -124,15 +185,16 @@ def _work_dtype(t: torch.Tensor) -> torch.dtype:
 
 @dataclass
 class _Chunk:
-    rows: torch.Tensor  # valid rows of the chunk, CPU, float32 or float64
+    rows: torch.Tensor  # valid rows of the chunk, CPU (or the device path's device), float32 or float64
     norms: torch.Tensor  # their Euclidean norms, same dtype
     index: np.ndarray  # their row numbers in the flattened input
     n_excluded: int  # zero / NaN / inf rows dropped from this chunk (masked-out rows are not counted)
 
 
 def _scan(t: torch.Tensor, keep: torch.Tensor | None, dtype: torch.dtype | None = None,
-          chunk_rows: int | None = None) -> Iterator[_Chunk]:
-    """Walk the rows in chunks, keeping rows that are in the mask, finite and nonzero."""
+          chunk_rows: int | None = None, device: torch.device | None = None) -> Iterator[_Chunk]:
+    """Walk the rows in chunks, keeping rows that are in the mask, finite and nonzero; chunks are on ``device``
+    (the device path) or the CPU."""
     dtype = dtype or _work_dtype(t)
     n, d = t.shape
     step = chunk_rows or max(256, _CHUNK_BYTES // (4 * max(d, 1)))
@@ -144,7 +206,7 @@ def _scan(t: torch.Tensor, keep: torch.Tensor | None, dtype: torch.dtype | None 
             if not bool(k.all()):
                 c = c[k.to(c.device)]
                 idx = idx[k.numpy()]
-        c = c.to(device="cpu", dtype=dtype)
+        c = c.to(device=device or "cpu", dtype=dtype)
         norms = torch.linalg.vector_norm(c, dim=1)
         ok = torch.isfinite(norms) & (norms > 0)
         if not bool(ok.all()):
@@ -157,7 +219,7 @@ def _scan(t: torch.Tensor, keep: torch.Tensor | None, dtype: torch.dtype | None 
                 ok = torch.isfinite(norms) & (norms > 0)
         n_bad = int((~ok).sum())
         if n_bad:
-            c, norms, idx = c[ok], norms[ok], idx[ok.numpy()]
+            c, norms, idx = c[ok], norms[ok], idx[ok.cpu().numpy()]
         yield _Chunk(c, norms, idx, n_bad)
 
 
@@ -171,9 +233,10 @@ def _too_few(name: str, have: int, need: int, n_excluded: int, what: str = "vali
 
 
 def _valid_rows(x, mask, dtype: torch.dtype | None = None) -> tuple[torch.Tensor, int]:
-    """All valid rows in one CPU tensor, and the number of excluded rows."""
+    """All valid rows in one tensor (on the CPU, or the device path's device), and the number of excluded rows."""
     t, keep = _as_rows(x, mask)
-    if keep is None and t.device.type == "cpu" and t.dtype == (dtype or _work_dtype(t)):
+    dev = _device_for(t)
+    if keep is None and t.device == (dev or torch.device("cpu")) and t.dtype == (dtype or _work_dtype(t)):
         # Fast path, no copy: one norm pass over the whole matrix, used as is when every row is valid.
         with _one_thread():
             norms = torch.linalg.vector_norm(t, dim=1)
@@ -181,10 +244,10 @@ def _valid_rows(x, mask, dtype: torch.dtype | None = None) -> tuple[torch.Tensor
             return t, 0
     parts, n_bad = [], 0
     with _one_thread():
-        for ch in _scan(t, keep, dtype):
+        for ch in _scan(t, keep, dtype, device=dev):
             parts.append(ch.rows)
             n_bad += ch.n_excluded
-    rows = torch.cat(parts) if parts else torch.empty(0, t.shape[1], dtype=dtype or _work_dtype(t))
+    rows = torch.cat(parts) if parts else torch.empty(0, t.shape[1], dtype=dtype or _work_dtype(t), device=dev)
     return rows, n_bad
 
 
@@ -197,11 +260,12 @@ def _first_moments(x, mask, unit=False, total=False) -> dict:
     """One pass: n, n_excluded and the float64 sums of norms, and of unit vectors and of vectors if asked."""
     t, keep = _as_rows(x, mask)
     d = t.shape[1]
+    dev = _device_for(t)
     n, n_bad, s_norm = 0, 0, 0.0
-    s_unit = torch.zeros(d, dtype=torch.float64) if unit else None
-    s_tot = torch.zeros(d, dtype=torch.float64) if total else None
+    s_unit = torch.zeros(d, dtype=torch.float64, device=dev) if unit else None
+    s_tot = torch.zeros(d, dtype=torch.float64, device=dev) if total else None
     with _one_thread():
-        for ch in _scan(t, keep):
+        for ch in _scan(t, keep, device=dev):
             n += ch.rows.shape[0]
             n_bad += ch.n_excluded
             if not ch.rows.shape[0]:
@@ -217,7 +281,7 @@ def _first_moments(x, mask, unit=False, total=False) -> dict:
 
 def mean_cosine_from_sums(sum_unit: torch.Tensor | np.ndarray, n: int) -> float:
     """Mean cosine over ordered pairs i != j from the sum of the n unit vectors: (||sum u_i||^2 - n) / (n (n - 1))."""
-    s = np.asarray(sum_unit, dtype=np.float64)
+    s = np.asarray(sum_unit.cpu() if isinstance(sum_unit, torch.Tensor) else sum_unit, dtype=np.float64)
     return float((s @ s - n) / (n * (n - 1)))
 
 
@@ -352,6 +416,16 @@ def _sigma1_share_from_scatter(scatter: torch.Tensor | np.ndarray) -> float:
     return float(top / total)
 
 
+def _sigma1_share_on_device(scatter: torch.Tensor) -> float:
+    """The device path's ``_sigma1_share_from_scatter``: torch.linalg.eigvalsh of the float64 scatter where it is
+    (all d eigenvalues, ~4/3 d^3 flops; the top one is within ~d u64 of scipy's, see DEVICE_SIGMA1_SHARE_ABS)."""
+    s = (scatter + scatter.T) / 2
+    total = float(torch.trace(s))
+    if not total > 0:
+        raise ValueError("sigma1_share is undefined: the rows have zero variance (all valid rows are identical)")
+    return float(torch.linalg.eigvalsh(s)[-1]) / total
+
+
 def sigma1_share(x, mask=None) -> float:
     """Paper 2's anisotropy: sigma_1^2 / sum_i sigma_i^2 of the centred matrix X - mean, i.e. the top eigenvalue's share
     of the covariance spectrum (dimensionless, in [1/d, 1]).
@@ -362,15 +436,17 @@ def sigma1_share(x, mask=None) -> float:
     """
     t, keep = _as_rows(x, mask)
     d = t.shape[1]
-    n, mean, scat, n_bad = 0, torch.zeros(d, dtype=torch.float64), torch.zeros(d, d, dtype=torch.float64), 0
-    for ch in _scan(t, keep, chunk_rows=_MOMENT_CHUNK_ROWS):
+    dev = _device_for(t)
+    n, n_bad = 0, 0
+    mean, scat = torch.zeros(d, dtype=torch.float64, device=dev), torch.zeros(d, d, dtype=torch.float64, device=dev)
+    for ch in _scan(t, keep, chunk_rows=_MOMENT_CHUNK_ROWS, device=dev):
         n_bad += ch.n_excluded
         if ch.rows.shape[0]:
             bm, bs = _batch_moments(ch.rows)
             n, mean, scat = _chan_merge(n, mean, scat, ch.rows.shape[0], bm, bs)
     if n < 2:
         raise _too_few("sigma1_share", n, 2, n_bad)
-    return _sigma1_share_from_scatter(scat)
+    return _sigma1_share_from_scatter(scat) if dev is None else _sigma1_share_on_device(scat)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -406,6 +482,18 @@ def _unique_rows(rows: np.ndarray) -> np.ndarray:
     return np.sort(first)
 
 
+def _unique_rows_on_device(rows: torch.Tensor) -> torch.Tensor:
+    """``_unique_rows`` with torch where the rows are: byte-wise equality through an integer view of the bits."""
+    n = rows.shape[0]
+    if n == 0:
+        return torch.empty(0, dtype=torch.long, device=rows.device)
+    bits = rows.view(torch.int32 if rows.element_size() == 4 else torch.int64)
+    _, inverse = torch.unique(bits, dim=0, return_inverse=True)
+    first = torch.full((int(inverse.max()) + 1,), n, dtype=torch.long, device=rows.device)
+    first.scatter_reduce_(0, inverse, torch.arange(n, device=rows.device), reduce="amin")
+    return torch.sort(first).values
+
+
 def _two_nearest_sq(rows: torch.Tensor) -> torch.Tensor:
     """Exact float64 squared distances (n, 2) from each row to its first and second nearest other row.
 
@@ -416,10 +504,13 @@ def _two_nearest_sq(rows: torch.Tensor) -> torch.Tensor:
     (near-ties with the fourth candidate) is redone with a float64 Gram matrix.
     """
     n, d = rows.shape
+    # Rows off the CPU (the device path) stay where they are: every step below is torch on rows.device.
+    dev = rows.device
+    on_device = dev.type != "cpu" or _FORCED_DEVICE.get() is not None
     mean = rows.sum(dim=0, dtype=torch.float64) / n
     # Augmented rows [x - mean, 1] and [-2 (x - mean), ||x - mean||^2]: their product is ||b||^2 - 2 a.b directly.
-    left = torch.empty(n, d + 1, dtype=torch.float32)
-    right = torch.empty(n, d + 1, dtype=torch.float32)
+    left = torch.empty(n, d + 1, dtype=torch.float32, device=dev)
+    right = torch.empty(n, d + 1, dtype=torch.float32, device=dev)
     xc = left[:, :d]
     xc.copy_(rows).sub_(mean.to(torch.float32))
     left[:, d] = 1.0
@@ -432,16 +523,17 @@ def _two_nearest_sq(rows: torch.Tensor) -> torch.Tensor:
     # safety factor of 8, relative to ||a||^2 + ||b||^2 (the size of the terms that cancel).
     tol_scale = 8 * math.sqrt(d + 1) * float(torch.finfo(torch.float32).eps)
     sq_max = float(sq.max())
-    out = torch.empty(n, 2, dtype=torch.float64)
+    out = torch.empty(n, 2, dtype=torch.float64, device=dev)
     block = max(1, min(n, _GRAM_BLOCK_ENTRIES // n))
     for s in range(0, n, block):
         e = min(n, s + block)
         g = left[s:e] @ right.T  # (b, n): ||x_j||^2 - 2 x_i.x_j
-        diag = torch.arange(e - s)
+        diag = torch.arange(e - s, device=dev)
         g[diag, diag + s] = float("inf")
         approx, cand = _smallest_k(g, k)
         del g
-        exact = _exact_sq(rows, s, cand[:, :m])
+        exact = (_exact_sq_on_device(rows, torch.arange(s, e, device=dev), cand[:, :m]) if on_device
+                 else _exact_sq(rows, s, cand[:, :m]))
         out[s:e] = exact[:, :2]
         if m < k:
             # Every row j beyond the first m candidates has approx_ij >= approx_i(m+1), so its true squared distance is
@@ -455,8 +547,11 @@ def _two_nearest_sq(rows: torch.Tensor) -> torch.Tensor:
                 centred = rows.double() - mean
                 sq64 = (centred * centred).sum(dim=1)
                 g64 = sq64[None, :] - 2 * centred[doubtful] @ centred.T
-                g64[torch.arange(doubtful.numel()), doubtful] = float("inf")
+                g64[torch.arange(doubtful.numel(), device=dev), doubtful] = float("inf")
                 cand64 = torch.topk(g64, k, dim=1, largest=False).indices
+                if on_device:
+                    out[doubtful] = _exact_sq_on_device(rows, doubtful, cand64)[:, :2]
+                    continue
                 for j, i in enumerate(doubtful.tolist()):
                     out[i] = _exact_sq(rows, i, cand64[j:j + 1])[0, :2]
     return out
@@ -477,9 +572,9 @@ def _smallest_k(g: torch.Tensor, k: int, group: int = 128) -> tuple[torch.Tensor
     # A strided view, not a copy, even when a ragged tail follows the last full group.
     mins = g.as_strided((b, n_groups, group), (n, group, 1)).amin(dim=2)
     best = torch.topk(mins, k, dim=1, largest=False).indices
-    cols = (best[:, :, None] * group + torch.arange(group)).reshape(b, k * group)
+    cols = (best[:, :, None] * group + torch.arange(group, device=g.device)).reshape(b, k * group)
     if n_groups * group < n:  # the ragged tail is always a candidate
-        cols = torch.cat([cols, torch.arange(n_groups * group, n).expand(b, -1)], dim=1)
+        cols = torch.cat([cols, torch.arange(n_groups * group, n, device=g.device).expand(b, -1)], dim=1)
     values, pos = torch.topk(torch.gather(g, 1, cols), k, dim=1, largest=False, sorted=True)
     return values, torch.gather(cols, 1, pos)
 
@@ -501,6 +596,20 @@ def _exact_sq(rows: torch.Tensor, start: int, cand: torch.Tensor) -> torch.Tenso
         out[s:s + c.shape[0]] = np.einsum("ijk,ijk->ij", diff, diff)
     out.sort(axis=1)
     return torch.from_numpy(out)
+
+
+def _exact_sq_on_device(rows: torch.Tensor, who: torch.Tensor, cand: torch.Tensor) -> torch.Tensor:
+    """``_exact_sq`` with torch where the rows are: sorted float64 squared distances from rows ``who`` to their
+    candidate rows (float32 differences are exact in float64)."""
+    out = torch.empty(cand.shape, dtype=torch.float64, device=rows.device)
+    # 4 MiB of float64 differences per step, as on the CPU, so that the budget's bound on the metrics' memory
+    # (pages.budget.metric_bytes) holds on the GPU too; a few dozen steps per Gram block cost the GPU little.
+    step = max(1, (4 << 20) // (8 * cand.shape[1] * rows.shape[1]))
+    for s in range(0, cand.shape[0], step):
+        diff = rows[cand[s:s + step]].double()
+        diff -= rows[who[s:s + step], None, :]  # in place (float64 - float32 promotes): one copy held, as numpy's
+        out[s:s + step] = diff.square_().sum(dim=2)
+    return torch.sort(out, dim=1).values
 
 
 def _twonn_fit(log_mu: np.ndarray, discard_fraction: float) -> tuple[float, int]:
@@ -526,12 +635,15 @@ def twonn_estimate(x, discard_fraction: float = 0.1, mask=None) -> TwoNNEstimate
         raise ValueError(f"discard_fraction must be in [0, 1), got {discard_fraction}")
     rows, n_bad = _valid_rows(x, mask)
     n_valid = rows.shape[0]
-    first = _unique_rows(rows.numpy())
-    n_dup = n_valid - first.size
-    if first.size < TWONN_MIN_ROWS:
-        raise _too_few("twonn_dimension", first.size, TWONN_MIN_ROWS, n_bad,
+    on_device = _device_for(rows) is not None
+    first = _unique_rows_on_device(rows) if on_device else torch.from_numpy(_unique_rows(rows.numpy()))
+    n_dup = n_valid - first.numel()
+    if first.numel() < TWONN_MIN_ROWS:
+        raise _too_few("twonn_dimension", first.numel(), TWONN_MIN_ROWS, n_bad,
                        what=f"distinct valid rows ({n_dup} duplicates removed)")
-    r = _two_nearest_sq(rows[torch.from_numpy(first)] if n_dup else rows)
+    r = _two_nearest_sq(rows[first] if n_dup else rows)
+    # Only the n pairs of distances leave the device: the fit below is O(n log n) on scalars.
+    r = r.cpu()
     # Distinct rows have r1 > 0 in exact arithmetic; a row equal to another only up to the sign of a zero is removed.
     zero = (r[:, 0] <= 0).numpy()
     r = r.numpy()[~zero]
@@ -565,7 +677,8 @@ class LayerStats:
     and a uniform sample without replacement of at most ``reservoir_size`` rows (bottom-k of seeded uniform keys,
     stored in float32) for TwoNN, pair sampling and projections. Memory: O(d^2 + reservoir_size * d),
     independent of n. ``merge`` combines two accumulators exactly (give each worker its own seed so that their
-    reservoir keys are independent).
+    reservoir keys are independent). Fed rows on a GPU (or inside ``on_device``), the accumulators and the reservoir
+    move to that device and stay there (the device path: 8 d^2 + 4 reservoir_size d bytes of its memory per layer).
     """
 
     def __init__(self, dim: int, reservoir_size: int = 2048, seed: int = 0):
@@ -584,6 +697,16 @@ class LayerStats:
         self._keys = np.empty(0)
         self._rows = torch.empty(0, dim, dtype=torch.float32)
         self._twonn: dict[float, TwoNNEstimate] = {}
+        self._device: torch.device | None = None  # the device path's device, None on the CPU path
+
+    def _place(self, device: torch.device | None) -> None:
+        """Move the accumulators to ``device`` (None: the CPU) if they are not there."""
+        if device == self._device:
+            return
+        where = device or torch.device("cpu")
+        self._sum_unit, self._mean = self._sum_unit.to(where), self._mean.to(where)
+        self._scatter, self._rows = self._scatter.to(where), self._rows.to(where)
+        self._device = device
 
     def __repr__(self) -> str:
         return f"LayerStats(dim={self.dim}, n={self._n}, n_excluded={self._n_excluded}, sample={len(self._keys)})"
@@ -593,7 +716,10 @@ class LayerStats:
         t, keep = _as_rows(batch, mask)
         if t.shape[1] != self.dim:
             raise ValueError(f"LayerStats(dim={self.dim}) got rows of dimension {t.shape[1]}")
-        for ch in _scan(t, keep, chunk_rows=_MOMENT_CHUNK_ROWS):
+        dev = _device_for(t)
+        if dev is not None or self._n == 0:  # once on the device path, CPU batches join it there
+            self._place(dev)
+        for ch in _scan(t, keep, chunk_rows=_MOMENT_CHUNK_ROWS, device=self._device):
             self._n_excluded += ch.n_excluded
             c = ch.rows
             m = c.shape[0]
@@ -616,23 +742,26 @@ class LayerStats:
             enter = keys < self._keys.max()
             if not enter.any():
                 return
-            keys, rows = keys[enter], rows[torch.from_numpy(enter)]
+            keys, rows = keys[enter], rows[torch.from_numpy(enter).to(rows.device)]
         keys = np.concatenate([self._keys, keys])
-        rows = torch.cat([self._rows, rows.to(torch.float32)])
+        rows = torch.cat([self._rows, rows.to(device=self._rows.device, dtype=torch.float32)])
         if keys.size > self.reservoir_size:
             sel = np.argpartition(keys, self.reservoir_size - 1)[: self.reservoir_size]
             sel.sort()
-            keys, rows = keys[sel], rows[torch.from_numpy(sel)]
+            keys, rows = keys[sel], rows[torch.from_numpy(sel).to(rows.device)]
         self._keys, self._rows = keys, rows
 
     def merge(self, other: "LayerStats") -> "LayerStats":
         """Fold ``other`` into this accumulator (as if its batches had been fed here). Returns self."""
         if other.dim != self.dim:
             raise ValueError(f"cannot merge LayerStats of dimension {other.dim} into one of dimension {self.dim}")
+        if other._device is not None and self._device is None:
+            self._place(other._device)
+        where = self._mean.device
         self._n, self._mean, self._scatter = _chan_merge(
-            self._n, self._mean, self._scatter, other._n, other._mean, other._scatter)
+            self._n, self._mean, self._scatter, other._n, other._mean.to(where), other._scatter.to(where))
         self._n_excluded += other._n_excluded
-        self._sum_unit += other._sum_unit
+        self._sum_unit += other._sum_unit.to(where)
         self._sum_norm += other._sum_norm
         self._offer(other._keys.copy(), other._rows.clone())
         self._twonn.clear()
@@ -651,21 +780,21 @@ class LayerStats:
     @property
     def mean(self) -> np.ndarray:
         """Mean vector (float64)."""
-        return self._mean.numpy().copy()
+        return self._mean.cpu().numpy().copy()
 
     @property
     def covariance(self) -> np.ndarray:
         """Sample covariance matrix, centred scatter / (n - 1) (float64, d x d)."""
         if self._n < 2:
             raise _too_few("LayerStats.covariance", self._n, 2, self._n_excluded)
-        return (self._scatter / (self._n - 1)).numpy().copy()
+        return (self._scatter / (self._n - 1)).cpu().numpy().copy()
 
     @property
     def mean_cosine(self) -> float:
         """Exact mean cosine over ordered pairs i != j, (||sum u_i||^2 - n) / (n (n - 1)), from float64 sums."""
         if self._n < 2:
             raise _too_few("mean_cosine", self._n, 2, self._n_excluded)
-        return mean_cosine_from_sums(self._sum_unit.numpy(), self._n)
+        return mean_cosine_from_sums(self._sum_unit.cpu().numpy(), self._n)
 
     @property
     def drift_norm(self) -> float:
@@ -686,12 +815,14 @@ class LayerStats:
         """sigma_1^2 / sum sigma_i^2 of the centred rows, from the float64 scatter matrix."""
         if self._n < 2:
             raise _too_few("sigma1_share", self._n, 2, self._n_excluded)
+        if self._device is not None or _FORCED_DEVICE.get() is not None:
+            return _sigma1_share_on_device(self._scatter)
         return _sigma1_share_from_scatter(self._scatter.numpy())
 
     @property
     def sample(self) -> np.ndarray:
         """The reservoir: a uniform sample without replacement of min(n, reservoir_size) rows, float32, (k, d)."""
-        return self._rows.numpy().copy()
+        return self._rows.cpu().numpy().copy()
 
     def twonn_estimate(self, discard_fraction: float = 0.1) -> TwoNNEstimate:
         """TwoNN on the reservoir sample (cached until the next update)."""
@@ -827,12 +958,13 @@ class ConfidenceInterval(_Iter2):
 
 def _resampled_mean_cosine(unit: torch.Tensor, counts: np.ndarray) -> np.ndarray:
     """Mean cosine over pairs of draws that are different rows, for each row of counts (resample multiplicities)."""
-    sums = (torch.from_numpy(counts.astype(np.float32)) @ unit).double()
+    # On the device path the product runs where the unit vectors are; only the n_boot squared norms come back.
+    sums = (torch.from_numpy(counts.astype(np.float32)).to(unit.device) @ unit).double()
     c2 = (counts.astype(np.float64) ** 2).sum(axis=1)
     n = float(unit.shape[0])
     with np.errstate(invalid="ignore", divide="ignore"):
         # A replicate that drew a single row n times has no pair of different rows: it is left out (NaN).
-        return ((sums * sums).sum(dim=1).numpy() - c2) / (n * n - c2)
+        return ((sums * sums).sum(dim=1).cpu().numpy() - c2) / (n * n - c2)
 
 
 def bootstrap_mean_cosine(x, n_boot: int = 1000, level: float = 0.95, seed: int = 0, mask=None,
@@ -852,7 +984,7 @@ def bootstrap_mean_cosine(x, n_boot: int = 1000, level: float = 0.95, seed: int 
         raise _too_few("bootstrap_mean_cosine", n, 2, n_bad)
     norms = torch.linalg.vector_norm(rows, dim=1, keepdim=True)
     unit = (rows / norms).to(torch.float32)
-    estimate = mean_cosine_from_sums(unit.sum(dim=0, dtype=torch.float64).numpy(), n)
+    estimate = mean_cosine_from_sums(unit.sum(dim=0, dtype=torch.float64), n)
     rng = np.random.default_rng(seed)
     reps = np.empty(n_boot)
     step = max(1, min(n_boot, (64 << 20) // (4 * n)))  # bound the counts block to 64 MiB

@@ -394,7 +394,8 @@ def extract(loaded, examples: Iterable, batch_size: int = 8, max_length: int = 1
     same positions) unless ``stats_factory(dim)`` is given: ``LayerStats`` holds a d x d float64 scatter matrix, which
     flattened CNN maps (d = C*H*W, e.g. 802,816 for ResNet-50's first stage at 224 px) cannot afford, so give those a
     lighter accumulator. ``device``: where the forward passes run (default: the model's device; the model is moved
-    there). Hidden states enter the accumulators in float32 whatever the model's dtype.
+    there). Hidden states enter the accumulators in float32 whatever the model's dtype, on the model's device
+    (``LayerStats`` then accumulates there: ``measure.metrics``' device path).
     """
     spec = loaded.spec
     if batch_size < 1 or max_length < 1:

@@ -30,7 +30,8 @@ IMAGE_SIZE = 224  # pixels per side of the images the Section 3 vision models re
 # DEFAULT_CHUNK_CACHE_CAPACITY = 10_000_000_000, 0 only in builds with the "no-default-cache" feature).
 XET_CHUNK_CACHE_ENV = "HF_XET_CHUNK_CACHE_SIZE_BYTES"
 XET_CHUNK_CACHE_DEFAULT_BYTES = 10_000_000_000
-T4_TFLOPS = {"float16": 65.0, "bfloat16": 65.0, "float32": 8.1}  # peak dense rates
+T4_TFLOPS = {"float16": 65.0, "bfloat16": 65.0, "float32": 8.1,
+             "float64": 8.1 / 32}  # peak dense rates; Turing runs float64 at 1/32 of float32
 EFFICIENCY = 0.3  # share of the peak a measurement loop reaches (small batches, hooks, copies to the CPU)
 # Peak float32 rate of two vCPUs (a free Colab CPU runtime, a laptop): AVX2 FMA, 2 x 32 flop/cycle x ~2.2 GHz.
 CPU_TFLOPS = 0.14
@@ -57,6 +58,7 @@ class Checkpoint:
     state (``measure.batches.BatchedLayer``), measured ``metric_batch`` vectors at a time (``extra_states``: states beyond
     the layers, e.g. the split final norm);
     ``per_example``, Section 3's sum of unit vectors per example and layer (``experiments.layerwise.FirstMoments``).
+    ``metrics``: the per-batch statistics measured on each pooled batch (``measure.batches.BATCH_METRICS`` names).
 
     ``reused_from``: the chapter whose stored measurement of this checkpoint (same model, data and sizes) the chapter
     reads when that chapter ran before it with the same store (a full build, or the same Colab runtime); only a fresh
@@ -75,6 +77,7 @@ class Checkpoint:
     extra_states: int = 0
     per_example: bool = False
     reused_from: str = ""
+    metrics: tuple[str, ...] = ()
 
 
 @dataclass
@@ -251,8 +254,12 @@ def _paper2(p: dict, plan: Plan) -> None:
     # Paper 2's batch_size counts vectors per metric batch; texts go through the model 8 at a time.
     # Every hidden state pools batch_size x n_batches vectors (spectral.measure); the counterpoint splits the final
     # norm, one state more.
+    from anisotropy.measure import batches
+
+    # The training-dynamics page asks for TwoNN too (notebooks/p2_training_dynamics.md); the others take the defaults.
+    measured = tuple(batches.DEFAULT_METRICS) + (("twonn_dimension",) if plan.chapter == "p2_training_dynamics" else ())
     host = dict(pool=p["batch_size"] * p["n_batches"], metric_batch=p["batch_size"],
-                extra_states=int(plan.chapter == "p2_counterpoint_pythia"))
+                extra_states=int(plan.chapter == "p2_counterpoint_pythia"), metrics=measured)
     plan.checkpoints += _text(p, names, p["n_texts"], p["max_length"], dtype, EXTRACTION_BATCH, **host)
     for key in ("pythia", "bloom"):
         for name in p.get(f"{key}_models", []):
@@ -320,7 +327,53 @@ def _gpu_gib(c: Checkpoint) -> float:
         activations = batch * CNN_MB_PER_IMAGE * 2**20
     else:  # every layer's hidden states are kept for one batch, and one layer's attention scores
         activations = batch * c.positions * (width * (layers + 1) + heads * c.positions) * BYTES.get(c.dtype, 4)
-    return weights_gib(c.model, c.dtype) + activations / GIB
+    # Paper 2's per-batch metrics run where the model is (``measure.metrics``' device path), one batch at a time.
+    metric = metric_bytes(c.metric_batch or c.pool, width) if c.pool and c.metrics else 0
+    return weights_gib(c.model, c.dtype) + (activations + metric) / GIB
+
+
+# ---- metric work --------------------------------------------------------------------------------------------------
+
+def metric_flops(metric: str, batch: int, width: int) -> tuple[float, float]:
+    """(float32, float64) flops of one ``measure.metrics`` call on ``batch`` vectors of ``width`` (d), as its device
+    path runs it on the GPU:
+
+    - ``sigma1_share``: the scatter products X^T X of the chunks, 2 b d^2 in float32, and the float64
+      eigendecomposition of the d x d scatter, 4/3 d^3 (Householder tridiagonalisation, Golub & Van Loan; the
+      tridiagonal eigenvalues add O(d^2));
+    - ``twonn_dimension``: the Gram blocks of the augmented rows, 2 b^2 (d + 1) in float32 (the float64 re-measure of
+      3 candidates per row is O(b d));
+    - the first moments (mean cosine, drift, norms): O(b d), counted as 0.
+
+    Units: floating-point operations."""
+    b, d = float(batch), float(width)
+    if metric == "sigma1_share":
+        return 2 * b * d * d, 4 / 3 * d**3
+    if metric == "twonn_dimension":
+        return 2 * b * b * (d + 1), 0.0
+    return 0.0, 0.0
+
+
+def batch_metric_flops(names, batch: int, width: int) -> tuple[float, float]:
+    """(float32, float64) flops of ``measure.batches.BatchedLayer`` measuring one batch: every metric in ``names``,
+    and with ``sigma1_share`` the robust metrics' two more sigma1 shares (on at most the whole batch)."""
+    from anisotropy.measure import batches
+
+    names = list(names) + (["sigma1_share", "sigma1_share"] if "sigma1_share" in names else [])
+    parts = [metric_flops(m, batch, width) for m in names if m in batches.BATCH_METRICS]
+    return sum(f for f, _ in parts), sum(f for _, f in parts)
+
+
+def checkpoint_metric_flops(c: Checkpoint) -> tuple[float, float]:
+    """(float32, float64) flops of the per-batch metrics of one checkpoint: every hidden state's full batches of
+    its pool (``pool // metric_batch`` of them), each ``batch_metric_flops``, times its passes."""
+    if not (c.pool and c.metrics):
+        return 0.0, 0.0
+    width, layers, _ = _shape(c.model)
+    batch = c.metric_batch or c.pool
+    n = (layers + 1 + c.extra_states) * (c.pool // batch) * c.passes
+    f32, f64 = batch_metric_flops(c.metrics, batch, width)
+    return n * f32, n * f64
 
 
 # ---- host memory --------------------------------------------------------------------------------------------------
@@ -359,8 +412,9 @@ def pool_bytes(states: int, width: int, pool: int, stream_rows: int, chunk_rows:
 
 
 def metric_bytes(batch: int, width: int) -> int:
-    """Host bytes of Paper 2's per-batch metrics on one pooled batch of ``batch`` vectors of ``width`` (``measure.metrics``;
-    one metric at a time, so the larger of the two that allocate):
+    """Bytes of Paper 2's per-batch metrics on one pooled batch of ``batch`` vectors of ``width`` (``measure.metrics``;
+    one metric at a time, so the larger of the two that allocate), held where they run: GPU memory on the device path
+    (counted in ``_gpu_gib``), host memory on the CPU path (counted in ``pool_bytes``, which stays an upper bound):
 
     - ``sigma1_share``: the float64 d x d scatter with its merge and eigenvalue workspace (about six copies) and the
       batch's float32 product: 50 x d^2 + 4 x batch x d;
@@ -467,8 +521,9 @@ def unknown_sizes(p: Plan) -> list[str]:
 def estimate(p: Plan) -> dict:
     """Rough needs of a plan: ``download_gib``, peak ``disk_gib`` (kept checkpoints + the largest released one +
     data + hf-xet's chunk cache, ``xet_gib``), peak ``gpu_gib`` and ``ram_gib`` (one model at a time: the kernel,
-    ``RUNTIME_GIB``, plus the largest ``host_ram_bytes``), ``t4_minutes`` (downloads, loading, forward passes and
-    the training the chapter does, ``training_minutes``), and ``unknown`` (hub ids whose size is not known, left out
+    ``RUNTIME_GIB``, plus the largest ``host_ram_bytes``), ``t4_minutes`` (downloads, loading, forward passes, the
+    per-batch metrics on the GPU, ``metric_minutes`` from ``checkpoint_metric_flops``, and the training the chapter
+    does, ``training_minutes``), and ``unknown`` (hub ids whose size is not known, left out
     of every figure above)."""
     from anisotropy.data import sources as data
 
@@ -483,20 +538,25 @@ def estimate(p: Plan) -> dict:
     flops = {c: 2.0 * _params(c.model) * c.examples * c.positions * c.passes for c in p.checkpoints}
     compute_s = sum(f / (T4_TFLOPS.get(c.dtype, 8.1) * 1e12 * EFFICIENCY) for c, f in flops.items())
     training_s = p.training_flops / (T4_TFLOPS["float32"] * 1e12 * EFFICIENCY)
-    seconds = (sum(downloads) + data_gib) * 1024 / HUB_MB_PER_S + compute_s + training_s + LOAD_S * sum(
+    metric = [checkpoint_metric_flops(c) for c in p.checkpoints]
+    metric_s = sum(f32 / (T4_TFLOPS["float32"] * 1e12 * EFFICIENCY) + f64 / (T4_TFLOPS["float64"] * 1e12 * EFFICIENCY)
+                   for f32, f64 in metric)
+    seconds = (sum(downloads) + data_gib) * 1024 / HUB_MB_PER_S + compute_s + training_s + metric_s + LOAD_S * sum(
         c.passes for c in p.checkpoints)
     host = max([host_ram_bytes(c) for c in p.checkpoints] or [0])
     return {"checkpoints": len(p.checkpoints), "download_gib": sum(downloads) + data_gib,
             "disk_gib": kept + released + data_gib + xet, "xet_gib": xet,
             "gpu_gib": max([_gpu_gib(c) for c in p.checkpoints] or [0.0]),
             "ram_gib": RUNTIME_GIB + host / GIB, "t4_minutes": seconds / 60, "training_minutes": training_s / 60,
-            "forward_tflop": sum(flops.values()) / 1e12, "unknown": unknown_sizes(p)}
+            "forward_tflop": sum(flops.values()) / 1e12, "metric_minutes": metric_s / 60,
+            "metric_tflop": sum(f32 + f64 for f32, f64 in metric) / 1e12, "unknown": unknown_sizes(p)}
 
 
 def cpu_minutes(e: dict) -> float:
-    """The estimate ``e`` (of ``estimate``) on two vCPUs instead of a T4: its forward passes and training at
-    ``CPU_TFLOPS`` with the same ``EFFICIENCY``, plus the same downloads and loads, in minutes."""
-    flop = e["forward_tflop"] * 1e12 + e["training_minutes"] * 60 * T4_TFLOPS["float32"] * 1e12 * EFFICIENCY
+    """The estimate ``e`` (of ``estimate``) on two vCPUs instead of a T4: its forward passes, per-batch metrics and
+    training at ``CPU_TFLOPS`` with the same ``EFFICIENCY``, plus the same downloads and loads, in minutes."""
+    flop = (e["forward_tflop"] + e.get("metric_tflop", 0.0)) * 1e12 + (
+        e["training_minutes"] * 60 * T4_TFLOPS["float32"] * 1e12 * EFFICIENCY)
     return (flop / (CPU_TFLOPS * 1e12 * EFFICIENCY) + e["download_gib"] * 1024 / HUB_MB_PER_S
             + LOAD_S * e["checkpoints"]) / 60
 
@@ -566,6 +626,10 @@ def table(chapter: str, params: dict, profile: str = "paper"):
         suites = f" ({', '.join(p.trained)} suite{'s' if len(p.trained) > 1 else ''})" if p.trained else ""
         rows.append(("of which training" + suites, minutes_text(e["training_minutes"]),
                      "less if checkpoint_suites trained them in this runtime" if p.trained else ""))
+    if e["metric_minutes"]:
+        rows.append(("of which metrics", minutes_text(e["metric_minutes"]),
+                     "on the GPU: scatter products, float64 eigenvalues" + (", TwoNN" if any(
+                         "twonn_dimension" in c.metrics for c in p.checkpoints) else "")))
     if p.reused_from:
         rows.append(("reused when they ran in this runtime", ", ".join(p.reused_from),
                      "then nothing above is downloaded or measured again"))
