@@ -227,3 +227,35 @@ def test_metric_minutes_count_every_state_batch_and_pass():
     assert 0 < e["metric_minutes"] < e["t4_minutes"]
     assert "of which metrics" in set(budget.table("p2_training_dynamics",
                                                   profiles.chapter_parameters("paper", "p2_training_dynamics"))["quantity"])
+
+
+@pytest.mark.parametrize("chapter", ["p1_s3_token_level", "p2_layer_profiles", "p1_s5_qk_training"])
+def test_the_worked_budget_adds_up_to_the_estimate(chapter):
+    from anisotropy import profiles
+
+    params = profiles.chapter_parameters("paper", chapter)
+    rows = budget.worked(chapter, params)
+    e = budget.estimate(budget.plan(chapter, params))
+    assert rows["minutes"].sum() == pytest.approx(e["t4_minutes"], rel=1e-9)
+    assert (rows["minutes"] > 0).all()
+
+
+def test_the_worked_forward_passes_are_twice_the_parameters_times_the_tokens_read():
+    # The parameters counted on the model itself, built from the registry's config on the meta device (no memory):
+    # the registry's rounded count is within 1% of it; the tokens are the page's examples x positions.
+    import transformers
+
+    from anisotropy import profiles
+    from anisotropy.models import registry
+
+    params = profiles.chapter_parameters("paper", "p1_s3_token_level")
+    rows = budget.worked("p1_s3_token_level", params).set_index("model")
+    with torch.device("meta"):
+        model = transformers.AutoModel.from_config(transformers.AutoConfig.for_model(**registry.spec("gpt2").config))
+    counted = sum(p.numel() for p in model.parameters())
+    tokens = params["n_samples"] * params["max_length"]
+    gpt2 = rows.loc["gpt2"]
+    assert gpt2["tokens"] == tokens
+    assert gpt2["TFLOP"] == pytest.approx(2 * counted * tokens / 1e12, rel=0.01)
+    assert gpt2["rate (TFLOP/s)"] == budget.T4_TFLOPS[params.get("dtype") or "float32"]
+    assert gpt2["minutes"] == pytest.approx(gpt2["TFLOP"] / (gpt2["rate (TFLOP/s)"] * budget.EFFICIENCY) / 60)

@@ -561,6 +561,43 @@ def cpu_minutes(e: dict) -> float:
             + LOAD_S * e["checkpoints"]) / 60
 
 
+def worked(chapter: str, params: dict, profile: str = "paper"):
+    """``estimate``'s time on a T4, term by term from the model sizes, as a table whose ``minutes`` add up to its
+    ``t4_minutes``: per model (its checkpoints together) the forward passes, 2 x parameters x tokens flops at the
+    dtype's ``T4_TFLOPS`` x ``EFFICIENCY`` (tokens = examples x positions x passes); the per-batch metrics
+    (``checkpoint_metric_flops``); then the downloads at ``HUB_MB_PER_S``, the loads at ``LOAD_S`` each, and the
+    training. Columns: term, model, parameters, tokens, TFLOP, rate (TFLOP/s, the peak), minutes."""
+    import pandas as pd
+
+    p = plan(chapter, params, profile)
+    rows = []
+    by_model: dict[tuple[str, str], list[Checkpoint]] = {}
+    for c in p.checkpoints:
+        by_model.setdefault((c.model, c.dtype), []).append(c)
+    for (model, dtype), group in by_model.items():
+        tokens = sum(c.examples * c.positions * c.passes for c in group)
+        flop = 2.0 * _params(model) * tokens
+        rate = T4_TFLOPS.get(dtype, 8.1)
+        rows.append({"term": f"forward passes ({dtype})" + (f", {len(group)} checkpoints" if len(group) > 1 else ""),
+                     "model": model, "parameters": _params(model), "tokens": tokens, "TFLOP": flop / 1e12,
+                     "rate (TFLOP/s)": rate, "minutes": flop / (rate * 1e12 * EFFICIENCY) / 60})
+        f32, f64 = (sum(x) for x in zip(*(checkpoint_metric_flops(c) for c in group)))
+        if f32 or f64:
+            minutes = (f32 / T4_TFLOPS["float32"] + f64 / T4_TFLOPS["float64"]) / (1e12 * EFFICIENCY) / 60
+            rows.append({"term": "per-batch metrics (float32 products, float64 eigenvalues)", "model": model,
+                         "parameters": None, "tokens": None, "TFLOP": (f32 + f64) / 1e12,
+                         "rate (TFLOP/s)": None, "minutes": minutes})
+    e = estimate(p)
+    download = e["download_gib"] * 1024 / HUB_MB_PER_S / 60
+    loads = LOAD_S * sum(c.passes for c in p.checkpoints) / 60
+    rows.append({"term": f"downloads, {e['download_gib']:.1f} GiB at {HUB_MB_PER_S:.0f} MB/s", "minutes": download})
+    rows.append({"term": f"loads, {sum(c.passes for c in p.checkpoints)} at {LOAD_S:.0f} s", "minutes": loads})
+    if e["training_minutes"]:
+        rows.append({"term": "training", "TFLOP": p.training_flops / 1e12, "rate (TFLOP/s)": T4_TFLOPS["float32"],
+                     "minutes": e["training_minutes"]})
+    return pd.DataFrame(rows, columns=["term", "model", "parameters", "tokens", "TFLOP", "rate (TFLOP/s)", "minutes"])
+
+
 def _params(model: str) -> float:
     from anisotropy.models import registry
 
