@@ -547,7 +547,8 @@ def test_librispeech_validation_downloads_only_validation_shards(datasets_run, s
     from anisotropy.data.speech import synthetic_speech
 
     n = len(rows["id"])
-    original = synthetic_speech(n, seed=build._seed("librispeech", "clean", "validation", "0"), seconds=(1.0, 2.0))
+    original = synthetic_speech(n, seed=build._seed("librispeech", "clean", "validation", "0"),
+                                seconds=build.VALIDATION_SECONDS)
     assert got["lengths"] == [len(u["array"]) for u in original]
     assert np.abs(np.array(got["first"]) - original[0]["array"][:400]).max() <= 1 / 32768  # FLAC, 16-bit
     resolved = {r["file"] for r in _log(standin, datasets_run["librispeech_log"])
@@ -557,7 +558,8 @@ def test_librispeech_validation_downloads_only_validation_shards(datasets_run, s
                            "-l", "main", "clean/"], capture_output=True, text=True, check=True).stdout
     sizes = {line.split("\t")[1]: int(line.split()[3]) for line in tree.splitlines()}
     train = [size for path, size in sizes.items() if "/train." in path]
-    assert len(train) == 4 and min(train) > 2 * sizes["clean/validation/0000.parquet"]  # served, never fetched
+    assert len(train) == 4 and min(train) > sizes["clean/validation/0000.parquet"]  # served, never fetched
+    assert max(got["lengths"]) > 20 * 16_000  # the book's split has full-length utterances, as LibriSpeech's has
 
 
 def test_librispeech_config_form_downloads_every_split(datasets_run, standin):

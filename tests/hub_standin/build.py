@@ -608,6 +608,10 @@ LIBRISPEECH_ALL = {"train.clean.100": ("clean", "train.100"), "train.clean.360":
                    "test.other": ("other", "test")}
 
 
+VALIDATION_SECONDS = (2.0, 33.0)
+TRAIN_SECONDS = (10.0, 20.0)
+
+
 def librispeech_rows(config: str, split: str, shard: int) -> dict[str, list]:
     """Columns of one LibriSpeech shard: synthetic utterances (FLAC, 16 kHz) with upper-case prose transcripts."""
     import soundfile as sf
@@ -620,7 +624,12 @@ def librispeech_rows(config: str, split: str, shard: int) -> dict[str, list]:
     speaker, chapter = 1000 + seed % 8000, 10000 + seed % 90000
     words = " ".join(prose_paragraphs()[seed % 500: seed % 500 + 3]).upper().split()
     cols = {k: [] for k in ("file", "audio", "text", "speaker_id", "chapter_id", "id")}
-    for i, utt in enumerate(synthetic_speech(n, seed=seed, seconds=(1.0, 2.0))):
+    # The split the book reads (clean validation) has utterances as long as the real one's (LibriSpeech dev-clean:
+    # about 2 to 33 s), so that the speech models' passes meet full-length clips; the others stay short.
+    # Train shards stay larger than the validation one, as on the Hub (what a full-config download would cost).
+    seconds = (VALIDATION_SECONDS if (config, split) == ("clean", "validation") else
+               TRAIN_SECONDS if split.startswith("train") else (1.0, 2.0))
+    for i, utt in enumerate(synthetic_speech(n, seed=seed, seconds=seconds)):
         uid = f"{speaker}-{chapter}-{i:04d}"
         buf = io.BytesIO()
         sf.write(buf, utt["array"], utt["sampling_rate"], format="FLAC", subtype="PCM_16")
