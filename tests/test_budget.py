@@ -259,3 +259,14 @@ def test_the_worked_forward_passes_are_twice_the_parameters_times_the_tokens_rea
     assert gpt2["TFLOP"] == pytest.approx(2 * counted * tokens / 1e12, rel=0.01)
     assert gpt2["rate (TFLOP/s)"] == budget.T4_TFLOPS[params.get("dtype") or "float32"]
     assert gpt2["minutes"] == pytest.approx(gpt2["TFLOP"] / (gpt2["rate (TFLOP/s)"] * budget.EFFICIENCY) / 60)
+
+
+def test_speech_models_count_the_front_end_of_a_pass_over_full_length_utterances():
+    # taps cuts a batch of long clips so that the convolutional front end stays under SPEECH_PASS_BYTES; the GPU peak
+    # of a speech encoder holds that much beside its hidden states, a text model of the same size does not.
+    from anisotropy.measure import taps
+
+    speech = budget.Checkpoint("wav2vec2-base", examples=32, positions=budget.SPEECH_FRAMES, batch=32)
+    alone = budget.weights_gib("wav2vec2-base") * budget.GIB
+    assert budget._gpu_gib(speech) * budget.GIB - alone >= taps.SPEECH_PASS_BYTES
+    assert budget._gpu_gib(speech) < budget.COLAB["gpu"]

@@ -327,6 +327,11 @@ def _gpu_gib(c: Checkpoint) -> float:
         activations = batch * CNN_MB_PER_IMAGE * 2**20
     else:  # every layer's hidden states are kept for one batch, and one layer's attention scores
         activations = batch * c.positions * (width * (layers + 1) + heads * c.positions) * BYTES.get(c.dtype, 4)
+    if s.layout == "speech-encoder":
+        # the convolutional front end of a pass over full-length utterances, which taps cuts to this size
+        from anisotropy.measure import taps
+
+        activations += taps.SPEECH_PASS_BYTES
     # Paper 2's per-batch metrics run where the model is (``measure.metrics``' device path), one batch at a time.
     metric = metric_bytes(c.metric_batch or c.pool, width) if c.pool and c.metrics else 0
     return weights_gib(c.model, c.dtype) + (activations + metric) / GIB
