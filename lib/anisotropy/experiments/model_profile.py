@@ -33,7 +33,7 @@ import torch
 from anisotropy import devices, progress, results
 from anisotropy.errors import ModelTooLargeError, UserError
 from anisotropy.experiments import layerwise, spectral
-from anisotropy.measure.batches import BATCH_SIZE
+from anisotropy.measure.batches import BATCH_SIZE, BatchedLayer
 
 STORE_CHAPTER = "model_profile"  # results/<STORE_CHAPTER>/: one frame per model, data and settings
 MIN_VECTORS = 64  # fewer vectors in some layer: no bootstrap, TwoNN or sigma_1 share worth reading
@@ -173,22 +173,40 @@ def batching(n_min: int) -> tuple[int, int]:
 
 def measure(loaded, texts: Sequence[str], *, max_length: int = 128, extraction_batch: int = EXTRACTION_BATCH,
             seed: int = 0, device=None) -> pd.DataFrame:
-    """The per-layer rows of one loaded model on ``texts`` (see the module docstring); not stored."""
+    """The per-layer rows of one loaded model on ``texts`` (see the module docstring); not stored.
+
+    One pass over the text: each layer's accumulator is a ``taps.Tee`` of Paper 1's ``FirstMoments`` and Paper 2's
+    ``BatchedLayer``, whose batching (``batching``) is chosen beforehand from the vectors the tokenizer says the
+    text gives (``taps.text_vectors``). The rows equal those of the two separate passes (``layerwise`` then
+    ``spectral.measure``), which are still taken where that count is unknown (CANINE) or proves wrong (a layer
+    with zero or non-finite vectors, so fewer than counted)."""
     from anisotropy.measure import taps
 
     base = getattr(loaded.model, "base_model", loaded.model)
     loaded.model = base  # the hidden states are the base model's; an LM head would only compute logits
+    counted = taps.text_vectors(loaded, texts, batch_size=extraction_batch, max_length=max_length)
+    if counted is not None and counted < MIN_VECTORS:
+        _too_few(loaded, counted)
+    planned = batching(counted) if counted is not None else None
+    moments = layerwise.stats_factory("moments", 0, seed)
+
+    def both(dim: int):
+        # the same BatchedLayer spectral.measure builds (shuffled with the seed), beside the moments
+        return taps.Tee(moments(dim), BatchedLayer(dim, planned[0], planned[1], PAPER2_METRICS, shuffle_seed=seed))
+
     extraction = taps.extract(loaded, texts, batch_size=extraction_batch, max_length=max_length, seed=seed,
-                              device=device, stats_factory=layerwise.stats_factory("moments", 0, seed))
-    frame = layerwise.frame_of(extraction, loaded)
+                              device=device, stats_factory=both if planned else moments)
+    frame = layerwise.frame_of(extraction.mapped(lambda s: s.members[0]) if planned else extraction, loaded)
     n_min = int(frame["n"].min())
     if n_min < MIN_VECTORS:
-        raise ProfileInputError(f"{loaded.spec.display}: the text gives {n_min} token vectors in some layer, fewer "
-                                f"than {MIN_VECTORS}: give more or longer examples (--n, --text, --max-length)")
+        _too_few(loaded, n_min)
     size, count = batching(n_min)
-    batches = spectral.measure(loaded, texts, batch_size=size, n_batches=count, max_length=max_length,
-                               extraction_batch=extraction_batch, device=device, shuffle_seed=seed,
-                               metric_names=PAPER2_METRICS)
+    if planned == (size, count):
+        batches = spectral.batch_rows(loaded, extraction.mapped(lambda s: s.members[1]), batch_size=size)
+    else:  # the thinnest layer holds other than counted: its own pass, as Paper 2's batches would be alone
+        batches = spectral.measure(loaded, texts, batch_size=size, n_batches=count, max_length=max_length,
+                                   extraction_batch=extraction_batch, device=device, shuffle_seed=seed,
+                                   metric_names=PAPER2_METRICS)
     summary = spectral.summary(batches, by=["layer"])[["layer", "sigma1_share", "sigma1_share_std",
                                                         "twonn_dimension", "twonn_dimension_std"]]
     frame = frame.drop(columns=["sigma1_share", "twonn_dimension"]).merge(summary, on="layer", how="left")
@@ -196,6 +214,11 @@ def measure(loaded, texts: Sequence[str], *, max_length: int = 128, extraction_b
     frame["spectral_batch_size"], frame["spectral_n_batches"] = size, count
     frame["spectral_vectors"] = size * count
     return frame
+
+
+def _too_few(loaded, n: int):
+    raise ProfileInputError(f"{loaded.spec.display}: the text gives {n} token vectors in some layer, fewer "
+                            f"than {MIN_VECTORS}: give more or longer examples (--n, --text, --max-length)")
 
 
 def profile(model: str, *, text: str | Path | None = None, source: str = "prose", n: int | None = None,

@@ -111,18 +111,26 @@ def measure_parts(loaded, examples: Iterable, parts: Sequence[str | None], batch
         result = taps.extract(loaded, _until_full(examples, created), batch_size=extraction_batch,
                               max_length=max_length, keep_special=keep_special, device=device,
                               stats_factory=factory, part=parts[0] if len(parts) == 1 else None)
+    return {part: batch_rows(loaded, result, part, batch_size=batch_size, split_final_norm=has_split,
+                             keep_special=keep_special) for part in parts}
+
+
+def batch_rows(loaded, result, part: str | None = None, *, batch_size: int, split_final_norm: bool = False,
+               keep_special: bool = False) -> pd.DataFrame:
+    """``measure``'s per-batch frame of one stack (``part``; None: the whole model) of a ``measure.taps.extract``
+    result whose accumulators are ``BatchedLayer``s (``measure_parts`` calls it; so can a caller whose own pass fed
+    them, e.g. through a ``taps.Tee``). ``split_final_norm``: the pass ran under ``final_norm_split`` and it applied
+    (the last state appears twice). Raises when a layer has no full batch of ``batch_size``."""
     has_final_norm = find_final_norm(loaded.model) is not None
     # where the tokenizer opens every text with a special token (<bos>, [CLS]) that the protocol leaves out, the first
     # position of a sequence, an attention sink's usual place, is not among the measured vectors
-    first_measured = bool(keep_special or not opens_with_special(tok))
-    frames = {}
-    for part in parts:
-        # a stack's own layers, numbered from 0 (taps keeps the whole model's numbering)
-        layers = (result if part is None else
-                  {result.layer_in_part[layer]: result[layer] for layer in result if result.parts[layer] == part})
-        frames[part] = _batch_rows(loaded, layers, has_split, has_final_norm, batch_size)
-        frames[part]["first_position_measured"] = first_measured
-    return frames
+    first_measured = bool(keep_special or not opens_with_special(loaded.preprocessor))
+    # a stack's own layers, numbered from 0 (taps keeps the whole model's numbering)
+    layers = (result if part is None else
+              {result.layer_in_part[layer]: result[layer] for layer in result if result.parts[layer] == part})
+    frame = _batch_rows(loaded, layers, split_final_norm, has_final_norm, batch_size)
+    frame["first_position_measured"] = first_measured
+    return frame
 
 
 def opens_with_special(preprocessor) -> bool:

@@ -62,6 +62,51 @@ class Extraction(dict):
         self.n_masked: dict[int, int] = {}
         self.meta: dict = dict(meta or {})
 
+    def mapped(self, fn: Callable[[Any], Any]) -> "Extraction":
+        """The same layers, layout and meta with ``fn(accumulator)`` in place of each accumulator (e.g. one member
+        of a ``Tee``)."""
+        out = Extraction(self.meta)
+        for layer, stats in self.items():
+            out[layer] = fn(stats)
+        out.parts, out.layer_in_part, out.n_masked = dict(self.parts), dict(self.layer_in_part), dict(self.n_masked)
+        return out
+
+
+class Tee:
+    """One layer's accumulator that feeds several (``extract(..., stats_factory=lambda dim: Tee(a(dim), b(dim)))``),
+    so one forward pass serves measures that would otherwise each read the text again. Each member gets exactly the
+    keywords it would get alone: ``groups`` only if it ``wants_groups``, ``first`` only if it ``wants_first``.
+    ``n`` and ``n_excluded`` (which ``extract`` checks for empty layers) are the first member's."""
+
+    def __init__(self, *members):
+        if not members:
+            raise ValueError("Tee needs at least one accumulator")
+        self.members = tuple(members)
+        self.dim = members[0].dim
+        self.wants_groups = any(getattr(m, "wants_groups", False) for m in members)
+        self.wants_first = any(getattr(m, "wants_first", False) for m in members)
+
+    @property
+    def n(self) -> int:
+        return self.members[0].n
+
+    @property
+    def n_excluded(self) -> int:
+        return getattr(self.members[0], "n_excluded", 0)
+
+    def update(self, batch, mask=None, groups=None, first=None) -> "Tee":
+        for member in self.members:
+            extra = {}
+            if groups is not None and getattr(member, "wants_groups", False):
+                extra["groups"] = groups
+            if first is not None and getattr(member, "wants_first", False):
+                extra["first"] = first
+            if mask is None:  # as ``_feed`` calls an accumulator alone: no mask keyword where every row counts
+                member.update(batch, **extra)
+            else:
+                member.update(batch, mask=mask, **extra)
+        return self
+
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Examples: modality checks and batching
@@ -189,6 +234,37 @@ def _content_mask(enc, keep_special: bool) -> torch.Tensor:
     return keep
 
 
+def _decoder_keep(enc, keep_special: bool) -> torch.Tensor:
+    """An encoder-decoder's decoder positions that count, fed the input shifted right (``_encoder_decoder``): with
+    right padding, decoder position j holds token j-1, so it is real exactly where the encoder position j is; the
+    start token counts as special."""
+    keep = enc["attention_mask"].bool().clone()
+    if not keep_special:
+        keep &= ~_shift_right(enc["special_tokens_mask"], 1).bool()
+    return keep
+
+
+def text_vectors(loaded, texts: Sequence[str], batch_size: int = 8, max_length: int = 128,
+                 keep_special: bool = False) -> int | None:
+    """The vectors ``extract`` would offer the thinnest layer of a text model on ``texts``, counted by tokenizing as
+    ``extract`` does (same batches, length cap and masks) without running the model: kept positions, before any
+    zero or non-finite vector is dropped. None where the layout's layers keep different positions that the
+    tokenizer alone does not give (CANINE's molecules) or the model does not read text."""
+    layout = loaded.spec.layout
+    if loaded.spec.modality != "text" or layout not in ("hidden_states", "encoder-decoder"):
+        return None
+    max_length = min(max_length, position_limit(loaded))
+    counts = [0, 0]  # encoder (or the only stack), decoder
+    for chunk in _chunks(texts, batch_size):
+        enc = _tokenize(loaded.preprocessor, chunk, max_length)
+        if enc["input_ids"].shape[1] == 0:
+            continue
+        counts[0] += int(_content_mask(enc, keep_special).sum())
+        if layout == "encoder-decoder":
+            counts[1] += int(_decoder_keep(enc, keep_special).sum())
+    return min(counts) if layout == "encoder-decoder" else counts[0]
+
+
 def _text(loaded, texts, ctx):
     enc = _tokenize(loaded.preprocessor, texts, ctx["max_length"])
     if enc["input_ids"].shape[1] == 0:
@@ -218,10 +294,7 @@ def _encoder_decoder(loaded, texts, ctx):
     start = model.config.decoder_start_token_id
     start = model.config.pad_token_id if start is None else start
     dec_ids = _shift_right(ids, start)
-    # Right padding: decoder position j holds token j-1, so it is real exactly where the encoder position j is.
-    dec_keep = attn.bool().clone()
-    if not ctx["keep_special"]:
-        dec_keep &= ~_shift_right(enc["special_tokens_mask"], 1).bool()
+    dec_keep = _decoder_keep(enc, ctx["keep_special"])
     out = model(input_ids=ids.to(device), attention_mask=attn.to(device), decoder_input_ids=dec_ids.to(device),
                 decoder_attention_mask=attn.to(device), output_hidden_states=True)
     return [("encoder", out.encoder_hidden_states, enc_keep), ("decoder", out.decoder_hidden_states, dec_keep)]
