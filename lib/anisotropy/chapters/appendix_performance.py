@@ -79,9 +79,13 @@ def load_words(machine: dict) -> str:
             "absolute times are inflated")
 
 
-def profile_rows(table: pd.DataFrame) -> pd.DataFrame:
-    """The last run of ``benchmarks/bench_profile.py`` (its date's rows), as the page shows them."""
-    last = table[table["date"] == table["date"].max()]
-    return last.assign(**{"goal": [goal_words("profile", r) for r in last["ratio"]]})[
+def profile_rows(table: pd.DataFrame, last: bool = True) -> pd.DataFrame:
+    """The runs of ``benchmarks/bench_profile.py`` as the page shows them: the last one (the rows of the last row's
+    date and note), or with ``last=False`` every run."""
+    if last:
+        end = table.iloc[-1]
+        table = table[(table["date"] == end["date"]) & (table["note"].fillna("") == ("" if pd.isna(end["note"])
+                                                                                     else end["note"]))]
+    return table.assign(**{"goal": [goal_words("profile", r) for r in table["ratio"]]})[
         ["date", "model", "texts", "tokens", "bare_s", "profile_s", "ratio", "cpu_ratio", "goal", "gemm_all_gflops",
-         "load_average"]]
+         "load_average", "note"]]
