@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,25 @@ def run_guarded(cmd, *, expected_s: float, what: str | None = None, **kwargs) ->
         return subprocess.run(cmd, timeout=hang_guard(expected_s), **kwargs)
     except subprocess.TimeoutExpired as exc:
         hang_failure(what or " ".join(map(str, cmd))[:300], expected_s, exc.stdout, exc.stderr)
+
+
+POLL_S = 0.02  # polling interval while waiting for a file or a process (never a synchronisation by itself)
+
+
+def wait_for(condition, proc: subprocess.Popen | None, what: str, expected_s: float = CHAPTER_S):
+    """Poll ``condition`` until it returns something true, and return that; fail if ``proc`` ends first (it should
+    still be running), or, killing it, if the hang guard of ``expected_s`` passes."""
+    deadline = time.monotonic() + hang_guard(expected_s)
+    while not (found := condition()):
+        if proc is not None and proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"the run ended (exit {proc.returncode}) before {what}:\n{out}\n{err}")
+        if time.monotonic() > deadline:
+            if proc is not None:
+                proc.kill()
+            hang_failure(f"waiting for {what}", expected_s, *(proc.communicate() if proc is not None else ()))
+        time.sleep(POLL_S)
+    return found
 
 
 def communicate_guarded(proc: subprocess.Popen, *, expected_s: float, what: str) -> tuple:

@@ -12,7 +12,6 @@ import json
 import re
 import signal
 import subprocess
-import time
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,8 +21,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import (CHAPTER_S, PYTHON, SMOKE_BUILD_S, book_env, communicate_guarded, copy_repo, hang_failure,
-                      hang_guard, run_cli, run_guarded)
+from conftest import (CHAPTER_S, PYTHON, SMOKE_BUILD_S, book_env, communicate_guarded, copy_repo, hang_guard, run_cli, run_guarded, wait_for)
 
 # A chapter-shaped notebook that exists only in the tests' copies of the repository: two declared ranges and a
 # parameter value that makes a cell raise.
@@ -57,7 +55,6 @@ if mode == "die":  # as the kernel of a run that exhausts the memory: killed by 
     os.kill(os.getpid(), signal.SIGKILL)
 ```
 '''
-POLL_S = 0.02  # polling interval while waiting for a file (never a synchronisation by itself)
 
 
 def add_probe(root: Path) -> Path:
@@ -567,19 +564,6 @@ def test_dead_kernel_gives_one_report(tmp_path):
 
 
 # ---- interrupted work -----------------------------------------------------------------------------------------------
-
-def wait_for(condition: Callable[[], bool], proc: subprocess.Popen, what: str) -> None:
-    """Poll ``condition`` until true; fail if the process ends first (it should still be running)."""
-    deadline = time.monotonic() + hang_guard(CHAPTER_S)
-    while not condition():
-        if proc.poll() is not None:
-            out, err = proc.communicate()
-            pytest.fail(f"the run ended (exit {proc.returncode}) before {what}:\n{out}\n{err}")
-        if time.monotonic() > deadline:
-            proc.kill()
-            hang_failure(f"waiting for {what}", CHAPTER_S, *proc.communicate())
-        time.sleep(POLL_S)
-
 
 def kill_tree(proc: subprocess.Popen, sig: int) -> None:
     """Send ``sig`` to the process and every process it started (the notebook kernel runs in its own session)."""

@@ -14,34 +14,18 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from conftest import (CHAPTER_S, PYTHON, SMOKE_BUILD_S, book_env, communicate_guarded, copy_repo,
-                      hang_failure, hang_guard, run_cli, run_guarded)
+                      hang_guard, run_cli, run_guarded, wait_for)
 
 CHAPTER = "appendix_b_isotropic"  # a smoke point is a few seconds, most of it the kernel's start
 # Four points: twice the two workers, so that each worker runs points one after another and the table interleaves
 # both workers' points (six cost two more kernel starts per sweep, ~50 CPU-s over the three sweeps; issue 29).
 SEEDS = [0, 1, 2, 3]
-POLL_S = 0.02
-
-
-def wait_for(condition, proc: subprocess.Popen | None, what: str):
-    deadline = time.monotonic() + hang_guard(CHAPTER_S)
-    while not (found := condition()):
-        if proc is not None and proc.poll() is not None:
-            out, err = proc.communicate()
-            pytest.fail(f"the run ended (exit {proc.returncode}) before {what}:\n{out}\n{err}")
-        if time.monotonic() > deadline:
-            if proc is not None:
-                proc.kill()
-            hang_failure(f"waiting for {what}", CHAPTER_S, *(proc.communicate() if proc is not None else ()))
-        time.sleep(POLL_S)
-    return found
 
 
 def sweep_args(*extra: str) -> tuple[str, ...]:
