@@ -190,7 +190,7 @@ class BatchedLayer:
         rows = rows.reshape(-1, rows.shape[-1])
         if rows.shape[1] != self.dim:
             raise ValueError(f"BatchedLayer(dim={self.dim}) got rows of dimension {rows.shape[1]}")
-        if rows.device.type not in ("cpu", "mps"):  # MPS lacks float64: its batches are measured on the CPU
+        if metrics.device_for(rows) is not None:
             self._device = rows.device
         flags = (torch.zeros(rows.shape[0], dtype=torch.bool) if first is None
                  else torch.as_tensor(first).reshape(-1).to(device="cpu", dtype=torch.bool))

@@ -44,6 +44,7 @@ __all__ = [
     "PairEstimate",
     "TwoNNEstimate",
     "batched",
+    "device_for",
     "on_device",
     "bootstrap_mean_cosine",
     "grouped_bootstrap_mean_cosine",
@@ -118,8 +119,8 @@ def on_device(device):
         _FORCED_DEVICE.reset(token)
 
 
-def _device_for(t: torch.Tensor) -> torch.device | None:
-    """The device the metrics of ``t`` run on, or None for the CPU reference path."""
+def device_for(t: torch.Tensor) -> torch.device | None:
+    """The device the metrics of rows ``t`` run on (the device path), or None for the CPU reference path."""
     forced = _FORCED_DEVICE.get()
     if forced is not None:
         return forced
@@ -235,7 +236,7 @@ def _too_few(name: str, have: int, need: int, n_excluded: int, what: str = "vali
 def _valid_rows(x, mask, dtype: torch.dtype | None = None) -> tuple[torch.Tensor, int]:
     """All valid rows in one tensor (on the CPU, or the device path's device), and the number of excluded rows."""
     t, keep = _as_rows(x, mask)
-    dev = _device_for(t)
+    dev = device_for(t)
     if keep is None and t.device == (dev or torch.device("cpu")) and t.dtype == (dtype or _work_dtype(t)):
         # Fast path, no copy: one norm pass over the whole matrix, used as is when every row is valid.
         with _one_thread():
@@ -260,7 +261,7 @@ def _first_moments(x, mask, unit=False, total=False) -> dict:
     """One pass: n, n_excluded and the float64 sums of norms, and of unit vectors and of vectors if asked."""
     t, keep = _as_rows(x, mask)
     d = t.shape[1]
-    dev = _device_for(t)
+    dev = device_for(t)
     n, n_bad, s_norm = 0, 0, 0.0
     s_unit = torch.zeros(d, dtype=torch.float64, device=dev) if unit else None
     s_tot = torch.zeros(d, dtype=torch.float64, device=dev) if total else None
@@ -436,7 +437,7 @@ def sigma1_share(x, mask=None) -> float:
     """
     t, keep = _as_rows(x, mask)
     d = t.shape[1]
-    dev = _device_for(t)
+    dev = device_for(t)
     n, n_bad = 0, 0
     mean, scat = torch.zeros(d, dtype=torch.float64, device=dev), torch.zeros(d, d, dtype=torch.float64, device=dev)
     for ch in _scan(t, keep, chunk_rows=_MOMENT_CHUNK_ROWS, device=dev):
@@ -506,7 +507,7 @@ def _two_nearest_sq(rows: torch.Tensor) -> torch.Tensor:
     n, d = rows.shape
     # Rows off the CPU (the device path) stay where they are: every step below is torch on rows.device.
     dev = rows.device
-    on_device = dev.type != "cpu" or _FORCED_DEVICE.get() is not None
+    on_device = device_for(rows) is not None
     mean = rows.sum(dim=0, dtype=torch.float64) / n
     # Augmented rows [x - mean, 1] and [-2 (x - mean), ||x - mean||^2]: their product is ||b||^2 - 2 a.b directly.
     left = torch.empty(n, d + 1, dtype=torch.float32, device=dev)
@@ -635,7 +636,7 @@ def twonn_estimate(x, discard_fraction: float = 0.1, mask=None) -> TwoNNEstimate
         raise ValueError(f"discard_fraction must be in [0, 1), got {discard_fraction}")
     rows, n_bad = _valid_rows(x, mask)
     n_valid = rows.shape[0]
-    on_device = _device_for(rows) is not None
+    on_device = device_for(rows) is not None
     first = _unique_rows_on_device(rows) if on_device else torch.from_numpy(_unique_rows(rows.numpy()))
     n_dup = n_valid - first.numel()
     if first.numel() < TWONN_MIN_ROWS:
@@ -716,7 +717,7 @@ class LayerStats:
         t, keep = _as_rows(batch, mask)
         if t.shape[1] != self.dim:
             raise ValueError(f"LayerStats(dim={self.dim}) got rows of dimension {t.shape[1]}")
-        dev = _device_for(t)
+        dev = device_for(t)
         if dev is not None or self._n == 0:  # once on the device path, CPU batches join it there
             self._place(dev)
         for ch in _scan(t, keep, chunk_rows=_MOMENT_CHUNK_ROWS, device=self._device):
