@@ -309,6 +309,9 @@ def test_bad_input():
         taps.extract(vit, TEXTS)
     with pytest.raises(ValueError, match="text model but the examples look like speech"):
         taps.extract(bert, sources.load("synthetic-speech", 1, seconds=(0.5, 0.5)))
+    # a speech model's batches are cut by clip length (speech_chunks): the modality is checked before that reads them
+    with pytest.raises(ValueError, match="speech model but the examples look like text"):
+        taps.extract(registry.load("wav2vec2-base", variant="tiny"), TEXTS)
     with pytest.raises(ValueError, match="corpus is empty"):
         taps.extract(bert, [])
     with pytest.raises(ValueError, match="no vector was kept.*padding or special tokens"):

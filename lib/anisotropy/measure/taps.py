@@ -14,8 +14,8 @@ Which vectors count (every rule applies to every variant of a model):
   on), "upsampled" (projection back to characters + final character encoder).
 - speech: one vector per frame of the encoder (20 ms for wav2vec 2.0, HuBERT, Whisper); frames beyond an example's
   real audio are excluded; a batch of long clips is cut into passes whose convolutional front end stays under
-  ``SPEECH_PASS_BYTES`` (``speech_chunks``), so full-length utterances fit a T4. Whisper's encoder always sees 30 s windows: frames are cropped to the real audio
-  (ceil(samples / 320)). When the examples carry a transcript (``{"array", "sampling_rate", "text"}``), Whisper's
+  ``SPEECH_PASS_BYTES`` (``speech_chunks``), so full-length utterances fit a T4. Whisper's encoder always sees 30 s
+  windows: frames are cropped to the real audio (ceil(samples / 320)). When the examples carry a transcript (``{"array", "sampling_rate", "text"}``), Whisper's
   decoder is fed [decoder start] + transcript tokens and its layers follow the encoder's.
 - vision transformers (ViT, BEiT, DeiT): one vector per patch token; the CLS (and DeiT's distillation) token is
   special, excluded by default. MiT (Segformer encoder): each stage's map gives one vector per spatial position.
@@ -412,6 +412,17 @@ def _first_layer(loaded) -> int:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
+def _checked(spec, examples: Iterable):
+    """The examples, the first one checked against the model's modality (``_check_modality``) before anything reads
+    it as that modality's data."""
+    it = iter(examples)
+    for example in it:
+        _check_modality(spec, example)
+        yield example
+        break
+    yield from it
+
+
 def _chunks(examples: Iterable, size: int):
     it = iter(examples)
     while chunk := list(itertools.islice(it, size)):
@@ -444,13 +455,13 @@ def speech_chunks(examples: Iterable, size: int, config, dtype_bytes: int = 4, l
     chunk, longest = [], 0
     for example in examples:
         array, text = _audio(example)
-        item = {"array": array, "sampling_rate": SAMPLING_RATE, "text": text}
-        wider = max(longest, array.size, _MIN_SAMPLES)
-        if chunk and (len(chunk) == size or front_end_bytes(config, len(chunk) + 1, wider, dtype_bytes) > limit):
+        width = max(array.size, _MIN_SAMPLES)  # what the batch is padded to, at least
+        if chunk and (len(chunk) == size or
+                      front_end_bytes(config, len(chunk) + 1, max(longest, width), dtype_bytes) > limit):
             yield chunk
-            chunk, wider = [], max(array.size, _MIN_SAMPLES)
-        chunk.append(item)
-        longest = wider
+            chunk, longest = [], 0
+        chunk.append({"array": array, "sampling_rate": SAMPLING_RATE, "text": text})
+        longest = max(longest, width)
     if chunk:
         yield chunk
 
@@ -489,7 +500,7 @@ def extract(loaded, examples: Iterable, batch_size: int = 8, max_length: int = 1
     result = Extraction({"model": spec.name, "display": spec.display, "variant": loaded.variant,
                          "revision": loaded.revision})
     first = _first_layer(loaded)
-    n_examples, checked = 0, False
+    n_examples = 0
     total = len(examples) if hasattr(examples, "__len__") else None
     bar = None
     if progress:
@@ -497,12 +508,10 @@ def extract(loaded, examples: Iterable, batch_size: int = 8, max_length: int = 1
 
         bar = tqdm(total=total, desc=f"{spec.name} layers", unit="ex")
     with torch.inference_mode():
+        examples = _checked(spec, examples)
         chunks = (speech_chunks(examples, batch_size, model.config, next(model.parameters()).element_size())
                   if spec.layout == "speech-encoder" else _chunks(examples, batch_size))
         for chunk in chunks:
-            if not checked:
-                _check_modality(spec, chunk[0])
-                checked = True
             first_example = n_examples
             n_examples += len(chunk)
             offset = first
