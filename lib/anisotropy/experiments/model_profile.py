@@ -72,30 +72,23 @@ class Target:
         return self.name + (f"@{self.revision}" if self.revision else "")
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()[:16]
-
-
 def model_key(target: Target) -> dict:
     """What identifies a model's weights in the key: a registry entry (name, hub id, revision), a file or folder by
     the SHA-256 of its weights and config (so a changed file measures again, wherever it lies), a Hub id by name and
     revision."""
     from anisotropy.models import registry
+    from anisotropy.models.weights import file_sha256
 
     path = Path(target.name)
-    if target.name in registry.MODELS or any(target.name == s.hub_id for s in registry.MODELS.values()):
+    if registry.known(target.name):
         s = registry.spec(target.name)
         return {"registry": s.name, "hub_id": s.hub_id, "revision": target.revision}
     if path.is_file():
-        return {"file": _sha256(path)}
+        return {"file": file_sha256(path)[:16]}
     if path.is_dir():
         files = sorted(f for pattern in ("config.json", "*.safetensors", "*.bin", "tokenizer*.json", "vocab*")
                        for f in path.glob(pattern))
-        return {"folder": {f.name: _sha256(f) for f in files}}
+        return {"folder": {f.name: file_sha256(f)[:16] for f in files}}
     # a Hub id by the commit its snapshot holds, so that new weights at the same name measure again
     commit = None
     if target.name.count("/") == 1 and not target.name.startswith((".", "/", "~")):
@@ -261,7 +254,7 @@ def _label(target: Target, frame: pd.DataFrame) -> str:
     from anisotropy.models import registry
 
     path = Path(target.name)
-    if target.name in registry.MODELS or any(target.name == s.hub_id for s in registry.MODELS.values()):
+    if registry.known(target.name):
         return str(frame["display"].iloc[0]) + (f" @ {target.revision}" if target.revision else "")
     if path.exists():
         return path.stem if path.is_file() else path.resolve().name

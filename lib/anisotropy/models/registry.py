@@ -94,6 +94,11 @@ def spec(name: str) -> ModelSpec:
     raise UnknownModelError(f"unknown model {name!r}{_suggest(name, pool)}; registry.names() lists them")
 
 
+def known(name: str) -> bool:
+    """Whether ``name`` is a registry short name or the Hub id of an entry (what ``load`` takes by name)."""
+    return name in MODELS or any(name == s.hub_id for s in MODELS.values())
+
+
 def checkpoint_revisions(name: str, wanted=()) -> tuple[list[str], list[str]]:
     """(revisions to measure, requested revisions the model does not have) of a registry model: ``wanted`` filtered
     to the model's own checkpoints (Bloom sizes have different branches), or all of them when nothing is asked."""
@@ -474,7 +479,7 @@ def load_any(model: str | os.PathLike, revision: str | None = None, device="cpu"
     that would not fit."""
     text = str(model)
     path = Path(text)
-    if text in MODELS or any(text == s.hub_id for s in MODELS.values()):
+    if known(text):
         return load(spec(text).name, revision=revision, device=device, dtype=dtype)
     if revision is not None and path.exists():
         raise ValueError(f"{text}: a revision ({revision}) applies to a Hub id, not to a local folder or file")
