@@ -540,12 +540,11 @@ def estimate(p: Plan) -> dict:
     # The first MultiBERTs seed stays in the cache until its vectors are sampled.
     kept += sum(download_gib(c.model) for c in p.checkpoints if c.release and c.passes > 1)
     xet = xet_chunk_cache_gib(kept + released)
-    flops = {c: 2.0 * _params(c.model) * c.examples * c.positions * c.passes for c in p.checkpoints}
-    compute_s = sum(f / (T4_TFLOPS.get(c.dtype, 8.1) * 1e12 * EFFICIENCY) for c, f in flops.items())
-    training_s = p.training_flops / (T4_TFLOPS["float32"] * 1e12 * EFFICIENCY)
+    flops = {c: forward_flops(c) for c in p.checkpoints}
+    compute_s = sum(t4_seconds(f, c.dtype) for c, f in flops.items())
+    training_s = t4_seconds(p.training_flops, "float32")
     metric = [checkpoint_metric_flops(c) for c in p.checkpoints]
-    metric_s = sum(f32 / (T4_TFLOPS["float32"] * 1e12 * EFFICIENCY) + f64 / (T4_TFLOPS["float64"] * 1e12 * EFFICIENCY)
-                   for f32, f64 in metric)
+    metric_s = sum(t4_seconds(f32, "float32") + t4_seconds(f64, "float64") for f32, f64 in metric)
     seconds = (sum(downloads) + data_gib) * 1024 / HUB_MB_PER_S + compute_s + training_s + metric_s + LOAD_S * sum(
         c.passes for c in p.checkpoints)
     host = max([host_ram_bytes(c) for c in p.checkpoints] or [0])
@@ -554,14 +553,24 @@ def estimate(p: Plan) -> dict:
             "gpu_gib": max([_gpu_gib(c) for c in p.checkpoints] or [0.0]),
             "ram_gib": RUNTIME_GIB + host / GIB, "t4_minutes": seconds / 60, "training_minutes": training_s / 60,
             "forward_tflop": sum(flops.values()) / 1e12, "metric_minutes": metric_s / 60,
-            "metric_tflop": sum(f32 + f64 for f32, f64 in metric) / 1e12, "unknown": unknown_sizes(p)}
+            "metric_tflop": sum(f32 + f64 for f32, f64 in metric) / 1e12, "training_tflop": p.training_flops / 1e12,
+            "unknown": unknown_sizes(p)}
+
+
+def forward_flops(c: Checkpoint) -> float:
+    """Flops of a checkpoint's forward passes: 2 per parameter and token, tokens = examples x positions x passes."""
+    return 2.0 * _params(c.model) * c.examples * c.positions * c.passes
+
+
+def t4_seconds(flops: float, dtype: str) -> float:
+    """Seconds of ``flops`` on a T4 at the ``dtype``'s peak rate (``T4_TFLOPS``) times ``EFFICIENCY``."""
+    return flops / (T4_TFLOPS.get(dtype, T4_TFLOPS["float32"]) * 1e12 * EFFICIENCY)
 
 
 def cpu_minutes(e: dict) -> float:
     """The estimate ``e`` (of ``estimate``) on two vCPUs instead of a T4: its forward passes, per-batch metrics and
     training at ``CPU_TFLOPS`` with the same ``EFFICIENCY``, plus the same downloads and loads, in minutes."""
-    flop = (e["forward_tflop"] + e.get("metric_tflop", 0.0)) * 1e12 + (
-        e["training_minutes"] * 60 * T4_TFLOPS["float32"] * 1e12 * EFFICIENCY)
+    flop = (e["forward_tflop"] + e["metric_tflop"] + e["training_tflop"]) * 1e12
     return (flop / (CPU_TFLOPS * 1e12 * EFFICIENCY) + e["download_gib"] * 1024 / HUB_MB_PER_S
             + LOAD_S * e["checkpoints"]) / 60
 
@@ -580,18 +589,17 @@ def worked(chapter: str, params: dict, profile: str = "paper"):
     for c in p.checkpoints:
         by_model.setdefault((c.model, c.dtype), []).append(c)
     for (model, dtype), group in by_model.items():
-        tokens = sum(c.examples * c.positions * c.passes for c in group)
-        flop = 2.0 * _params(model) * tokens
-        rate = T4_TFLOPS.get(dtype, 8.1)
+        flop = sum(forward_flops(c) for c in group)
         rows.append({"term": f"forward passes ({dtype})" + (f", {len(group)} checkpoints" if len(group) > 1 else ""),
-                     "model": model, "parameters": _params(model), "tokens": tokens, "TFLOP": flop / 1e12,
-                     "rate (TFLOP/s)": rate, "minutes": flop / (rate * 1e12 * EFFICIENCY) / 60})
+                     "model": model, "parameters": _params(model),
+                     "tokens": sum(c.examples * c.positions * c.passes for c in group), "TFLOP": flop / 1e12,
+                     "rate (TFLOP/s)": T4_TFLOPS.get(dtype, T4_TFLOPS["float32"]),
+                     "minutes": t4_seconds(flop, dtype) / 60})
         f32, f64 = (sum(x) for x in zip(*(checkpoint_metric_flops(c) for c in group)))
         if f32 or f64:
-            minutes = (f32 / T4_TFLOPS["float32"] + f64 / T4_TFLOPS["float64"]) / (1e12 * EFFICIENCY) / 60
             rows.append({"term": "per-batch metrics (float32 products, float64 eigenvalues)", "model": model,
-                         "parameters": None, "tokens": None, "TFLOP": (f32 + f64) / 1e12,
-                         "rate (TFLOP/s)": None, "minutes": minutes})
+                         "parameters": None, "tokens": None, "TFLOP": (f32 + f64) / 1e12, "rate (TFLOP/s)": None,
+                         "minutes": (t4_seconds(f32, "float32") + t4_seconds(f64, "float64")) / 60})
     e = estimate(p)
     download = e["download_gib"] * 1024 / HUB_MB_PER_S / 60
     loads = LOAD_S * sum(c.passes for c in p.checkpoints) / 60
