@@ -341,11 +341,10 @@ def _skipping_unavailable(stages: list[Stage], outcomes: list) -> pd.DataFrame:
                                                 and not isinstance(outcome, SKIPPABLE)):
             raise outcome
         if isinstance(outcome, BaseException):
-            reason = f"{PARTLY_MEASURED}: its checkpoint at step {stage.step:,} could not be had here (" + \
-                str(outcome).splitlines()[0] + ")"
-            progress_lines.say(f"{stage.run}: skipped the checkpoint at step {stage.step:,}: "
-                               f"{str(outcome).splitlines()[0]}")
-            skipped.append(Skipped(stage, reason))
+            why = str(outcome).splitlines()[0]
+            progress_lines.say(f"{stage.run}: skipped the checkpoint at step {stage.step:,}: {why}")
+            skipped.append(Skipped(stage, f"{PARTLY_MEASURED}: its checkpoint at step {stage.step:,} could not be "
+                                          f"had here ({why})"))
         else:
             frames.append(outcome)
     if not frames:
