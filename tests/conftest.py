@@ -83,6 +83,20 @@ def wait_for(condition, proc: subprocess.Popen | None, what: str, expected_s: fl
     return found
 
 
+@pytest.fixture
+def colab(monkeypatch):
+    """A Colab kernel as the notebooks' install cell and ``devices.on_colab`` recognise it (a ``google.colab`` module);
+    its ``drive.mount`` records where it was asked to mount, in ``colab.mounted``."""
+    import types
+
+    module = types.ModuleType("google.colab")
+    module.mounted = []
+    module.drive = types.SimpleNamespace(mount=module.mounted.append)
+    monkeypatch.setitem(sys.modules, "google", types.ModuleType("google"))
+    monkeypatch.setitem(sys.modules, "google.colab", module)
+    return module
+
+
 def communicate_guarded(proc: subprocess.Popen, *, expected_s: float, what: str) -> tuple:
     """``proc.communicate()`` under a hang guard; a process that trips it is killed first."""
     try:

@@ -71,21 +71,14 @@ def test_results_dir_moves_the_store_and_keeps_verdict_keys(tmp_path, monkeypatc
     assert paths.results_dir() == there
 
 
-def test_a_results_dir_on_colab_drive_mounts_drive_first(monkeypatch, tmp_path):
-    import types
-
+def test_a_results_dir_on_colab_drive_mounts_drive_first(monkeypatch, tmp_path, colab):
     from anisotropy import paths
 
-    mounted = []
-    colab = types.ModuleType("google.colab")
-    colab.drive = types.SimpleNamespace(mount=lambda where: mounted.append(where))
-    monkeypatch.setitem(sys.modules, "google", types.ModuleType("google"))
-    monkeypatch.setitem(sys.modules, "google.colab", colab)
     monkeypatch.setenv("ANISOTROPY_RESULTS", str(tmp_path))
     paths.use_results("/content/drive/MyDrive/anisotropy")
-    assert mounted == ["/content/drive"]
+    assert colab.mounted == ["/content/drive"]
     paths.use_results(str(tmp_path / "elsewhere"))  # not on Drive: nothing to mount
-    assert mounted == ["/content/drive"]
+    assert colab.mounted == ["/content/drive"]
 
 
 def test_a_chapter_run_with_results_dir_stores_there(tmp_path):

@@ -62,14 +62,6 @@ def test_importing_the_module_does_not_import_torch():
 
 # ---- the paper profile's runtime: a Colab CPU runtime stops, "auto" on a CPU says what it will cost ---------------
 
-@pytest.fixture
-def colab(monkeypatch):
-    """A Colab kernel as the notebooks' install cell and ``devices.on_colab`` recognise it."""
-    import types
-
-    monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
-
-
 @pytest.mark.parametrize("device", ["auto", "cpu", "cuda"])
 def test_the_paper_profile_on_a_colab_cpu_runtime_stops_in_one_line_whatever_the_device(monkeypatch, colab, device):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
