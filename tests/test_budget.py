@@ -336,3 +336,39 @@ def test_the_page_prints_the_t4_time_and_the_other_kinds_in_one_line():
     table = budget.table("p2_training_dynamics", params).set_index("quantity")["estimate"]
     assert table["time on a T4"] == minutes["T4"]
     assert table["time on an L4 / an A100"] == f"{minutes['L4']} / {minutes['A100']}"
+
+
+@pytest.mark.parametrize("width, reservoir, rows", [(48, 64, 200), (96, 0, 300), (40, 512, 100)])
+def test_layer_stats_bytes_are_the_state_layer_stats_allocates(width, reservoir, rows):
+    # LayerStats fed rows on the device path (here the CPU "device", metrics.on_device): the tensors it keeps, counted
+    # by their own nbytes, after more rows than the reservoir holds (its rows stop growing) or fewer (still filling).
+    from anisotropy.measure import metrics
+
+    stats = metrics.LayerStats(width, reservoir_size=reservoir, seed=0)
+    with metrics.on_device(torch.device("cpu")):
+        for _ in range(3):
+            stats.update(torch.randn(rows, width, generator=torch.Generator().manual_seed(rows)))
+    held = sum(t.nbytes for t in vars(stats).values() if isinstance(t, torch.Tensor))
+    assert stats._device == torch.device("cpu") and stats._scatter.dtype == torch.float64
+    full = budget.layer_stats_bytes([width], reservoir)
+    if 3 * rows >= reservoir:
+        assert held == full
+    else:  # a reservoir still filling holds fewer rows than the budget's full one
+        assert held == full - 4 * (reservoir - 3 * rows) * width
+    assert budget.layer_stats_bytes([width, 2 * width], reservoir) == full + budget.layer_stats_bytes([2 * width],
+                                                                                                        reservoir)
+
+
+def test_the_gpu_figure_counts_the_layer_stats_of_the_reference_models():
+    # Section 4's reference models are measured with taps.extract's LayerStats: every state's accumulator is held
+    # beside the weights and one batch's activations.
+    params = profiles.chapter_parameters("paper", "p1_s4_untrained_block")
+    bert = next(c for c in budget.plan("p1_s4_untrained_block", params).checkpoints if c.model == "bert-base-uncased")
+    assert bert.stats_reservoir == 2048
+    widths = budget.state_widths("bert-base-uncased")
+    assert widths == (768,) * 13
+    import dataclasses
+
+    without = dataclasses.replace(bert, stats_reservoir=None)
+    added = (budget._gpu_gib(bert) - budget._gpu_gib(without)) * GIB
+    assert added == pytest.approx(13 * (8 * 768**2 + 16 * 768 + 4 * 2048 * 768), rel=1e-9)

@@ -91,6 +91,8 @@ class Checkpoint:
     the layers, e.g. the split final norm);
     ``per_example``, Section 3's sum of unit vectors per example and layer (``experiments.layerwise.FirstMoments``).
     ``metrics``: the per-batch statistics measured on each pooled batch (``measure.batches.BATCH_METRICS`` names).
+    ``stats_reservoir``: the measurement keeps a ``measure.metrics.LayerStats`` per hidden state with a reservoir of
+    that many rows (``measure.taps.extract``'s default accumulator), where the model is (``layer_stats_bytes``).
 
     ``reused_from``: the chapter whose stored measurement of this checkpoint (same model, data and sizes) the chapter
     reads when that chapter ran before it with the same store (a full build, or the same Colab runtime); only a fresh
@@ -110,6 +112,7 @@ class Checkpoint:
     per_example: bool = False
     reused_from: str = ""
     metrics: tuple[str, ...] = ()
+    stats_reservoir: int | None = None
 
 
 @dataclass
@@ -215,8 +218,15 @@ def _drift(p: dict, plan: Plan) -> None:
 
 
 def _untrained_block(p: dict, plan: Plan) -> None:
+    import inspect
+
+    from anisotropy.measure import taps
+
+    # block.reference_norms measures with taps.extract's own accumulator, LayerStats with its default reservoir
+    reservoir = inspect.signature(taps.extract).parameters["reservoir_size"].default
     names = _pretrained(p["reference_models"], p["reference_variant"])
-    plan.checkpoints += [Checkpoint(m, None, p["reference_texts"], p["reference_max_length"], batch=16) for m in names]
+    plan.checkpoints += [Checkpoint(m, None, p["reference_texts"], p["reference_max_length"], batch=16,
+                                    stats_reservoir=reservoir) for m in names]
 
 
 def _qk_training(p: dict, plan: Plan) -> None:
@@ -366,7 +376,9 @@ def _gpu_gib(c: Checkpoint) -> float:
         activations += taps.SPEECH_PASS_BYTES
     # Paper 2's per-batch metrics run where the model is (``measure.metrics``' device path), one batch at a time.
     metric = metric_bytes(c.metric_batch or c.pool, width) if c.pool and c.metrics else 0
-    return weights_gib(c.model, c.dtype) + (activations + metric) / GIB
+    # LayerStats accumulators fed the model's rows stay on its device, every state's at once.
+    stats = layer_stats_bytes(state_widths(c.model), c.stats_reservoir) if c.stats_reservoir is not None else 0
+    return weights_gib(c.model, c.dtype) + (activations + metric + stats) / GIB
 
 
 # ---- metric work --------------------------------------------------------------------------------------------------
@@ -464,6 +476,14 @@ def metric_bytes(batch: int, width: int) -> int:
     sigma1 = 50 * width**2 + 4 * batch * width
     twonn = 24 * batch * width + 16 * min(batch**2, 32 << 20)
     return int(max(sigma1, twonn))
+
+
+def layer_stats_bytes(widths, reservoir: int) -> int:
+    """Bytes of the ``measure.metrics.LayerStats`` state of one measurement, one accumulator per width in ``widths``:
+    the float64 d x d scatter (8 d^2), the float64 sum of unit vectors and mean (16 d), and the full reservoir of
+    float32 rows (4 x reservoir x d), whatever the number of rows fed (the transient products of one update are left
+    out). For 33 states of d = 2560 with a reservoir of 2048: 2.4e9 bytes. Units: bytes."""
+    return int(sum(8 * d * d + 16 * d + 4 * reservoir * d for d in widths))
 
 
 def per_example_bytes(examples: int, widths, n_boot: int | None = None) -> int:
