@@ -15,6 +15,12 @@ from anisotropy.experiments import layerwise
 from anisotropy import profiles
 
 GIB = 2**30
+# NVIDIA's datasheets, peak dense TFLOP/s (float16 on tensor cores, never the sparsity figures; float32 without TF32),
+# typed here from the vendors' pages, independently of the module's table.
+T4 = {"float16": 65.0, "float32": 8.1, "float64": 8.1 / 32}
+L4 = {"float16": 121.0, "float32": 30.3, "float64": 30.3 / 64}
+A100 = {"float16": 312.0, "float32": 19.5, "float64": 9.7}
+DATASHEETS = {"T4": T4, "L4": L4, "A100": A100}
 
 
 def peak_bytes(fn) -> int:
@@ -154,14 +160,14 @@ def test_training_of_the_extensions_counts_in_the_qk_chapter_time():
         return 6 * params * positions * spec["batch_size"] * spec["steps"] * len(spec.get("seeds", [0]))
 
     flops = training_flops(suites["vit"]) + training_flops(suites["clm"])
-    minutes = flops / (budget.T4_TFLOPS["float32"] * 1e12 * budget.EFFICIENCY) / 60
+    minutes = flops / (T4["float32"] * 1e12 * budget.EFFICIENCY) / 60
     assert 50 < minutes < 58  # the issue's "about 54 T4-minutes"
     with_ext = budget.estimate(paper("p1_s5_qk_training"))
     without = budget.estimate(paper("p1_s5_qk_training", extensions=[]))
     assert with_ext["training_minutes"] == pytest.approx(minutes, rel=1e-9)
     assert without["training_minutes"] == 0
     # the page's time grows by the training (and by the download of its corpus, if no other run needs it)
-    assert minutes <= with_ext["t4_minutes"] - without["t4_minutes"] <= minutes + 1
+    assert minutes <= with_ext["gpu_minutes"] - without["gpu_minutes"] <= minutes + 1
     table = budget.table("p1_s5_qk_training", profiles.chapter_parameters("paper", "p1_s5_qk_training"))
     assert "of which training (vit, clm suites)" in set(table["quantity"])
 
@@ -224,7 +230,7 @@ def test_metric_minutes_count_every_state_batch_and_pass():
     e = budget.estimate(p)
     total = sum(sum(budget.checkpoint_metric_flops(c)) for c in p.checkpoints)
     assert e["metric_tflop"] == pytest.approx(total / 1e12)
-    assert 0 < e["metric_minutes"] < e["t4_minutes"]
+    assert 0 < e["metric_minutes"] < e["gpu_minutes"]
     assert "of which metrics" in set(budget.table("p2_training_dynamics",
                                                   profiles.chapter_parameters("paper", "p2_training_dynamics"))["quantity"])
 
@@ -236,7 +242,7 @@ def test_the_worked_budget_adds_up_to_the_estimate(chapter):
     params = profiles.chapter_parameters("paper", chapter)
     rows = budget.worked(chapter, params)
     e = budget.estimate(budget.plan(chapter, params))
-    assert rows["minutes"].sum() == pytest.approx(e["t4_minutes"], rel=1e-9)
+    assert rows["minutes"].sum() == pytest.approx(e["gpu_minutes"], rel=1e-9)
     assert (rows["minutes"] > 0).all()
 
 
@@ -257,7 +263,7 @@ def test_the_worked_forward_passes_are_twice_the_parameters_times_the_tokens_rea
     gpt2 = rows.loc["gpt2"]
     assert gpt2["tokens"] == tokens
     assert gpt2["TFLOP"] == pytest.approx(2 * counted * tokens / 1e12, rel=0.01)
-    assert gpt2["rate (TFLOP/s)"] == budget.T4_TFLOPS[params.get("dtype") or "float32"]
+    assert gpt2["rate (TFLOP/s)"] == T4[params.get("dtype") or "float32"]
     assert gpt2["minutes"] == pytest.approx(gpt2["TFLOP"] / (gpt2["rate (TFLOP/s)"] * budget.EFFICIENCY) / 60)
 
 
@@ -270,3 +276,99 @@ def test_speech_models_count_the_front_end_of_a_pass_over_full_length_utterances
     alone = budget.weights_gib("wav2vec2-base") * budget.GIB
     assert budget._gpu_gib(speech) * budget.GIB - alone >= taps.SPEECH_PASS_BYTES
     assert budget._gpu_gib(speech) < budget.COLAB["gpu"]
+
+
+def test_time_on_each_gpu_kind_scales_as_the_datasheet_rates():
+    # Between two kinds only the compute differs (downloads and loads are the same): the forward passes, 2 flops per
+    # parameter and token, at each kind's float16 rate; the per-batch metrics' float32 products and float64
+    # eigenvalues (counted as in test_metric_minutes_count_every_state_batch_and_pass) at its float32 and float64
+    # rates; the training at its float32 rate.
+    from anisotropy.models import registry
+
+    one = budget.Plan("x", [budget.Checkpoint("pythia-2.8b", None, 100, 512, "float16", 8)])
+    forward = 2 * registry.spec("pythia-2.8b").n_params * 100 * 512
+    e = {k: budget.estimate(one, k) for k in DATASHEETS}
+    for a, b in (("T4", "L4"), ("T4", "A100"), ("L4", "A100")):
+        gap = forward * (1 / DATASHEETS[a]["float16"] - 1 / DATASHEETS[b]["float16"]) / (1e12 * budget.EFFICIENCY) / 60
+        assert e[a]["gpu_minutes"] - e[b]["gpu_minutes"] == pytest.approx(gap, rel=1e-9)
+    assert e["T4"]["minutes_by_gpu"] == {k: pytest.approx(e[k]["gpu_minutes"], rel=1e-12) for k in DATASHEETS}
+
+    p = paper("p2_training_dynamics")
+    c = next(c for c in p.checkpoints if c.model == "pythia-2.8b")
+    d, b, n = 2560, 4096, 33 * 4 * c.passes
+    f32, f64 = n * (3 * 2 * b * d * d + 2 * b * b * (d + 1)), n * 3 * 4 / 3 * d**3
+    alone = budget.Plan("x", [c])
+    for kind, rate in DATASHEETS.items():
+        metric = (f32 / rate["float32"] + f64 / rate["float64"]) / (1e12 * budget.EFFICIENCY) / 60
+        assert budget.estimate(alone, kind)["metric_minutes"] == pytest.approx(metric, rel=1e-9)
+    trains = paper("p1_s5_qk_training")
+    for kind, rate in DATASHEETS.items():
+        assert budget.estimate(trains, kind)["training_minutes"] == pytest.approx(
+            trains.training_flops / (rate["float32"] * 1e12 * budget.EFFICIENCY) / 60, rel=1e-9)
+
+
+def test_the_worked_budget_takes_the_gpu_kind():
+    params = profiles.chapter_parameters("paper", "p1_s3_token_level")
+    for kind, rate in DATASHEETS.items():
+        rows = budget.worked("p1_s3_token_level", params, gpu=kind)
+        gpt2 = rows.set_index("model").loc["gpt2"]
+        assert gpt2["rate (TFLOP/s)"] == rate[params.get("dtype") or "float32"]
+        assert rows["minutes"].sum() == pytest.approx(
+            budget.estimate(budget.plan("p1_s3_token_level", params), kind)["gpu_minutes"], rel=1e-9)
+
+
+def test_gpu_memory_is_checked_against_the_kind_estimated():
+    # BLOOM-7B1 in float32 (26 GiB of weights) fits an A100's 40 GB, not a T4's 16 GB nor an L4's 24 GB.
+    p = budget.Plan("x", [budget.Checkpoint("bloom-7b1", None, 8, 128, "float32", 8)])
+    for kind, fits in (("T4", False), ("L4", False), ("A100", True)):
+        lines = [line for line in budget.problems(p, budget.estimate(p, kind)) if line.startswith("GPU memory")]
+        assert (lines == []) == fits, kind
+        if not fits:
+            assert f"{'an' if kind == 'L4' else 'a'} {kind}'s" in lines[0]
+
+
+def test_the_page_prints_the_t4_time_and_the_other_kinds_in_one_line():
+    params = profiles.chapter_parameters("paper", "p2_training_dynamics")
+    p = budget.plan("p2_training_dynamics", params)
+    minutes = {k: budget.minutes_text(budget.estimate(p, k)["gpu_minutes"]) for k in DATASHEETS}
+    line = budget.summary("p2_training_dynamics", params)
+    assert line.startswith(f"about {minutes['T4']} on a Colab T4 (L4 {minutes['L4']}, A100 {minutes['A100']}),")
+    table = budget.table("p2_training_dynamics", params).set_index("quantity")["estimate"]
+    assert table["time on a T4"] == minutes["T4"]
+    assert table["time on an L4 / an A100"] == f"{minutes['L4']} / {minutes['A100']}"
+
+
+@pytest.mark.parametrize("width, reservoir, rows", [(48, 64, 200), (96, 0, 300), (40, 512, 100)])
+def test_layer_stats_bytes_are_the_state_layer_stats_allocates(width, reservoir, rows):
+    # LayerStats fed rows on the device path (here the CPU "device", metrics.on_device): the tensors it keeps, counted
+    # by their own nbytes, after more rows than the reservoir holds (its rows stop growing) or fewer (still filling).
+    from anisotropy.measure import metrics
+
+    stats = metrics.LayerStats(width, reservoir_size=reservoir, seed=0)
+    with metrics.on_device(torch.device("cpu")):
+        for _ in range(3):
+            stats.update(torch.randn(rows, width, generator=torch.Generator().manual_seed(rows)))
+    held = sum(t.nbytes for t in vars(stats).values() if isinstance(t, torch.Tensor))
+    assert stats._device == torch.device("cpu") and stats._scatter.dtype == torch.float64
+    full = budget.layer_stats_bytes([width], reservoir)
+    if 3 * rows >= reservoir:
+        assert held == full
+    else:  # a reservoir still filling holds fewer rows than the budget's full one
+        assert held == full - 4 * (reservoir - 3 * rows) * width
+    assert budget.layer_stats_bytes([width, 2 * width], reservoir) == full + budget.layer_stats_bytes([2 * width],
+                                                                                                        reservoir)
+
+
+def test_the_gpu_figure_counts_the_layer_stats_of_the_reference_models():
+    # Section 4's reference models are measured with taps.extract's LayerStats: every state's accumulator is held
+    # beside the weights and one batch's activations.
+    params = profiles.chapter_parameters("paper", "p1_s4_untrained_block")
+    bert = next(c for c in budget.plan("p1_s4_untrained_block", params).checkpoints if c.model == "bert-base-uncased")
+    assert bert.stats_reservoir == 2048
+    widths = budget.state_widths("bert-base-uncased")
+    assert widths == (768,) * 13
+    import dataclasses
+
+    without = dataclasses.replace(bert, stats_reservoir=None)
+    added = (budget._gpu_gib(bert) - budget._gpu_gib(without)) * GIB
+    assert added == pytest.approx(13 * (8 * 768**2 + 16 * 768 + 4 * 2048 * 768), rel=1e-9)

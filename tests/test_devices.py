@@ -113,11 +113,11 @@ def test_auto_under_the_paper_profile_without_a_gpu_warns_once_with_its_time_on_
     e = budget.estimate(budget.plan("p1_s3_token_level", resolved.values, "paper"))
     # The same downloads, and forward passes at two vCPUs' float32 peak instead of a T4's float16 one (65 / 0.14 =
     # 464 times slower): an order of magnitude more in all, the downloads being the same.
-    assert budget.cpu_minutes(e) > 10 * e["t4_minutes"]
+    assert budget.cpu_minutes(e) > 10 * e["gpu_minutes"]
     no_passes = dict(e, forward_tflop=0.0)
     assert budget.cpu_minutes(e) - budget.cpu_minutes(no_passes) == pytest.approx(
         e["forward_tflop"] / (0.14 * 0.3) / 60, rel=1e-12)
-    assert budget.minutes_text(budget.cpu_minutes(e)) in text and budget.minutes_text(e["t4_minutes"]) in text
+    assert budget.minutes_text(budget.cpu_minutes(e)) in text and budget.minutes_text(e["gpu_minutes"]) in text
     # No warning where a GPU is there, where the device is set, or under another profile.
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert report.cpu_fallback(resolved) == ""

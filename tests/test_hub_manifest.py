@@ -237,6 +237,15 @@ def test_registry_facts_agree_with_the_hub(manifest):
     assert not found, "\n".join(found)
 
 
+def test_multiberts_step_0_is_on_the_hub_for_every_seed(manifest):
+    """The registry's MultiBERTs series holds step_0k beyond the cards' 28 checkpoints: a page of the Hub showed that
+    repository for each of the five seeds (its card read, not inferred)."""
+    for seed in range(5):
+        entry = manifest["repos"][f"google/multiberts-seed_{seed}-step_0k"]
+        assert entry["exists"] is True and all(url.startswith("https://huggingface.co/") for url in entry["source"])
+    assert registry.spec("multiberts-seed-0").revisions[0] == "step_0k"
+
+
 def test_check_catches_a_checkpoint_without_tokenizer(manifest):
     """The check is not vacuous: the registry before issue 28 (the tokenizer read from the weights-only checkpoint
     repository), a weights file the manifest lacks and an unknown revision are each reported."""

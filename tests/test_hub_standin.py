@@ -241,7 +241,9 @@ def test_manifest_serves_every_model_of_the_paper_profile(standin):
         assert (standin.root / "models" / e["repo"] / "HEAD").is_file(), e["repo"]
         assert set(e["refs"]) == {"refs/heads/main", *(f"refs/heads/{r}" for r in e["branches"])}, e["repo"]
     multiberts = [e for e in m["models"] if e["model"].startswith("multiberts")]
-    assert len(multiberts) == 5 * (len(registry.MULTIBERTS_REVISIONS) + 1)
+    # Five seeds, each: the cards' 28 checkpoints, step_0k (the initialisation, on the Hub beside them), the final model.
+    assert len(multiberts) == 5 * (28 + 1 + 1)
+    assert {e["repo"] for e in multiberts} >= {f"google/multiberts-seed_{s}-step_0k" for s in range(5)}
     pythia = next(e for e in m["models"] if e["repo"] == "EleutherAI/pythia-2.8b")
     named = profiles.load("paper")["notebooks"]["p2_training_dynamics"]["pythia_revisions"]
     assert {r for r, b in pythia["branches"].items() if b["distinct"]} == set(named) - {"step143000"}

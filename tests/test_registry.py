@@ -62,7 +62,10 @@ def test_checkpoint_revisions():
     assert pythia.hub_location("step512") == ("EleutherAI/pythia-160m", "step512")
     assert pythia.hub_location(None) == ("EleutherAI/pythia-160m", None)
     mb = registry.spec("multiberts-seed-3")
-    assert len(mb.revisions) == 11 + 18  # 0k..200k by 20k, 300k..2000k by 100k
+    # The MultiBERTs README and cards: "a checkpoint every 20,000 training steps up to 200,000 steps, then every 100,000
+    # steps up to 2 million", 28 in all; the Hub adds step 0 (the initialisation) for every seed.
+    card = [20, 40, 60, 80, 100, 120, 140, 160, 180, 200] + [100 * k for k in range(3, 21)]
+    assert len(card) == 28 and list(mb.revisions) == ["step_0k"] + [f"step_{k}k" for k in card]
     assert mb.hub_location("step_20k") == ("google/multiberts-seed_3-step_20k", None)
     assert registry.spec("bloom-560m").hub_location("global_step1000") == (
         "bigscience/bloom-560m-intermediate", "global_step1000")

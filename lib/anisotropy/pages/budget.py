@@ -1,11 +1,12 @@
 """What a chapter will ask of a Colab runtime: the checkpoints and data it requests under given parameters, and
-estimates of download, disk, GPU and CPU memory and time on a T4, computed from the registry's parameter counts and the
-chapter's sample sizes (never typed by hand).
+estimates of download, disk, GPU and CPU memory and time on a Colab GPU (a T4 unless another kind of ``GPUS`` is named),
+computed from the registry's parameter counts and the chapter's sample sizes (never typed by hand).
 
 ``plan(chapter, params)`` lists the requests (``Checkpoint`` and data sources, and the training the chapter does);
-``estimate(plan)`` turns them into sizes and minutes; ``table`` is what a chapter page shows, and ``problems`` says what
-would not fit a free Colab runtime (``COLAB``) with the largest setting that does. The estimates are rough by design
-(stated on the page): the download assumes ``HUB_MB_PER_S``, the compute a fixed share of a T4's peak rate.
+``estimate(plan, gpu)`` turns them into sizes and minutes on that kind of GPU, with the minutes on every kind beside;
+``table`` is what a chapter page shows, and ``problems`` says what would not fit a free Colab runtime (``COLAB``: a T4,
+12.7 GiB of host memory, two vCPUs) with the largest setting that does. The estimates are rough by design (stated on the
+page): the download assumes ``HUB_MB_PER_S``, the compute a fixed share of the GPU's peak rate.
 
 Host memory (``host_ram_bytes``) counts what the measuring code holds on the CPU side, derived from what it allocates:
 Paper 2's per-layer pools (``measure.batches.BatchedLayer``: ``pool_bytes``) and Section 3's per-example sums with their
@@ -18,8 +19,41 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+
+@dataclass(frozen=True)
+class GpuKind:
+    """A kind of Colab GPU: ``memory_gib`` of GPU memory a runtime sees, ``tflops`` the peak dense rate per dtype
+    (TFLOP/s; tensor cores where the dtype uses them, never the 2:4-sparsity figures), ``bandwidth_gb_s`` its memory
+    bandwidth (GB/s). The estimate is compute-bound: a forward pass over a batch of thousands of tokens does about
+    2 x tokens flops per weight byte read, far above every kind's rate / bandwidth (about 200 flops a byte on a T4)."""
+
+    name: str
+    memory_gib: float
+    tflops: dict
+    bandwidth_gb_s: float
+
+    def rate(self, dtype: str) -> float:
+        """Peak TFLOP/s for ``dtype`` (a dtype not listed runs at the float32 rate)."""
+        return self.tflops.get(dtype, self.tflops["float32"])
+
+
+# The Colab GPUs, from NVIDIA's datasheets. float32 is the plain (non-TF32) rate: PyTorch leaves TF32 matmuls off by
+# default (torch.backends.cuda.matmul.allow_tf32). bfloat16 is given the float16 rate (Turing has no bfloat16 units:
+# the T4 row keeps the figure this module always used).
+# - T4 (Turing): 8.1 TFLOPS float32, 65 float16 tensor ("mixed precision"), float64 1/32 of float32, 16 GB GDDR6 at
+#   320 GB/s, of which a runtime sees 15 GiB (ECC).
+# - L4 (Ada): 30.3 float32, 121 float16/bfloat16 tensor (the datasheet's 242 is with sparsity), float64 1/64 of
+#   float32, 24 GB GDDR6 (24e9 bytes = 22.4 GiB; what ECC leaves was not read) at 300 GB/s.
+# - A100 40GB (Ampere): 19.5 float32 (156 TF32, unused by default), 312 float16/bfloat16 tensor, 9.7 float64
+#   (19.5 on FP64 tensor cores, not counted), 40 GB HBM2 at 1,555 GB/s; CUDA reports 42,405,855,232 bytes (39.5 GiB).
+GPUS = {g.name: g for g in (
+    GpuKind("T4", 15.0, {"float16": 65.0, "bfloat16": 65.0, "float32": 8.1, "float64": 8.1 / 32}, 320.0),
+    GpuKind("L4", 24e9 / 2**30, {"float16": 121.0, "bfloat16": 121.0, "float32": 30.3, "float64": 30.3 / 64}, 300.0),
+    GpuKind("A100", 42_405_855_232 / 2**30, {"float16": 312.0, "bfloat16": 312.0, "float32": 19.5, "float64": 9.7},
+            1555.0))}
+FREE_GPU = "T4"  # the GPU of a free Colab runtime: what the estimates and ``problems`` assume unless told otherwise
 # A free Colab runtime with a T4 (2026): GPU memory, host memory and disk, in GiB.
-COLAB = {"gpu": 15.0, "ram": 12.7, "disk": 78.0, "hours": 12.0}  # hours: the longest session
+COLAB = {"gpu": GPUS[FREE_GPU].memory_gib, "ram": 12.7, "disk": 78.0, "hours": 12.0}  # hours: the longest session
 # The host-memory limit ``problems`` checks against, in GiB: the memory gauge of a free Colab runtime shows "System
 # RAM 12.7 GB" (its /proc/meminfo MemTotal, about 13.3e6 kB = 12.7 GiB).
 HOST_RAM_LIMIT_GIB = COLAB["ram"]
@@ -30,8 +64,6 @@ IMAGE_SIZE = 224  # pixels per side of the images the Section 3 vision models re
 # DEFAULT_CHUNK_CACHE_CAPACITY = 10_000_000_000, 0 only in builds with the "no-default-cache" feature).
 XET_CHUNK_CACHE_ENV = "HF_XET_CHUNK_CACHE_SIZE_BYTES"
 XET_CHUNK_CACHE_DEFAULT_BYTES = 10_000_000_000
-T4_TFLOPS = {"float16": 65.0, "bfloat16": 65.0, "float32": 8.1,
-             "float64": 8.1 / 32}  # peak dense rates; Turing runs float64 at 1/32 of float32
 EFFICIENCY = 0.3  # share of the peak a measurement loop reaches (small batches, hooks, copies to the CPU)
 # Peak float32 rate of two vCPUs (a free Colab CPU runtime, a laptop): AVX2 FMA, 2 x 32 flop/cycle x ~2.2 GHz.
 CPU_TFLOPS = 0.14
@@ -59,6 +91,8 @@ class Checkpoint:
     the layers, e.g. the split final norm);
     ``per_example``, Section 3's sum of unit vectors per example and layer (``experiments.layerwise.FirstMoments``).
     ``metrics``: the per-batch statistics measured on each pooled batch (``measure.batches.BATCH_METRICS`` names).
+    ``stats_reservoir``: the measurement keeps a ``measure.metrics.LayerStats`` per hidden state with a reservoir of
+    that many rows (``measure.taps.extract``'s default accumulator), where the model is (``layer_stats_bytes``).
 
     ``reused_from``: the chapter whose stored measurement of this checkpoint (same model, data and sizes) the chapter
     reads when that chapter ran before it with the same store (a full build, or the same Colab runtime); only a fresh
@@ -78,6 +112,7 @@ class Checkpoint:
     per_example: bool = False
     reused_from: str = ""
     metrics: tuple[str, ...] = ()
+    stats_reservoir: int | None = None
 
 
 @dataclass
@@ -183,8 +218,15 @@ def _drift(p: dict, plan: Plan) -> None:
 
 
 def _untrained_block(p: dict, plan: Plan) -> None:
+    import inspect
+
+    from anisotropy.measure import taps
+
+    # block.reference_norms measures with taps.extract's own accumulator, LayerStats with its default reservoir
+    reservoir = inspect.signature(taps.extract).parameters["reservoir_size"].default
     names = _pretrained(p["reference_models"], p["reference_variant"])
-    plan.checkpoints += [Checkpoint(m, None, p["reference_texts"], p["reference_max_length"], batch=16) for m in names]
+    plan.checkpoints += [Checkpoint(m, None, p["reference_texts"], p["reference_max_length"], batch=16,
+                                    stats_reservoir=reservoir) for m in names]
 
 
 def _qk_training(p: dict, plan: Plan) -> None:
@@ -334,7 +376,9 @@ def _gpu_gib(c: Checkpoint) -> float:
         activations += taps.SPEECH_PASS_BYTES
     # Paper 2's per-batch metrics run where the model is (``measure.metrics``' device path), one batch at a time.
     metric = metric_bytes(c.metric_batch or c.pool, width) if c.pool and c.metrics else 0
-    return weights_gib(c.model, c.dtype) + (activations + metric) / GIB
+    # LayerStats accumulators fed the model's rows stay on its device, every state's at once.
+    stats = layer_stats_bytes(state_widths(c.model), c.stats_reservoir) if c.stats_reservoir is not None else 0
+    return weights_gib(c.model, c.dtype) + (activations + metric + stats) / GIB
 
 
 # ---- metric work --------------------------------------------------------------------------------------------------
@@ -434,6 +478,14 @@ def metric_bytes(batch: int, width: int) -> int:
     return int(max(sigma1, twonn))
 
 
+def layer_stats_bytes(widths, reservoir: int) -> int:
+    """Bytes of the ``measure.metrics.LayerStats`` state of one measurement, one accumulator per width in ``widths``:
+    the float64 d x d scatter (8 d^2), the float64 sum of unit vectors and mean (16 d), and the full reservoir of
+    float32 rows (4 x reservoir x d), whatever the number of rows fed (the transient products of one update are left
+    out). For 33 states of d = 2560 with a reservoir of 2048: 2.4e9 bytes. Units: bytes."""
+    return int(sum(8 * d * d + 16 * d + 4 * reservoir * d for d in widths))
+
+
 def per_example_bytes(examples: int, widths, n_boot: int | None = None) -> int:
     """Peak host bytes of Section 3's accumulators (``experiments.layerwise.FirstMoments``, one per hidden state of the given
     ``widths``) for ``examples`` examples (texts, clips, images).
@@ -523,13 +575,14 @@ def unknown_sizes(p: Plan) -> list[str]:
                    if registry.spec(c.model).n_params is None and not _local(c.model)})
 
 
-def estimate(p: Plan) -> dict:
-    """Rough needs of a plan: ``download_gib``, peak ``disk_gib`` (kept checkpoints + the largest released one +
-    data + hf-xet's chunk cache, ``xet_gib``), peak ``gpu_gib`` and ``ram_gib`` (one model at a time: the kernel,
-    ``RUNTIME_GIB``, plus the largest ``host_ram_bytes``), ``t4_minutes`` (downloads, loading, forward passes, the
-    per-batch metrics on the GPU, ``metric_minutes`` from ``checkpoint_metric_flops``, and the training the chapter
-    does, ``training_minutes``), and ``unknown`` (hub ids whose size is not known, left out
-    of every figure above)."""
+def estimate(p: Plan, gpu: str = FREE_GPU) -> dict:
+    """Rough needs of a plan on a Colab runtime with the ``gpu`` kind of ``GPUS``: ``download_gib``, peak ``disk_gib``
+    (kept checkpoints + the largest released one + data + hf-xet's chunk cache, ``xet_gib``), peak ``gpu_gib`` and
+    ``ram_gib`` (one model at a time: the kernel, ``RUNTIME_GIB``, plus the largest ``host_ram_bytes``), ``gpu_minutes``
+    (downloads, loading, forward passes, the per-batch metrics on the GPU, ``metric_minutes`` from
+    ``checkpoint_metric_flops``, and the training the chapter does, ``training_minutes``) on that kind,
+    ``minutes_by_gpu`` (``gpu_minutes`` on every kind of ``GPUS``), and ``unknown`` (hub ids whose size is not known,
+    left out of every figure above)."""
     from anisotropy.data import sources as data
 
     downloads = [download_gib(c.model) for c in p.checkpoints if not _local(c.model)]
@@ -541,17 +594,24 @@ def estimate(p: Plan) -> dict:
     kept += sum(download_gib(c.model) for c in p.checkpoints if c.release and c.passes > 1)
     xet = xet_chunk_cache_gib(kept + released)
     flops = {c: forward_flops(c) for c in p.checkpoints}
-    compute_s = sum(t4_seconds(f, c.dtype) for c, f in flops.items())
-    training_s = t4_seconds(p.training_flops, "float32")
     metric = [checkpoint_metric_flops(c) for c in p.checkpoints]
-    metric_s = sum(t4_seconds(f32, "float32") + t4_seconds(f64, "float64") for f32, f64 in metric)
-    seconds = (sum(downloads) + data_gib) * 1024 / HUB_MB_PER_S + compute_s + training_s + metric_s + LOAD_S * sum(
-        c.passes for c in p.checkpoints)
+    download_s = (sum(downloads) + data_gib) * 1024 / HUB_MB_PER_S
+    loads_s = LOAD_S * sum(c.passes for c in p.checkpoints)
+
+    def seconds(kind: str) -> tuple[float, float, float]:
+        """(all of it, of which training, of which metrics) in seconds on ``kind``: only the compute depends on it."""
+        compute_s = sum(gpu_seconds(f, c.dtype, kind) for c, f in flops.items())
+        training_s = gpu_seconds(p.training_flops, "float32", kind)
+        metric_s = sum(gpu_seconds(f32, "float32", kind) + gpu_seconds(f64, "float64", kind) for f32, f64 in metric)
+        return download_s + compute_s + training_s + metric_s + loads_s, training_s, metric_s
+
+    total_s, training_s, metric_s = seconds(gpu)
     host = max([host_ram_bytes(c) for c in p.checkpoints] or [0])
     return {"checkpoints": len(p.checkpoints), "download_gib": sum(downloads) + data_gib,
             "disk_gib": kept + released + data_gib + xet, "xet_gib": xet,
             "gpu_gib": max([_gpu_gib(c) for c in p.checkpoints] or [0.0]),
-            "ram_gib": RUNTIME_GIB + host / GIB, "t4_minutes": seconds / 60, "training_minutes": training_s / 60,
+            "ram_gib": RUNTIME_GIB + host / GIB, "gpu": gpu, "gpu_minutes": total_s / 60,
+            "minutes_by_gpu": {kind: seconds(kind)[0] / 60 for kind in GPUS}, "training_minutes": training_s / 60,
             "forward_tflop": sum(flops.values()) / 1e12, "metric_minutes": metric_s / 60,
             "metric_tflop": sum(f32 + f64 for f32, f64 in metric) / 1e12, "training_tflop": p.training_flops / 1e12,
             "unknown": unknown_sizes(p)}
@@ -562,28 +622,29 @@ def forward_flops(c: Checkpoint) -> float:
     return 2.0 * _params(c.model) * c.examples * c.positions * c.passes
 
 
-def t4_seconds(flops: float, dtype: str) -> float:
-    """Seconds of ``flops`` on a T4 at the ``dtype``'s peak rate (``T4_TFLOPS``) times ``EFFICIENCY``."""
-    return flops / (T4_TFLOPS.get(dtype, T4_TFLOPS["float32"]) * 1e12 * EFFICIENCY)
+def gpu_seconds(flops: float, dtype: str, gpu: str = FREE_GPU) -> float:
+    """Seconds of ``flops`` on the ``gpu`` kind of ``GPUS`` at the ``dtype``'s peak rate times ``EFFICIENCY``."""
+    return flops / (GPUS[gpu].rate(dtype) * 1e12 * EFFICIENCY)
 
 
 def cpu_minutes(e: dict) -> float:
-    """The estimate ``e`` (of ``estimate``) on two vCPUs instead of a T4: its forward passes, per-batch metrics and
+    """The estimate ``e`` (of ``estimate``) on two vCPUs instead of a GPU: its forward passes, per-batch metrics and
     training at ``CPU_TFLOPS`` with the same ``EFFICIENCY``, plus the same downloads and loads, in minutes."""
     flop = (e["forward_tflop"] + e["metric_tflop"] + e["training_tflop"]) * 1e12
     return (flop / (CPU_TFLOPS * 1e12 * EFFICIENCY) + e["download_gib"] * 1024 / HUB_MB_PER_S
             + LOAD_S * e["checkpoints"]) / 60
 
 
-def worked(chapter: str, params: dict, profile: str = "paper"):
-    """``estimate``'s time on a T4, term by term from the model sizes, as a table whose ``minutes`` add up to its
-    ``t4_minutes``: per model (its checkpoints together) the forward passes, 2 x parameters x tokens flops at the
-    dtype's ``T4_TFLOPS`` x ``EFFICIENCY`` (tokens = examples x positions x passes); the per-batch metrics
-    (``checkpoint_metric_flops``); then the downloads at ``HUB_MB_PER_S``, the loads at ``LOAD_S`` each, and the
-    training. Columns: term, model, parameters, tokens, TFLOP, rate (TFLOP/s, the peak), minutes."""
+def worked(chapter: str, params: dict, profile: str = "paper", gpu: str = FREE_GPU):
+    """``estimate``'s time on the ``gpu`` kind of ``GPUS``, term by term from the model sizes, as a table whose
+    ``minutes`` add up to its ``gpu_minutes``: per model (its checkpoints together) the forward passes, 2 x parameters
+    x tokens flops at the dtype's peak rate x ``EFFICIENCY`` (tokens = examples x positions x passes); the per-batch
+    metrics (``checkpoint_metric_flops``); then the downloads at ``HUB_MB_PER_S``, the loads at ``LOAD_S`` each, and
+    the training. Columns: term, model, parameters, tokens, TFLOP, rate (TFLOP/s, the peak), minutes."""
     import pandas as pd
 
     p = plan(chapter, params, profile)
+    kind = GPUS[gpu]
     rows = []
     by_model: dict[tuple[str, str], list[Checkpoint]] = {}
     for c in p.checkpoints:
@@ -593,20 +654,19 @@ def worked(chapter: str, params: dict, profile: str = "paper"):
         rows.append({"term": f"forward passes ({dtype})" + (f", {len(group)} checkpoints" if len(group) > 1 else ""),
                      "model": model, "parameters": _params(model),
                      "tokens": sum(c.examples * c.positions * c.passes for c in group), "TFLOP": flop / 1e12,
-                     "rate (TFLOP/s)": T4_TFLOPS.get(dtype, T4_TFLOPS["float32"]),
-                     "minutes": t4_seconds(flop, dtype) / 60})
+                     "rate (TFLOP/s)": kind.rate(dtype), "minutes": gpu_seconds(flop, dtype, gpu) / 60})
         f32, f64 = (sum(x) for x in zip(*(checkpoint_metric_flops(c) for c in group)))
         if f32 or f64:
             rows.append({"term": "per-batch metrics (float32 products, float64 eigenvalues)", "model": model,
                          "parameters": None, "tokens": None, "TFLOP": (f32 + f64) / 1e12, "rate (TFLOP/s)": None,
-                         "minutes": (t4_seconds(f32, "float32") + t4_seconds(f64, "float64")) / 60})
-    e = estimate(p)
+                         "minutes": (gpu_seconds(f32, "float32", gpu) + gpu_seconds(f64, "float64", gpu)) / 60})
+    e = estimate(p, gpu)
     download = e["download_gib"] * 1024 / HUB_MB_PER_S / 60
     loads = LOAD_S * sum(c.passes for c in p.checkpoints) / 60
     rows.append({"term": f"downloads, {e['download_gib']:.1f} GiB at {HUB_MB_PER_S:.0f} MB/s", "minutes": download})
     rows.append({"term": f"loads, {sum(c.passes for c in p.checkpoints)} at {LOAD_S:.0f} s", "minutes": loads})
     if e["training_minutes"]:
-        rows.append({"term": "training", "TFLOP": p.training_flops / 1e12, "rate (TFLOP/s)": T4_TFLOPS["float32"],
+        rows.append({"term": "training", "TFLOP": p.training_flops / 1e12, "rate (TFLOP/s)": kind.rate("float32"),
                      "minutes": e["training_minutes"]})
     return pd.DataFrame(rows, columns=["term", "model", "parameters", "tokens", "TFLOP", "rate (TFLOP/s)", "minutes"])
 
@@ -624,23 +684,26 @@ def _local(model: str) -> bool:
 
 
 def problems(p: Plan, e: dict | None = None) -> list[str]:
-    """What would not fit a free Colab runtime, each with the largest setting that does."""
+    """What would not fit a Colab runtime with the estimate's kind of GPU (its memory; the free runtime's disk, host
+    memory and session length), each with the largest setting that does."""
     e = e or estimate(p)
     out = []
-    if e["gpu_gib"] > COLAB["gpu"]:
-        too_big = sorted({c.model for c in p.checkpoints if _gpu_gib(c) > COLAB["gpu"]})
-        half = [m for m in too_big if weights_gib(m, "float16") * 1.3 < COLAB["gpu"]]
-        fits = [c.model for c in p.checkpoints if _gpu_gib(c) <= COLAB["gpu"]]
+    kind = GPUS[e["gpu"]]
+    if e["gpu_gib"] > kind.memory_gib:
+        too_big = sorted({c.model for c in p.checkpoints if _gpu_gib(c) > kind.memory_gib})
+        half = [m for m in too_big if weights_gib(m, "float16") * 1.3 < kind.memory_gib]
+        fits = [c.model for c in p.checkpoints if _gpu_gib(c) <= kind.memory_gib]
         largest = max(fits, key=_params) if fits else None
-        out.append(f"GPU memory: {', '.join(too_big)} need more than a T4's {COLAB['gpu']:.0f} GiB in "
+        out.append(f"GPU memory: {', '.join(too_big)} need more than {_a(kind.name)}'s {kind.memory_gib:.0f} GiB in "
                    f"{p.checkpoints[0].dtype}" + (f"; in float16 {', '.join(half)} would fit" if half else "")
                    + (f"; the largest model that fits as set is {largest}" if largest else ""))
     if e["disk_gib"] > COLAB["disk"]:
         out.append(f"disk: about {e['disk_gib']:.0f} GiB at the peak, more than Colab's {COLAB['disk']:.0f} GiB; "
                    f"measure fewer checkpoints or keep ANISOTROPY_KEEP_CHECKPOINTS unset")
-    if e["t4_minutes"] > COLAB["hours"] * 60:
-        share = COLAB["hours"] * 60 / e["t4_minutes"]
-        out.append(f"time: about {minutes_text(e['t4_minutes'])}, longer than a Colab session ({COLAB['hours']:.0f} h); "
+    if e["gpu_minutes"] > COLAB["hours"] * 60:
+        share = COLAB["hours"] * 60 / e["gpu_minutes"]
+        out.append(f"time: about {minutes_text(e['gpu_minutes'])} on {_a(kind.name)}, longer than a Colab session "
+                   f"({COLAB['hours']:.0f} h); "
                    f"about {share:.0%} of the work (fewer seeds, variants, steps or checkpoints) fits one session")
     if e["ram_gib"] > HOST_RAM_LIMIT_GIB:
         worst = max(p.checkpoints, key=host_ram_bytes)
@@ -657,8 +720,9 @@ def problems(p: Plan, e: dict | None = None) -> list[str]:
 
 
 def table(chapter: str, params: dict, profile: str = "paper"):
-    """The page's Colab budget: one row per quantity, value and what a free Colab runtime offers. Sizes that leave
-    out a model of unknown size read "at least"; a row names those models."""
+    """The page's Colab budget: one row per quantity, value and what a free Colab runtime offers (the time on a T4,
+    and on the paid runtimes' L4 and A100 in one row). Sizes that leave out a model of unknown size read "at least"; a
+    row names those models."""
     import pandas as pd
 
     p = plan(chapter, params, profile)
@@ -670,8 +734,10 @@ def table(chapter: str, params: dict, profile: str = "paper"):
              low + _gib(e["disk_gib"]), f"{COLAB['disk']:.0f} GiB"),
             ("GPU memory at the peak", low + _gib(e["gpu_gib"]), f"{COLAB['gpu']:.0f} GiB (T4)"),
             ("host memory at the peak", low + _gib(e["ram_gib"]), f"{HOST_RAM_LIMIT_GIB:.1f} GiB"),
-            ("time on a T4" + (" (with training)" if e["training_minutes"] else ""), minutes_text(e["t4_minutes"]),
-             f"{COLAB['hours']:.0f} h a session")]
+            ("time on a T4" + (" (with training)" if e["training_minutes"] else ""), minutes_text(e["gpu_minutes"]),
+             f"{COLAB['hours']:.0f} h a session"),
+            ("time on " + " / ".join(_a(k) for k in GPUS if k != e["gpu"]), other_gpus(e, sep=" / "),
+             "paid Colab runtimes")]
     if e["training_minutes"]:
         suites = f" ({', '.join(p.trained)} suite{'s' if len(p.trained) > 1 else ''})" if p.trained else ""
         rows.append(("of which training" + suites, minutes_text(e["training_minutes"]),
@@ -690,6 +756,20 @@ def table(chapter: str, params: dict, profile: str = "paper"):
 
 def _gib(x: float) -> str:
     return f"{x * 1024:.0f} MiB" if x < 1 else f"{x:.1f} GiB"
+
+
+def _a(gpu: str) -> str:
+    """The GPU kind with its article: "a T4", "an L4", "an A100"."""
+    return ("an " if gpu[0] in "AEFHILMNORSX" else "a ") + gpu
+
+
+def other_gpus(e: dict, sep: str = ", ") -> str:
+    """The estimate ``e``'s time on every kind of ``GPUS`` but its own, e.g. "L4 14.8 min, A100 9.6 min" (with
+    ``sep`` " / ": "14.8 min / 9.6 min", the kinds named elsewhere)."""
+    others = [k for k in GPUS if k != e["gpu"]]
+    if sep == ", ":
+        return sep.join(f"{k} {minutes_text(e['minutes_by_gpu'][k])}" for k in others)
+    return sep.join(minutes_text(e["minutes_by_gpu"][k]) for k in others)
 
 
 def minutes_text(m: float) -> str:
@@ -721,17 +801,18 @@ def describe(chapter: str, params: dict, profile: str = "paper") -> str:
 
 
 def summary(chapter: str, params: dict, profile: str = "paper") -> str:
-    """One sentence for the narrative: what the chapter downloads, how long it takes on a T4 (training included) and
-    its host memory, or why it does not fit."""
+    """One sentence for the narrative: what the chapter downloads, how long it takes on a T4 (training included; on
+    the other kinds of ``GPUS`` in brackets) and its host memory, or why it does not fit."""
     p = plan(chapter, params, profile)
     e = estimate(p)
     if not p.checkpoints and not p.training_flops:
         return "it downloads no model" + (f" ({p.notes[0]})" if p.notes else "")
+    t4 = f"about {minutes_text(e['gpu_minutes'])}"
     if not p.checkpoints:
-        text = f"about {minutes_text(e['t4_minutes'])} of training on a Colab T4 and {_gib(e['download_gib'])} of data"
+        text = f"{t4} of training on a Colab T4 ({other_gpus(e)}) and {_gib(e['download_gib'])} of data"
     else:
         training = f", {minutes_text(e['training_minutes'])} of it training" if e["training_minutes"] else ""
-        text = (f"about {minutes_text(e['t4_minutes'])} on a Colab T4{training}, {e['checkpoints']} checkpoint"
+        text = (f"{t4} on a Colab T4 ({other_gpus(e)}){training}, {e['checkpoints']} checkpoint"
                 f"{'s' if e['checkpoints'] != 1 else ''}, {'at least ' if e['unknown'] else ''}"
                 f"{_gib(e['download_gib'])} of downloads and {_gib(e['ram_gib'])} of host memory at the peak")
     if p.reused_from:

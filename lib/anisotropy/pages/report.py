@@ -204,7 +204,7 @@ def cpu_fallback(resolved) -> str:
     e = budget.estimate(budget.plan(resolved.chapter, resolved.values, resolved.profile))
     text = (f"device \"auto\" found no GPU: this chapter measures the papers' models on the CPU, about "
             f"{budget.minutes_text(budget.cpu_minutes(e))} on two cores (about "
-            f"{budget.minutes_text(e['t4_minutes'])} on a T4); on Colab choose Runtime > Change runtime type > "
+            f"{budget.minutes_text(e['gpu_minutes'])} on a T4); on Colab choose Runtime > Change runtime type > "
             f"T4 GPU.")
     warnings.warn(text, devices.CPUFallbackWarning, stacklevel=3)
     return text
