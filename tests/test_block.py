@@ -166,3 +166,20 @@ def test_mean_query_and_key_are_the_maps_of_the_mean_input(blocks, n):
         mean = captured.double().mean(dim=(0, 2)).reshape(heads * d_k)  # (B, H, S, d_k): over examples and positions
         expected = linear.weight.double() @ x_bar + linear.bias.double()
         torch.testing.assert_close(mean, expected, rtol=1e-4, atol=1e-5 * (1 + n))
+
+
+def test_reference_models_load_and_measure_on_the_chapters_device(monkeypatch):
+    """Section 4's reference models are loaded on the chapter's ``device`` (on a GPU runtime, not on the host's vCPUs:
+    issue 45 found them loaded without one), one row per hidden state."""
+    from anisotropy.models import registry
+
+    asked, real = [], registry.load
+
+    def load(name, **kwargs):
+        asked.append(kwargs.get("device"))
+        return real(name, **kwargs)
+
+    monkeypatch.setattr(registry, "load", load)
+    frame = block.reference_norms(["bert-base-uncased"], n_texts=4, max_length=16, variant="tiny", device="cpu")
+    assert asked == ["cpu"]
+    assert list(frame["layer"]) == list(range(len(frame))) and len(frame) > 1

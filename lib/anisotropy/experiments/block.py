@@ -397,8 +397,9 @@ def _output_layer_norms(model: nn.Module) -> list[nn.LayerNorm] | None:
 
 
 def reference_norms(models, n_texts: int = 256, max_length: int = 128, seed: int = 0, variant: str = "pretrained",
-                    batch_size: int = 16) -> pd.DataFrame:
-    """Hidden states of trained models, per layer (layer 0 = embeddings), on the offline prose: ``mean_norm``,
+                    batch_size: int = 16, device="cpu") -> pd.DataFrame:
+    """Hidden states of trained models, per layer (layer 0 = embeddings), on the offline prose, each model loaded on
+    ``device`` (its statistics measured there too: ``measure.metrics``' device path): ``mean_norm``,
     ``drift_norm`` (||mean||, the trained analogue of the bias norm N), ``mean_cosine``, ``hidden_size`` and, for
     post-LN BERT-family models, ``layer_norm_norm`` = ``analytic_output_norm`` of the LayerNorm that outputs the
     layer."""
@@ -409,7 +410,7 @@ def reference_norms(models, n_texts: int = 256, max_length: int = 128, seed: int
     texts = prose.text_samples(n_texts, seed=seed)
     frames = []
     for name in models:
-        loaded = registry.load(name, variant=variant)
+        loaded = registry.load(name, variant=variant, device=device)
         stats = taps.extract(loaded, texts, batch_size=batch_size, max_length=max_length, seed=seed)
         norms = _output_layer_norms(loaded.model)
         if norms is not None and len(norms) != len(stats):
