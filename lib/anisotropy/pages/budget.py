@@ -76,6 +76,25 @@ STORED_HALF = ("pythia-", "bloom-", "opt-", "llama-2-", "falcon-")
 # Positions one example becomes, per modality, where the chapter does not set a length: a LibriSpeech utterance
 # (about 7 s, 50 frames/s; Whisper's encoder always reads 30 s = 1500 frames), a 224 x 224 image in 16-pixel patches.
 SPEECH_FRAMES, WHISPER_FRAMES, IMAGE_PATCHES = 350, 1500, 197
+# Characters per token of a text window under the papers' byte-level BPE tokenizers (GPT-2's, Pythia's): English
+# prose runs about 4 (3.8 on the offline prose under GPT-2's own vocabulary); 3.5 errs towards more tokens, so a
+# window's cost is not undercounted (tests/test_budget.py measures it with GPT-2's tokenizer from Whisper's wheel).
+CHARS_PER_TOKEN = 3.5
+
+
+def text_positions(source: str, max_length: int) -> int:
+    """Token positions one text example of ``source`` fills: ``max_length`` (truncation's upper bound), or fewer for
+    enwik8, whose examples are windows of a fixed number of characters (``data.wikipedia.enwik8``'s ``chars``):
+    chars / ``CHARS_PER_TOKEN``, rounded up."""
+    if source != "enwik8":
+        return max_length
+    import inspect
+    import math
+
+    from anisotropy.data import wikipedia
+
+    chars = inspect.signature(wikipedia.enwik8).parameters["chars"].default
+    return min(max_length, math.ceil(chars / CHARS_PER_TOKEN))
 EXTRACTION_BATCH = 8  # texts per forward pass in Paper 2's measurements (spectral.profile)
 CNN_MB_PER_IMAGE = 50.0  # float32 feature maps of one 224 x 224 image through a CNN's stages, kept per stage
 
@@ -302,13 +321,15 @@ def _paper2(p: dict, plan: Plan) -> None:
     measured = tuple(batches.DEFAULT_METRICS) + (("twonn_dimension",) if plan.chapter == "p2_training_dynamics" else ())
     host = dict(pool=p["batch_size"] * p["n_batches"], metric_batch=p["batch_size"],
                 extra_states=int(plan.chapter == "p2_counterpoint_pythia"), metrics=measured)
-    plan.checkpoints += _text(p, names, p["n_texts"], p["max_length"], dtype, EXTRACTION_BATCH, **host)
+    # enwik8's windows are 512 characters: about 150 tokens, not max_length's 512 (issue 45)
+    positions = text_positions(p["source"], p["max_length"])
+    plan.checkpoints += _text(p, names, p["n_texts"], positions, dtype, EXTRACTION_BATCH, **host)
     for key in ("pythia", "bloom"):
         for name in p.get(f"{key}_models", []):
             from anisotropy.models import registry
 
             revisions, _ = registry.checkpoint_revisions(name, p[f"{key}_revisions"])
-            plan.checkpoints += [Checkpoint(name, r, p["n_texts"], p["max_length"], dtype, EXTRACTION_BATCH, True,
+            plan.checkpoints += [Checkpoint(name, r, p["n_texts"], positions, dtype, EXTRACTION_BATCH, True,
                                             **host) for r in revisions]
     plan.data.append((p["source"], p["n_texts"]))
 
