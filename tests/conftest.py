@@ -150,13 +150,14 @@ def book_env(root: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def run_cli(root: Path, *args: str, expected_s: float = CHAPTER_S, env: dict | None = None
+def run_cli(root: Path, *args: str, expected_s: float = CHAPTER_S, env: dict | None = None, **kwargs
             ) -> subprocess.CompletedProcess:
     """``python -m anisotropy <args>`` inside the copy ``root``; returns the finished process (stdout, stderr).
-    ``expected_s``: what the command takes on the slow 2-core machine (its hang guard is ``hang_guard`` of it)."""
+    ``expected_s``: what the command takes on the slow 2-core machine (its hang guard is ``hang_guard`` of it);
+    ``kwargs`` go to ``subprocess.run`` (e.g. ``preexec_fn``)."""
     return run_guarded([PYTHON, "-m", "anisotropy", *args], expected_s=expected_s,
                        what=f"python -m anisotropy {' '.join(args)}", cwd=root, env=env or book_env(root),
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, **kwargs)
 
 
 @pytest.fixture

@@ -54,15 +54,37 @@ def standin():
         yield hub
 
 
+def colab_limits():
+    """A free Colab runtime's limits, set in the build's process before it starts (its kernels and workers inherit
+    them): an address space of Colab's host memory (``budget.COLAB["ram"]`` GiB), so a process that would need more
+    than the runtime holds fails with a MemoryError here as it would there. Per process: the sum over processes is
+    not limited (that needs a cgroup)."""
+    import resource
+
+    limit = int(budget.COLAB["ram"] * 2**30)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def test_the_colab_limits_refuse_what_a_free_runtime_could_not_hold():
+    """The guard the paper-sim book runs under: 1 GiB is allocated under it, Colab's host memory plus 1 GiB is not."""
+    probe = "import sys; b = bytearray(int(float(sys.argv[1]) * 2**30)); print(len(b))"
+    small = run_guarded([PYTHON, "-c", probe, "1"], expected_s=5, preexec_fn=colab_limits, capture_output=True)
+    large = run_guarded([PYTHON, "-c", probe, str(budget.COLAB["ram"] + 1)], expected_s=5, preexec_fn=colab_limits,
+                        capture_output=True, text=True)
+    assert small.returncode == 0 and large.returncode != 0 and "MemoryError" in large.stderr
+
+
 @pytest.fixture(scope="module")
 def book(standin, tmp_path_factory):
-    """The whole paper-sim book, executed in a copy of the repository against the stand-in (not rendered)."""
+    """The whole paper-sim book, executed in a copy of the repository against the stand-in (not rendered), as on a
+    free Colab runtime: two threads (its two vCPUs) and its host memory as every process's address space."""
     root = copy_repo(tmp_path_factory.mktemp("paper_sim") / "repo")
     hf_home = root.parent / "hf_home"
     start = len(standin.requests())
+    env = {**_client_env(standin, root, hf_home), "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"}
     # --no-html: no test reads this book's HTML (the smoke book's is checked, tests/test_pipeline.py and test_browser.py)
-    proc = run_cli(root, "build", "--profile", PROFILE, "--no-html", env=_client_env(standin, root, hf_home),
-                   expected_s=BUILD_S)
+    proc = run_cli(root, "build", "--profile", PROFILE, "--no-html", env=env, expected_s=BUILD_S,
+                   preexec_fn=colab_limits)
     log = root.parent / "build.log"
     log.write_text(proc.stdout + "\n--- stderr ---\n" + proc.stderr)
     if proc.returncode != 0:
