@@ -16,6 +16,10 @@ with the library (``tokenizers/``); their config's special-token ids are set to 
 byte-level models (CANINE, ByT5) need no files, so all their variants use the real tokenizer. Image and audio
 preprocessors are built from stored settings.
 
+Remote-code models (CharacterBERT, MANTa-LM: ``remote_code``, pretrained only) load their Hub repository's code with
+``trust_remote_code`` at the entry's ``code_revision`` where a commit was read; CharacterBERT's input comes from its
+authors' indexer contract (``character_indexer``), not a tokenizer of the Hub's.
+
 A folder written by ``save_pretrained`` (a self-trained checkpoint) loads with the same ``load``.
 """
 
