@@ -203,7 +203,7 @@ def test_a_remote_forward_failure_is_a_one_line_skip_naming_the_model(stand_in, 
                                               store=results.Store(tmp_path / "r"))
     assert set(frame["model"]) == {"bert-base-uncased"}
     assert [(s.ref.name, s.reason) for s in skipped] == [(
-        "character-bert", "character-bert: its remote code (helboukkouri/character-bert) failed in the forward pass: "
+        "character-bert", "character-bert: measuring it through its remote code (helboukkouri/character-bert) failed: "
         "ValueError: CharacterBERT takes (batch, words, 50) character ids, got (2, 4)")]
     spec["character-bert"] = replace(spec["character-bert"], remote_code=False)
     with pytest.raises(ValueError, match=r"takes \(batch, words, 50\) character ids"):

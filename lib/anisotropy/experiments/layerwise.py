@@ -273,7 +273,7 @@ def remote_failure(spec, exc: BaseException) -> UnmeasurableError:
     chapter (``measure`` re-raises it)."""
     from anisotropy import hub
 
-    return UnmeasurableError(f"{spec.name}: its remote code ({spec.hub_id}) failed in the forward pass: "
+    return UnmeasurableError(f"{spec.name}: measuring it through its remote code ({spec.hub_id}) failed: "
                              f"{hub.one_line(exc)}")
 
 
