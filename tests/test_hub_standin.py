@@ -158,8 +158,10 @@ def registry_run(standin, tmp_path_factory):
         out["llama_wrong_token"] = err(llama)
         os.environ["HF_TOKEN"] = TOKEN
         out["llama_accepted"] = type(llama().model).__name__
-        for name in ("character-bert", "manta-lm"):  # the Hub's shapes: an unknown model_type, remote code
-            out[name] = err(lambda: registry.load(name, "pretrained"))
+        out["character-bert"] = err(lambda: registry.load("character-bert", "pretrained"))  # an unknown model_type
+        manta = registry.load("manta-lm", "pretrained")  # remote code (the stand-in's), at the pinned commit
+        out["manta-lm"] = [type(manta.model).__name__, type(manta.preprocessor).__name__,
+                           type(manta.model).__module__.split(".")[0]]
         print(json.dumps(out))
     """, tmp_path_factory.mktemp("registry"))
 
@@ -237,9 +239,13 @@ def test_manifest_serves_every_model_of_the_paper_profile(standin):
     assert names - served == set(not_served) == set()  # hub_manifest.yml says none of them is missing from the Hub
     remote = {e["model"] for e in m["models"] if e["remote_code"]}
     assert remote == {"character-bert", "manta-lm"}
-    for e in m["models"]:  # every served repository exists, with every branch of its revisions
+    for e in m["models"]:  # every served repository exists, with every branch of its revisions (and its pin)
         assert (standin.root / "models" / e["repo"] / "HEAD").is_file(), e["repo"]
-        assert set(e["refs"]) == {"refs/heads/main", *(f"refs/heads/{r}" for r in e["branches"])}, e["repo"]
+        pinned = [f"refs/heads/{e['pinned']}"] if e.get("pinned") else []
+        assert set(e["refs"]) == {"refs/heads/main", *(f"refs/heads/{r}" for r in e["branches"]), *pinned}, e["repo"]
+        assert not pinned or e["refs"][pinned[0]] == e["refs"]["refs/heads/main"]  # the pin names main's commit
+    assert {e["model"]: e.get("pinned") for e in m["models"] if e["remote_code"]} == {
+        "character-bert": None, "manta-lm": registry.spec("manta-lm").code_revision}
     multiberts = [e for e in m["models"] if e["model"].startswith("multiberts")]
     # Five seeds, each: the cards' 28 checkpoints, step_0k (the initialisation, on the Hub beside them), the final model.
     assert len(multiberts) == 5 * (28 + 1 + 1)
@@ -482,18 +488,15 @@ def test_registry_text_models_load_from_a_cold_cache(registry_run):
     assert registry_run["cold_text"] is None, registry_run["cold_text"][:2]
 
 
-def test_registry_remote_code_models_are_one_line_skips(registry_run):
-    """CharacterBERT (a legacy `character_bert` config no transformers class reads) and MANTa (remote code, here a
-    placeholder that refuses to import) exist on the Hub: loading them is one Unavailable line naming the repository
-    and the cause, which the chapters' skip list catches, never a traceback."""
+def test_registry_remote_code_models_load_or_are_one_line_skips(registry_run):
+    """CharacterBERT (served as recorded: a `character_bert` config without auto_map, which no transformers class
+    reads) is one Unavailable line naming the repository and the cause, never a traceback; MANTa (its config's
+    auto_map recorded) loads the stand-in's remote code at its pinned commit, with ByT5's tokenizer."""
     name, mro, _, message = registry_run["character-bert"]
     assert name == "Unavailable" and "\n" not in message
     assert message.startswith("helboukkouri/character-bert could not be loaded: ValueError: ")
     assert "model type `character_bert`" in message
-    name, mro, _, message = registry_run["manta-lm"]
-    assert name == "Unavailable" and "\n" not in message
-    assert message.startswith("almanach/manta-lm-base could not be loaded: ImportError: ")
-    assert "remote code of almanach/manta-lm-base" in message and "4.29.2" in message
+    assert registry_run["manta-lm"] == ["MantaModel", "ByT5Tokenizer", "transformers_modules"]
 
 
 def test_registry_refused_token_is_a_model_access_error(registry_run):

@@ -225,8 +225,8 @@ def paper_manifest(profile: str = "paper") -> dict:
         why = sorted(wanted.get(name, ())) or ["gated access checks (no chapter of the profile)"]
         base = dict(model=name, architecture=s.architecture, modality=s.modality, chapters=why,
                     gated=s.access == "gated", local_package=s.local_package, remote_code=s.remote_code)
-        if s.remote_code:  # served in the Hub's shape; its code is a placeholder that refuses to import
-            add(dict(base, repo=s.hub_id, revision=None, seed=_seed(name), branches={}))
+        if s.remote_code:  # served in the Hub's shape, with the stand-in's code or a placeholder (serves_code)
+            add(dict(base, repo=s.hub_id, revision=None, seed=_seed(name), branches={}, pinned=s.code_revision))
             continue
         if s.revision_in_repo:  # MultiBERTs: one repository per checkpoint; the final model = the last checkpoint
             revs = [r for r in s.revisions if r in multiberts.get(name, ())]
@@ -298,6 +298,10 @@ class _Repo:
         self.parts += [f"M 100644 :{marks[p]} {p}\n".encode() for p in marks]
         self.parts.append(b"\n")
         return self.mark
+
+    def alias(self, ref: str, mark: int) -> None:
+        """``ref`` at the commit ``mark`` (the server resolves a branch name before a commit hash)."""
+        self.parts.append(f"reset {ref}\nfrom :{mark}\n\n".encode())
 
     def write(self, path: Path) -> dict[str, str]:
         """Create the bare repository at ``path``; returns {ref: commit}."""
@@ -408,12 +412,29 @@ def _readme(entry: dict) -> bytes:
             f"`{entry['model']}` ({entry['architecture']}), seed {entry['seed']}.\n").encode()
 
 
+def _remote():
+    """``hub_standin.remote`` (the stand-in's remote code), whether this module runs in its package or as a script."""
+    import importlib
+
+    if str(HERE.parent) not in sys.path:
+        sys.path.insert(0, str(HERE.parent))
+    return importlib.import_module("hub_standin.remote")
+
+
+def serves_code(entry: dict) -> bool:
+    """Whether the stand-in serves runnable remote code for a remote-code entry: where the manifest records the
+    repository's ``auto_map`` (the Hub's config points at its code) and ``hub_standin/remote`` holds a stand-in of
+    that code. Else (CharacterBERT: whether its config has an auto_map was not read) its code files are placeholders
+    and its config has no auto_map, as recorded."""
+    return bool(entry["hub"].get("auto_map")) and entry["repo"] in _remote().STANDINS
+
+
 def remote_files(entry: dict, seed: int) -> dict[str, bytes]:
     """The files of a remote-code model (CharacterBERT, MANTa) that the stand-in cannot build from a local class: a
     config.json of the Hub's shape (its model_type, architectures, auto_map and transformers version where the
-    manifest records them), tiny random weights in the served formats, and placeholder modules for its code files
-    (``*.py``) that raise ImportError: the stand-in cannot run code that lives only on the Hub, so a client that
-    follows an auto_map meets one clear error, as it would meet the real code's failure under this transformers."""
+    manifest records them) and tiny random weights in the served formats. Where ``serves_code``: the stand-in's
+    code (``hub_standin/remote``: the real code's input shapes and masks), its config keys and weights, and its
+    tokenizer config; else placeholder modules for the code files (``*.py``) that raise ImportError."""
     import torch
     from safetensors.torch import save as save_safetensors
 
@@ -422,6 +443,12 @@ def remote_files(entry: dict, seed: int) -> dict[str, bytes]:
     config["model_type"] = facts.get("model_type") or entry["model"]
     if facts.get("written_for_transformers"):
         config["transformers_version"] = str(facts["written_for_transformers"])
+    if serves_code(entry):
+        files = _remote().repo_files(entry["repo"], seed)
+        served = json.loads(files["config.json"])
+        served.update(config, stand_in="tiny stand-in of a remote-code checkpoint: hub_standin/remote's code")
+        files["config.json"] = json.dumps(served, indent=2, sort_keys=True).encode()
+        return files
     config["stand_in"] = "tiny placeholder of a remote-code checkpoint; its keys beyond model_type are not simulated"
     gen = torch.Generator().manual_seed(seed)
     state = {"stand_in.weight": torch.randn(8, 8, generator=gen)}
@@ -459,10 +486,13 @@ def _model_repo(entry: dict) -> tuple[_Repo, dict]:
     def revision(rev: str, seed: int) -> tuple[dict[str, bytes], dict]:
         shape = entry["shapes"][rev]
         files, placeholders = compose(entry["repo"], tiny(seed), shape, readme)
-        if entry.get("remote_code"):  # code files: modules that refuse to import; a 0 B file stays empty
+        if entry.get("remote_code"):  # code files: the stand-in's or modules that refuse to import; 0 B stays empty
             sizes = (recorded.get("revisions") or {}).get(rev, {}).get("files") or {}
+            code = _remote().code_files(entry["repo"]) if serves_code(entry) else {}
             for name in list(files):
-                if name.endswith(".py"):
+                if name in code:
+                    files[name] = code[name]
+                elif name.endswith(".py"):
                     files[name] = remote_code_module(entry["repo"], name, entry["hub"].get("written_for_transformers"))
                     placeholders = sorted(set(placeholders) | {name})
                 elif str(sizes.get(name)).strip() == "0 B":
@@ -473,7 +503,9 @@ def _model_repo(entry: dict) -> tuple[_Repo, dict]:
 
     served = {}
     main, served["main"] = revision("main", entry["seed"])
-    repo.commit("refs/heads/main", main, "Upload model", parent=base, exact=True)
+    head = repo.commit("refs/heads/main", main, "Upload model", parent=base, exact=True)
+    if entry.get("pinned"):  # the commit a remote-code model is pinned to: a ref of that name at main's commit
+        repo.alias(f"refs/heads/{entry['pinned']}", head)
     for rev, b in entry["branches"].items():  # every branch: a commit of its own; shared weights share blobs
         files, served[rev] = revision(rev, b["seed"])
         repo.commit(f"refs/heads/{rev}", files, f"Checkpoint {rev}", parent=base, exact=True)
@@ -806,6 +838,8 @@ def build_key(manifest: dict) -> str:
         h.update((lib / f).read_bytes())
     for p in sorted((lib / "models" / "tokenizers").glob("*.json")):
         h.update(p.name.encode() + p.read_bytes())
+    for p in sorted((HERE / "remote").rglob("*.py")):  # the stand-in's remote code
+        h.update(p.relative_to(HERE).as_posix().encode() + p.read_bytes())
     h.update(repr([m.__version__ for m in (datasets, PIL, pyarrow, soundfile, torch, transformers)]).encode())
     h.update(subprocess.run(["git", "--version"], capture_output=True, text=True).stdout.encode())
     return h.hexdigest()[:16]

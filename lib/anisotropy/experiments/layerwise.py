@@ -261,8 +261,20 @@ SKIPPED_COLUMN = "skipped_reason"  # the one column of a stored result for a mod
 
 
 class UnmeasurableError(RuntimeError):
-    """A model that loads but whose layers cannot all be measured (a layer where every vector is zero or not
-    finite); the reason is stored like a result, so a rebuild does not recompute it."""
+    """A model that loads but whose layers cannot all be measured: a layer where every vector is zero or not finite
+    (the reason is stored like a result, so a rebuild does not recompute it), or its remote code failing in the
+    forward pass (``remote_failure``; not stored)."""
+
+
+def remote_failure(spec, exc: BaseException) -> UnmeasurableError:
+    """An exception raised while a remote-code model (its code from its Hub repository, not this library:
+    CharacterBERT, MANTa-LM) is measured, as one line naming the model, so the chapter skips it; not stored, so a
+    rerun under another transformers tries again. Any other model's exception is the library's own and stops the
+    chapter (``measure`` re-raises it)."""
+    from anisotropy import hub
+
+    return UnmeasurableError(f"{spec.name}: measuring it through its remote code ({spec.hub_id}) failed: "
+                             f"{hub.one_line(exc)}")
 
 
 @dataclass(frozen=True)
@@ -385,9 +397,15 @@ def measure(ref: ModelRef, examples, *, source: str, n: int, seed: int = 0, max_
         except ValueError as exc:
             # taps refuses a model with a layer where no vector survives (e.g. an untrained CNN whose activations
             # underflow to exactly zero): a property of these weights, stored so that a rebuild does not redo it.
-            if "no vector was kept" not in str(exc):
+            if "no vector was kept" in str(exc):
+                return pd.DataFrame({SKIPPED_COLUMN: [str(exc).splitlines()[0]]})
+            if not loaded.spec.remote_code:
                 raise
-            return pd.DataFrame({SKIPPED_COLUMN: [str(exc).splitlines()[0]]})
+            raise remote_failure(loaded.spec, exc) from None
+        except Exception as exc:  # noqa: BLE001 - only code of the model's Hub repository fails into a skip
+            if not loaded.spec.remote_code:
+                raise
+            raise remote_failure(loaded.spec, exc) from None
         finally:
             del loaded
             gc.collect()

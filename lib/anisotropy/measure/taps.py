@@ -8,6 +8,11 @@ Which vectors count (every rule applies to every variant of a model):
 - encoder-decoder text models (T5, ByT5): encoder layers, then decoder layers. The decoder is fed the encoder's input
   shifted right by one position (decoder start token first, last token dropped), i.e. teacher forcing on the same
   text; the start token counts as a special token.
+- CharacterBERT: one vector per word (its indexer splits words and gives each 50 character ids); [CLS] and [SEP]
+  are special.
+- MANTa-LM: encoder layers (one vector per block of bytes, as many blocks as the model's segmentation makes of the
+  text), then decoder layers (one per byte, fed the bytes shifted right); one text a forward pass, since the model
+  masks neither padding among its blocks nor its blocks for the decoder.
 - CANINE: three parts of different lengths, concatenated in this order unless ``part`` selects one: "character"
   (character embeddings + initial local character encoder), "downsampled" (molecules, one per 4 characters: deep
   stack input + its blocks; the [CLS] molecule is special; a molecule counts where the model's own molecule mask is
@@ -46,7 +51,8 @@ from anisotropy.measure.metrics import LayerStats
 SAMPLING_RATE = 16_000
 _MIN_SAMPLES = 400  # receptive field of the wav2vec 2.0 / HuBERT feature encoder (25 ms)
 _CANINE_PARTS = ("character", "downsampled", "upsampled")
-_PARTS = {"encoder-decoder": ("encoder", "decoder"), "whisper": ("encoder", "decoder"), "canine": _CANINE_PARTS}
+_PARTS = {"encoder-decoder": ("encoder", "decoder"), "whisper": ("encoder", "decoder"), "canine": _CANINE_PARTS,
+          "manta": ("encoder", "decoder")}
 _DEFAULT_SOURCE = {"text": "prose", "speech": "synthetic-speech", "vision": "synthetic-shapes"}
 
 
@@ -320,6 +326,67 @@ def _canine(loaded, texts, ctx):
             ("upsampled", hs[n_char + n_deep:], char_keep)]
 
 
+def _character_bert(loaded, texts, ctx):
+    """CharacterBERT: one vector per word. Its indexer (``loaded.preprocessor``, ``models.character_indexer``) gives
+    (texts, words, 50) character ids and the word mask; the model returns (texts, words, d) per layer."""
+    enc = loaded.preprocessor(list(texts), max_length=ctx["max_length"])
+    inputs = {k: enc[k] for k in ("input_ids", "attention_mask")}
+    out = loaded.model(**_to(inputs, ctx["device"]), output_hidden_states=True)
+    states = getattr(out, "hidden_states", None)
+    if states is None:
+        raise ValueError(f"{loaded.spec.name}: its forward pass returned no hidden_states")
+    return [("layers", states, _content_mask(enc, ctx["keep_special"]))]
+
+
+def _pad_positions(states, lengths):
+    """Per-text hidden states of different lengths -> one (texts, longest, d) tensor per layer, zero beyond a text's
+    length, and the (texts, longest) mask of the real positions."""
+    longest = max(lengths)
+    keep = torch.arange(longest)[None, :] < torch.tensor(lengths)[:, None]
+    layers = [torch.cat([torch.nn.functional.pad(h, (0, 0, 0, longest - h.shape[1])) for h in per_text])
+              for per_text in zip(*states)]
+    return layers, keep
+
+
+def _manta(loaded, texts, ctx):
+    """MANTa-LM, one text a forward pass. Its encoder pools the bytes into blocks whose number the model decides
+    (frontier predictor), and runs the T5 encoder on them without an attention mask; its decoder reads bytes and is
+    handed the byte mask as the mask of the encoder's blocks (modeling_manta.py, NathanGodey/transformers at 108c43a).
+    A padded batch would therefore put padding inside the blocks and mismatch the cross-attention mask; alone, a text
+    has no padding, every block is content and the decoder's positions are its bytes shifted right (start token
+    special, as for ByT5)."""
+    model, device = loaded.model, ctx["device"]
+    start = model.config.decoder_start_token_id
+    start = model.config.pad_token_id if start is None else start
+    enc_states, dec_states, dec_keep = [], [], []
+    for text in texts:
+        enc = _tokenize(loaded.preprocessor, [text], ctx["max_length"])
+        ids = enc["input_ids"]
+        if ids.shape[1] == 0:
+            continue
+        if ctx["part"] == "encoder":
+            out = model.get_encoder()(input_ids=ids.to(device), output_hidden_states=True)
+            enc_states.append(out.hidden_states)
+            continue
+        out = model(input_ids=ids.to(device), decoder_input_ids=_shift_right(ids, start).to(device),
+                    output_hidden_states=True)
+        if out.decoder_hidden_states[0].shape[1] != ids.shape[1]:
+            raise ValueError(f"{loaded.spec.name}: its decoder returned {out.decoder_hidden_states[0].shape[1]} "
+                             f"positions for {ids.shape[1]} bytes (the remote code is not the one read)")
+        enc_states.append(out.encoder_hidden_states)
+        dec_states.append(out.decoder_hidden_states)
+        dec_keep.append(_decoder_keep(enc, ctx["keep_special"])[0])
+    if not enc_states:
+        return []
+    layers, keep = _pad_positions(enc_states, [s[0].shape[1] for s in enc_states])
+    parts = [("encoder", layers, keep)]
+    if dec_states:
+        dec_layers, _ = _pad_positions(dec_states, [s[0].shape[1] for s in dec_states])
+        keep = torch.nn.utils.rnn.pad_sequence([k.long() for k in dec_keep], batch_first=True).bool()
+        parts.append(("decoder", dec_layers, keep))
+    return parts
+
+
 def _speech_encoder(loaded, examples, ctx):
     fe, model = loaded.preprocessor, loaded.model
     arrays = [_audio(e)[0] for e in examples]
@@ -397,6 +464,7 @@ def _cnn(loaded, images, ctx):
 
 
 _LAYOUT_FN = {"hidden_states": _text, "encoder-decoder": _encoder_decoder, "canine": _canine,
+              "character-bert": _character_bert, "manta": _manta,
               "speech-encoder": _speech_encoder, "whisper": _whisper, "vit": _vit, "spatial-stages": _spatial_stages,
               "cnn": _cnn}
 # Models whose first hidden state is already a stage output (no embeddings/stem exposed): numbering starts at 1.

@@ -1,6 +1,6 @@
 """Models: the papers' models as data (``registry`` and its table ``models.yml``), where real pretrained weights come
 from (``weights``), their conversion from other formats (``conversion``, one module per format in ``formats``), the
-offline tokenizers, the attention variants, and the checks of converted weights against their reference runtimes
+offline tokenizers, CharacterBERT's character indexer, the attention variants, and the checks of converted weights against their reference runtimes
 (``checks``, with the references in ``references``).
 
 May import: the foundation modules, ``data``, ``measure``.

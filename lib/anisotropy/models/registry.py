@@ -16,6 +16,10 @@ with the library (``tokenizers/``); their config's special-token ids are set to 
 byte-level models (CANINE, ByT5) need no files, so all their variants use the real tokenizer. Image and audio
 preprocessors are built from stored settings.
 
+Remote-code models (CharacterBERT, MANTa-LM: ``remote_code``, pretrained only) load their Hub repository's code with
+``trust_remote_code`` at the entry's ``code_revision`` where a commit was read; CharacterBERT's input comes from its
+authors' indexer contract (``character_indexer``), not a tokenizer of the Hub's.
+
 A folder written by ``save_pretrained`` (a self-trained checkpoint) loads with the same ``load``.
 """
 
@@ -32,6 +36,7 @@ from typing import Any
 
 from anisotropy import devices, hub
 from anisotropy.errors import ModelTooLargeError
+from anisotropy.models.character_indexer import CharacterIndexer
 from anisotropy.models.offline_tokenizers import OFFLINE_TOKENIZERS, offline_tokenizer
 # The table's records and names, read here: registry.ModelSpec, registry.FAMILIES, ... are the table's own.
 from anisotropy.models.table import (ACCESS, CONVERTERS, FAMILIES, LAYOUTS, MODALITIES, MODELS_FILE, STACKS,  # noqa: F401
@@ -187,9 +192,15 @@ def _class(name: str):
     return getattr(format_images, name)
 
 
+# Preprocessors this library implements from a model's published contract, where the Hub's own is remote code.
+LOCAL_PREPROCESSORS = {"CharacterIndexer": CharacterIndexer}
+
+
 def _build_preprocessor(s: ModelSpec, variant: str):
     if s.preprocessor in OFFLINE_TOKENIZERS:
         return offline_tokenizer(s.preprocessor)
+    if s.preprocessor in LOCAL_PREPROCESSORS:
+        return LOCAL_PREPROCESSORS[s.preprocessor]()
     if s.preprocessor == "remote":
         raise _remote_error(s, variant)
     kwargs = dict(s.tiny_preprocessor_kwargs if variant == "tiny" and s.tiny_preprocessor_kwargs
@@ -277,7 +288,10 @@ def _pretrained(s: ModelSpec, revision, device, dtype, attn_implementation):
     if s.remote_code:
         from transformers import AutoModel, AutoTokenizer
 
+        git_rev = git_rev or s.code_revision
         model = hub.load(AutoModel.from_pretrained, repo, git_rev, gated, trust_remote_code=True, **kwargs)
+        if s.preprocessor != "remote":  # CharacterBERT: its published indexer, not a tokenizer class of the Hub's
+            return model, _build_preprocessor(s, "pretrained"), repo
         pre = hub.load(AutoTokenizer.from_pretrained, repo, git_rev, gated, trust_remote_code=True)
         return model, pre, repo
     model = hub.load(_class(s.architecture).from_pretrained, repo, git_rev, gated, **kwargs)

@@ -25,7 +25,8 @@ OBJECTIVES = ("masked-lm", "causal-lm", "span-corruption", "sentence-embedding",
               "self-distillation", "text-detection")
 UNITS = ("subword", "character", "byte", "smiles-wordpiece", "audio-frame", "image-patch", "pixel")
 # How taps enumerates layers; see taps.extract.
-LAYOUTS = ("hidden_states", "encoder-decoder", "canine", "speech-encoder", "whisper", "vit", "spatial-stages", "cnn")
+LAYOUTS = ("hidden_states", "encoder-decoder", "canine", "character-bert", "manta", "speech-encoder", "whisper", "vit",
+           "spatial-stages", "cnn")
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,10 @@ class ModelSpec:
     # pytorch_model.bin on every branch, no tokenizer files): the repository whose tokenizer the model uses, read at
     # its main branch (the tokenizer did not change during training).
     tokenizer_repo: str | None = None
+    # A remote-code model's pinned commit of its Hub repository (its code and weights live there together), read from
+    # a public page of the Hub; the final model loads at it, so the code that runs is the code that was read. None:
+    # no commit was read (the notes say so), and main is loaded.
+    code_revision: str | None = None
 
     @property
     def kind(self) -> tuple[str, str, str, str]:
