@@ -270,3 +270,22 @@ def test_speech_models_count_the_front_end_of_a_pass_over_full_length_utterances
     alone = budget.weights_gib("wav2vec2-base") * budget.GIB
     assert budget._gpu_gib(speech) * budget.GIB - alone >= taps.SPEECH_PASS_BYTES
     assert budget._gpu_gib(speech) < budget.COLAB["gpu"]
+
+
+def test_the_profile_page_plans_its_registry_models_with_the_commands_own_batching():
+    """The profile page's plan: a registry model named by its Hub id is that entry, a model outside the registry is
+    a note (no size), random weights download nothing; the batching is experiments.model_profile's."""
+    from anisotropy.experiments import model_profile
+
+    assert budget.PROFILE_BATCHES == model_profile.N_BATCHES
+    assert budget.PROFILE_METRICS == model_profile.PAPER2_METRICS
+    assert budget.EXTRACTION_BATCH == model_profile.EXTRACTION_BATCH
+    params = dict(models=["EleutherAI/pythia-410m", "gpt2", "someone/not-in-the-registry"], variant="pretrained",
+                  text="", source="enwik8", n=600, max_length=512, dtype="float32")
+    p = budget.plan("profile_a_model", params)
+    assert [c.model for c in p.checkpoints] == ["pythia-410m", "gpt2"]
+    assert p.requests == [("EleutherAI/pythia-410m", None), ("gpt2", None)]
+    assert {c.pool for c in p.checkpoints} == {batches.BATCH_SIZE * model_profile.N_BATCHES}
+    assert p.data == [("enwik8", 600)] and any("someone/not-in-the-registry" in note for note in p.notes)
+    assert budget.plan("profile_a_model", {**params, "variant": "tiny"}).checkpoints == []
+    assert budget.plan("profile_a_model", {**params, "text": "notes.txt"}).data == []
