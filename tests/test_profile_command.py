@@ -239,3 +239,19 @@ def test_a_registry_models_tiny_variant_is_its_tiny_folder(tiny_gpt2, tmp_path, 
     # a variant exists only for a registry entry: a folder given with one stops in one line
     code, _, err = _run(capsys, tiny_gpt2, "--variant", "untrained", "--n", N, "--out", tmp_path / "x")
     assert code != 0 and len(err.strip().splitlines()) == 1 and "registry name" in err
+
+
+@pytest.mark.parametrize("peaks, log", [((1.0, 1000.0), True), ((1.0, 2.0), False), ((0.0, 1000.0), False)])
+def test_a_measure_of_models_of_different_scales_is_drawn_on_a_log_axis(peaks, log):
+    """plots.layer_measure: a logarithmic axis when the models' largest values are more than LOG_SPREAD apart and
+    every value is positive (a zero has no logarithm), else a linear one."""
+    import matplotlib.pyplot as plt
+
+    from anisotropy.pages import plots
+
+    depth = [0.0, 0.5, 1.0]
+    frame = pd.DataFrame({"label": ["a"] * 3 + ["b"] * 3, "relative_depth": depth * 2,
+                          "drift_norm": [peaks[0] / 2, peaks[0], peaks[0] / 2] + [peaks[1] / 2, peaks[1], 1.0]})
+    fig = plots.layer_measure(frame, "drift_norm")
+    assert fig.axes[0].get_yscale() == ("log" if log else "linear")
+    plt.close(fig)
