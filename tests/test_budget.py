@@ -446,3 +446,22 @@ def test_enwik8_windows_are_counted_in_the_tokens_they_hold():
     assert budget.text_positions("wikitext-103", 512) == 512  # lines of any length: truncation's bound
     plan = budget.plan("p2_layer_profiles", {**profiles.chapter_parameters("paper", "p2_layer_profiles")}, "paper")
     assert {c.positions for c in plan.checkpoints} == {positions}
+
+
+def test_the_profile_page_plans_its_registry_models_with_the_commands_own_batching():
+    """The profile page's plan: a registry model named by its Hub id is that entry, a model outside the registry is
+    a note (no size), random weights download nothing; the batching is experiments.model_profile's."""
+    from anisotropy.experiments import model_profile
+
+    assert budget.PROFILE_BATCHES == model_profile.N_BATCHES
+    assert budget.PROFILE_METRICS == model_profile.PAPER2_METRICS
+    assert budget.EXTRACTION_BATCH == model_profile.EXTRACTION_BATCH
+    params = dict(models=["EleutherAI/pythia-410m", "gpt2", "someone/not-in-the-registry"], variant="pretrained",
+                  text="", source="enwik8", n=600, max_length=512, dtype="float32")
+    p = budget.plan("profile_a_model", params)
+    assert [c.model for c in p.checkpoints] == ["pythia-410m", "gpt2"]
+    assert p.requests == [("EleutherAI/pythia-410m", None), ("gpt2", None)]
+    assert {c.pool for c in p.checkpoints} == {batches.BATCH_SIZE * model_profile.N_BATCHES}
+    assert p.data == [("enwik8", 600)] and any("someone/not-in-the-registry" in note for note in p.notes)
+    assert budget.plan("profile_a_model", {**params, "variant": "tiny"}).checkpoints == []
+    assert budget.plan("profile_a_model", {**params, "text": "notes.txt"}).data == []

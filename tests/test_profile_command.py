@@ -225,3 +225,33 @@ def test_store_key_follows_the_weights(tiny_gpt2, tmp_path):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 def test_a_gpu_asked_for_without_one_stops_in_one_line(tiny_gpt2, tmp_path, capsys):
     assert "has no GPU" in _one_line_error(capsys, tiny_gpt2, "--n", N, "--device", "cuda", "--out", tmp_path)
+
+
+def test_a_registry_models_tiny_variant_is_its_tiny_folder(tiny_gpt2, tmp_path, capsys):
+    """``--variant tiny`` measures the registry's tiny random model (the smoke profile's stand-in on the profile
+    page): the same weights as the folder that model was saved to, so the same rows, under a label that says so."""
+    assert _run(capsys, "gpt2", "--variant", "tiny", "--n", N, "--out", tmp_path / "v")[0] == 0
+    assert _run(capsys, tiny_gpt2, "--n", N, "--out", tmp_path / "f")[0] == 0
+    variant, folder = _table(tmp_path / "v"), _table(tmp_path / "f")
+    for column in ("layer", "n", "mean_cosine", "drift_norm", "sigma1_share", "twonn_dimension"):
+        assert variant[column].tolist() == folder[column].tolist(), column
+    assert set(variant["label"]) == {f"{registry.spec('gpt2').display} (tiny)"}
+    # a variant exists only for a registry entry: a folder given with one stops in one line
+    code, _, err = _run(capsys, tiny_gpt2, "--variant", "untrained", "--n", N, "--out", tmp_path / "x")
+    assert code != 0 and len(err.strip().splitlines()) == 1 and "registry name" in err
+
+
+@pytest.mark.parametrize("peaks, log", [((1.0, 1000.0), True), ((1.0, 2.0), False), ((0.0, 1000.0), False)])
+def test_a_measure_of_models_of_different_scales_is_drawn_on_a_log_axis(peaks, log):
+    """plots.layer_measure: a logarithmic axis when the models' largest values are more than LOG_SPREAD apart and
+    every value is positive (a zero has no logarithm), else a linear one."""
+    import matplotlib.pyplot as plt
+
+    from anisotropy.pages import plots
+
+    depth = [0.0, 0.5, 1.0]
+    frame = pd.DataFrame({"label": ["a"] * 3 + ["b"] * 3, "relative_depth": depth * 2,
+                          "drift_norm": [peaks[0] / 2, peaks[0], peaks[0] / 2] + [peaks[1] / 2, peaks[1], 1.0]})
+    fig = plots.layer_measure(frame, "drift_norm")
+    assert fig.axes[0].get_yscale() == ("log" if log else "linear")
+    plt.close(fig)

@@ -84,7 +84,8 @@ def _profile(args) -> None:
     from anisotropy.experiments import model_profile
 
     table = model_profile.profile_models(args.models, text=args.text, source=args.source, n=args.n,
-                                         max_length=args.max_length, device=args.device, dtype=args.dtype)
+                                         max_length=args.max_length, device=args.device, dtype=args.dtype,
+                                         variant=args.variant)
     written = model_profile.write(table, args.out)
     block = model_verdicts.markdown(model_verdicts.verdicts(table))
     (Path(args.out) / "verdicts.md").write_text(block)
@@ -177,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="auto", help="cpu, cuda, or auto (default)")
     p.add_argument("--dtype", default=None, choices=("float32", "float16", "bfloat16"),
                    help="the weights' dtype on the device (default: as loaded, float32)")
+    p.add_argument("--variant", default="pretrained", choices=("pretrained", "untrained", "tiny"),
+                   help="a registry model's random weights at true size (untrained) or toy size (tiny) instead")
     p.add_argument("--out", default="profile-out", metavar="DIR", help="where the table, figures and verdicts go")
 
     args = parser.parse_args(argv)

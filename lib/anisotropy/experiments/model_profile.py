@@ -137,8 +137,8 @@ def examples(text: str | Path | None = None, source: str = "prose", n: int | Non
     return sources.load(source, n, seed=seed), {"source": source, "n": n, "seed": seed}
 
 
-def load(target: Target, device=None, dtype: str | None = None):
-    """``models.registry.load_any`` with its failures (and a model that does not read text) as one
+def load(target: Target, device=None, dtype: str | None = None, variant: str = "pretrained"):
+    """``models.registry.load_any`` (``variant``: "pretrained", or a registry entry's "untrained" or "tiny") with its failures (and a model that does not read text) as one
     ``ProfileInputError`` line."""
     from anisotropy import hub
     from anisotropy.models import registry
@@ -147,7 +147,7 @@ def load(target: Target, device=None, dtype: str | None = None):
     layerwise.silence_known_warnings()
     try:
         loaded = registry.load_any(target.name, revision=target.revision, device=devices.resolve(device),
-                                   dtype=getattr(torch, dtype) if dtype else None)
+                                   dtype=getattr(torch, dtype) if dtype else None, variant=variant)
     except (FileNotFoundError, ValueError, hub.Unavailable, ModelTooLargeError) as exc:
         raise ProfileInputError(f"{target.shown}: {' '.join(str(exc).split())}") from None
     if loaded.spec.modality != "text" or loaded.spec.layout == "whisper":
@@ -216,22 +216,25 @@ def _too_few(loaded, n: int):
 
 def profile(model: str, *, text: str | Path | None = None, source: str = "prose", n: int | None = None,
             seed: int = 0, max_length: int = 128, extraction_batch: int = EXTRACTION_BATCH, device=None,
-            dtype: str | None = None, store: results.Store | None = None) -> pd.DataFrame:
+            dtype: str | None = None, variant: str = "pretrained", store: results.Store | None = None) -> pd.DataFrame:
     """One model's per-layer rows (``measure``), from the store when the same model, examples, settings and code
-    were measured before; columns ``model`` (as given), ``label``, ``stack`` and ``data`` are added."""
+    were measured before; columns ``model`` (as given), ``label``, ``stack`` and ``data`` are added. ``variant``
+    "untrained" (true size) or "tiny" (toy size) measures a registry entry's random weights instead."""
     if max_length < 1:
         raise ProfileInputError(f"--max-length {max_length}: give at least one token per example")
     target = Target.parse(str(model))
     texts, data_key = examples(text, source, n, seed)
     key = {"what": "model profile", "model": model_key(target), "data": data_key, "max_length": max_length,
            "extraction_batch": extraction_batch, "seed": seed, "dtype": dtype}
+    if variant != "pretrained":  # in the key only then, so that the pretrained results stored before still read back
+        key["variant"] = variant
     store = store or results.Store()
     measured = []
 
     def compute() -> pd.DataFrame:
         measured.append(True)
         progress.say(f"profiling {target.shown} on {len(texts)} examples")
-        loaded = load(target, device, dtype)
+        loaded = load(target, device, dtype, variant)
         try:
             frame = measure(loaded, texts, max_length=max_length, extraction_batch=extraction_batch, seed=seed,
                             device=devices.resolve(device))
@@ -242,7 +245,7 @@ def profile(model: str, *, text: str | Path | None = None, source: str = "prose"
 
     frame = store.cached(STORE_CHAPTER, key, compute)
     frame["model"] = target.shown
-    frame["label"] = _label(target, frame)
+    frame["label"] = _label(target, frame) + ("" if variant == "pretrained" else f" ({variant})")
     frame["data"] = data_key.get("name") or f"{data_key['source']} ({data_key['n']})"
     progress.say(f"{target.shown}: {len(frame)} layers, {int(frame['n'].min()):,} vectors in the thinnest"
                  + ("" if measured else " (read from the results store)"))

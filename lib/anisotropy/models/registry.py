@@ -485,16 +485,19 @@ def hub_folder(repo: str, revision: str | None = None) -> Path:
     return Path(hub.load(snapshot_download, repo, revision))
 
 
-def load_any(model: str | os.PathLike, revision: str | None = None, device="cpu", dtype=None) -> Loaded:
-    """``load`` of whatever names a model: a registry name (pretrained weights, at ``revision``), a Hub id of a
-    registry entry, a ``save_pretrained`` folder, a ``.gguf`` file (dequantised once, ``gguf_folder``) or any other
+def load_any(model: str | os.PathLike, revision: str | None = None, device="cpu", dtype=None,
+             variant: str = "pretrained") -> Loaded:
+    """``load`` of whatever names a model: a registry name (pretrained weights, at ``revision``; or its ``variant``
+    "untrained" or "tiny", which only a registry entry has), a Hub id of a registry entry, a ``save_pretrained`` folder, a ``.gguf`` file (dequantised once, ``gguf_folder``) or any other
     Hub id (its snapshot loaded as a folder, ``hub_folder``); a folder must be a ``model_type`` some registry entry
     has. Raises ``FileNotFoundError`` for a path that does not exist, ``ModelTooLargeError`` before loading weights
     that would not fit."""
     text = str(model)
     path = Path(text)
     if known(text):
-        return load(spec(text).name, revision=revision, device=device, dtype=dtype)
+        return load(spec(text).name, variant=variant, revision=revision, device=device, dtype=dtype)
+    if variant != "pretrained":
+        raise ValueError(f"{text}: the {variant} variant is built from a registry entry; give a registry name")
     if revision is not None and path.exists():
         raise ValueError(f"{text}: a revision ({revision}) applies to a Hub id, not to a local folder or file")
     if path.suffix == ".gguf" or path.is_file():

@@ -96,6 +96,9 @@ def text_positions(source: str, max_length: int) -> int:
     chars = inspect.signature(wikipedia.enwik8).parameters["chars"].default
     return min(max_length, math.ceil(chars / CHARS_PER_TOKEN))
 EXTRACTION_BATCH = 8  # texts per forward pass in Paper 2's measurements (spectral.profile)
+# The profile command's batching (experiments.model_profile's N_BATCHES and PAPER2_METRICS, which pages may not
+# import; tests/test_budget.py keeps them equal).
+PROFILE_BATCHES, PROFILE_METRICS = 4, ("sigma1_share", "twonn_dimension")
 CNN_MB_PER_IMAGE = 50.0  # float32 feature maps of one 224 x 224 image through a CNN's stages, kept per stage
 
 
@@ -336,11 +339,31 @@ def _paper2(p: dict, plan: Plan) -> None:
     plan.data.append((p["source"], p["n_texts"]))
 
 
+def _profile_a_model(p: dict, plan: Plan) -> None:
+    """The profile command's measurement (``experiments.model_profile``): every token vector summed per example for
+    Paper 1's interval and pooled for Paper 2's batches, at most ``PROFILE_BATCHES`` of ``BATCH_SIZE`` per state. A
+    model outside the registry (a folder, a file, another Hub id) has no size to count: a note says so."""
+    from anisotropy.measure import batches
+    from anisotropy.models import registry
+
+    if p.get("variant", "pretrained") != "pretrained":
+        return  # random weights: nothing is downloaded
+    host = dict(pool=batches.BATCH_SIZE * PROFILE_BATCHES, metric_batch=batches.BATCH_SIZE, per_example=True,
+                metrics=PROFILE_METRICS)
+    known = [registry.spec(m).name for m in p["models"] if registry.known(m)]
+    positions = p["max_length"] if p.get("text") else text_positions(p["source"], p["max_length"])
+    plan.checkpoints += _text(p, known, p["n"], positions, p.get("dtype") or "float32", EXTRACTION_BATCH, **host)
+    plan.notes += [f"{m} is not in the registry: its size is not counted" for m in p["models"] if not registry.known(m)]
+    if not p.get("text"):
+        plan.data.append((p["source"], p["n"]))
+
+
 CHAPTERS = {
     "p1_s3_token_level": _section3, "p1_s3_character_level": _section3, "p1_s3_modalities": _section3,
     "p1_s3_drift": _drift, "p1_s4_untrained_block": _untrained_block, "p1_s5_qk_training": _qk_training,
     "checkpoint_suites": _suites, "beyond_sharp_without_anisotropy": _ablation, "p2_layer_profiles": _paper2,
     "p2_training_dynamics": _paper2, "p2_two_measures": _paper2, "p2_counterpoint_pythia": _paper2,
+    "profile_a_model": _profile_a_model,
 }
 
 

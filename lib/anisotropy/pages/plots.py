@@ -890,13 +890,20 @@ def paper2_layer_profiles(summary: pd.DataFrame, metric: str = "sigma1_share", b
     return fig
 
 
+LOG_SPREAD = 30  # models' largest values this many times apart: layer_measure draws a logarithmic axis
+
+
 def layer_measure(frame: pd.DataFrame, column: str, ylabel: str | None = None, by: str = "label"):
     """One per-layer measure against relative depth (0 = first layer, 1 = last), one line per model (``by``), with
     a band of +- ``<column>_std`` where the frame has it (Paper 2's measures: one standard deviation over
-    batches)."""
+    batches). The axis is logarithmic where the models' largest values differ more than ``LOG_SPREAD`` times and
+    every value is positive (norms of models of different scales), so that each model's profile stays readable."""
     fig, axes = figure(height=3.6)
     ax = axes[0, 0]
     labels = list(dict.fromkeys(frame[by]))
+    peaks = frame.groupby(by)[column].max()
+    if (frame[column] > 0).all() and peaks.max() > LOG_SPREAD * peaks.min():
+        ax.set_yscale("log")
     colours = sns.color_palette(PALETTE if len(labels) <= 10 else "husl", len(labels))
     for colour, label in zip(colours, labels):
         rows = frame[frame[by] == label].sort_values("relative_depth")
