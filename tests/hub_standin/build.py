@@ -506,6 +506,7 @@ def _model_repo(entry: dict) -> tuple[_Repo, dict]:
     head = repo.commit("refs/heads/main", main, "Upload model", parent=base, exact=True)
     if entry.get("pinned"):  # the commit a remote-code model is pinned to: a ref of that name at main's commit
         repo.alias(f"refs/heads/{entry['pinned']}", head)
+        served[entry["pinned"]] = served["main"]
     for rev, b in entry["branches"].items():  # every branch: a commit of its own; shared weights share blobs
         files, served[rev] = revision(rev, b["seed"])
         repo.commit(f"refs/heads/{rev}", files, f"Checkpoint {rev}", parent=base, exact=True)

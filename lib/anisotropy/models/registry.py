@@ -288,7 +288,6 @@ def _pretrained(s: ModelSpec, revision, device, dtype, attn_implementation):
     if s.remote_code:
         from transformers import AutoModel, AutoTokenizer
 
-        git_rev = git_rev or s.code_revision
         model = hub.load(AutoModel.from_pretrained, repo, git_rev, gated, trust_remote_code=True, **kwargs)
         if s.preprocessor != "remote":  # CharacterBERT: its published indexer, not a tokenizer class of the Hub's
             return model, _build_preprocessor(s, "pretrained"), repo

@@ -100,9 +100,10 @@ class ModelSpec:
         return f"{self.preprocessor} (the same as the pretrained model's)"
 
     def hub_location(self, revision: str | None = None) -> tuple[str, str | None]:
-        """(repo id, git revision) of a checkpoint; revision None = the final model."""
+        """(repo id, git revision) of a checkpoint; revision None = the final model (at ``code_revision``, the commit
+        a remote-code model is pinned to, where one was read)."""
         if revision is None:
-            return self.hub_id, None
+            return self.hub_id, self.code_revision
         if revision not in self.revisions:
             if not self.revisions:
                 raise ValueError(f"{self.name} has no intermediate checkpoints (revision must be None)")
