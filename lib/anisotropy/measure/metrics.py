@@ -533,8 +533,7 @@ def _two_nearest_sq(rows: torch.Tensor) -> torch.Tensor:
         g[diag, diag + s] = float("inf")
         approx, cand = _smallest_k(g, k)
         del g
-        exact = (_exact_sq_on_device(rows, torch.arange(s, e, device=dev), cand[:, :m]) if on_device
-                 else _exact_sq(rows, s, cand[:, :m]))
+        exact = (_exact_sq_on_device if on_device else _exact_sq)(rows, torch.arange(s, e, device=dev), cand[:, :m])
         out[s:e] = exact[:, :2]
         if m < k:
             # Every row j beyond the first m candidates has approx_ij >= approx_i(m+1), so its true squared distance is
@@ -550,11 +549,7 @@ def _two_nearest_sq(rows: torch.Tensor) -> torch.Tensor:
                 g64 = sq64[None, :] - 2 * centred[doubtful] @ centred.T
                 g64[torch.arange(doubtful.numel(), device=dev), doubtful] = float("inf")
                 cand64 = torch.topk(g64, k, dim=1, largest=False).indices
-                if on_device:
-                    out[doubtful] = _exact_sq_on_device(rows, doubtful, cand64)[:, :2]
-                    continue
-                for j, i in enumerate(doubtful.tolist()):
-                    out[i] = _exact_sq(rows, i, cand64[j:j + 1])[0, :2]
+                out[doubtful] = (_exact_sq_on_device if on_device else _exact_sq)(rows, doubtful, cand64)[:, :2]
     return out
 
 
@@ -580,12 +575,15 @@ def _smallest_k(g: torch.Tensor, k: int, group: int = 128) -> tuple[torch.Tensor
     return values, torch.gather(cols, 1, pos)
 
 
-def _exact_sq(rows: torch.Tensor, start: int, cand: torch.Tensor) -> torch.Tensor:
-    """Sorted exact squared distances from rows start.. start+len(cand) to their candidate rows, float64.
+def _exact_sq(rows: torch.Tensor, who: torch.Tensor, cand: torch.Tensor) -> torch.Tensor:
+    """Sorted exact squared distances from rows ``who`` (an index per row of ``cand``) to their candidate rows,
+    float64.
 
-    Differences of float32 (or float64) numbers are formed in float64, where float32 differences are exact.
+    Differences of float32 (or float64) numbers are formed in float64, where float32 differences are exact; each
+    distance is the same d-term sum whichever rows share its chunk, so one call for many rows equals one per row.
     """
     x = rows.numpy()
+    who = who.numpy()
     cand = cand.numpy()
     out = np.empty(cand.shape)
     # Small chunks (4 MiB of differences) stay in cache; numpy's gather beats torch's advanced indexing here.
@@ -593,7 +591,7 @@ def _exact_sq(rows: torch.Tensor, start: int, cand: torch.Tensor) -> torch.Tenso
     for s in range(0, cand.shape[0], step):
         c = cand[s:s + step]
         diff = np.take(x, c, axis=0).astype(np.float64, copy=False)
-        diff -= x[start + s:start + s + c.shape[0], None, :]
+        diff -= np.take(x, who[s:s + step], axis=0)[:, None, :]
         out[s:s + c.shape[0]] = np.einsum("ijk,ijk->ij", diff, diff)
     out.sort(axis=1)
     return torch.from_numpy(out)
