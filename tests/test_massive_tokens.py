@@ -68,6 +68,23 @@ def test_without_a_massive_token_the_three_shares_agree():
     assert row["first_norm_ratio"] == pytest.approx(1.0, abs=0.1)
 
 
+def test_robust_false_leaves_the_robust_readings_out_and_the_rest_as_brute_force_has_it():
+    """A caller that reads no robust share (the profile command) asks for none; the shares it reads do not move."""
+    h = sequences(n_seq=40, length=16)
+    rows = h.reshape(-1, h.shape[-1])
+    first = taps.first_kept(torch.ones(h.shape[:2], dtype=torch.bool)).reshape(-1)
+    read = {}
+    for robust in (True, False):
+        layer = batches.BatchedLayer(h.shape[-1], batch_size=len(rows), n_batches=1,
+                                     metric_names=("sigma1_share", "mean_cosine"), robust=robust)
+        read[robust] = layer.update(torch.from_numpy(h), first=first).rows()[0]
+    assert set(batches.ROBUST_METRICS) <= set(read[True])
+    assert not set(batches.ROBUST_METRICS) & set(read[False])
+    assert read[False]["sigma1_share"] == pytest.approx(sigma1_share(rows), rel=1e-4)
+    assert read[False]["mean_cosine"] == pytest.approx(mean_cosine(rows), abs=1e-5)
+    assert {k: read[True][k] for k in read[False]} == read[False]
+
+
 def test_the_first_kept_position_after_left_padding_and_a_skipped_token():
     kept = torch.tensor([[True, True, True, False], [False, False, True, True], [False, True, False, True]])
     assert taps.first_kept(kept).tolist() == [[True, False, False, False], [False, False, True, False],

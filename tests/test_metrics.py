@@ -288,6 +288,26 @@ def test_two_nearest_distances_with_many_ties():
         M.twonn_dimension(grid)  # unrotated, every mu is exactly 1: the slope is undefined
 
 
+def test_two_nearest_distances_beside_a_few_massive_rows(monkeypatch):
+    # Hidden states' massive tokens: 1% of the rows 100x longer than the rest, near one another (one sink direction
+    # plus noise), all offset. Each row's certificate counts the float32 error of the rows it is compared with, so the
+    # massive rows' own error does not make the ordinary rows doubtful (a bound with the largest norm redid 1100 of
+    # these 1500 rows); the distances are brute force's either way.
+    g = rng(64)
+    x = g.standard_normal((1500, 64))
+    sink = g.standard_normal(64)
+    x[:15] = 100 * 8 * sink / np.linalg.norm(sink) + 5 * g.standard_normal((15, 64))
+    x = (x + 40.0).astype(np.float32)
+    dist = cdist(x.astype(np.float64), x.astype(np.float64), "sqeuclidean")
+    np.fill_diagonal(dist, np.inf)
+    expected = np.sort(dist, axis=1)[:, :2]
+    remeasured = []
+    exact_sq = M._exact_sq
+    monkeypatch.setattr(M, "_exact_sq", lambda rows, who, cand: remeasured.append(len(who)) or exact_sq(rows, who, cand))
+    assert M._two_nearest_sq(torch.from_numpy(x)).numpy() == pytest.approx(expected, rel=1e-12)
+    assert remeasured[0] == len(x) and sum(remeasured[1:]) <= 15  # redone with a float64 Gram: at most the massive
+
+
 def test_twonn_removes_and_counts_duplicates():
     z = rotate_into(uniform_sphere(1500, 4, seed=60), 64, seed=61)
     with_dups = np.concatenate([z, z[:100], z[:10]])  # 110 repeated rows

@@ -184,8 +184,10 @@ def measure(loaded, texts: Sequence[str], *, max_length: int = 128, extraction_b
     moments = layerwise.stats_factory("moments", 0, seed)
 
     def both(dim: int):
-        # the same BatchedLayer spectral.measure builds (shuffled with the seed), beside the moments
-        return taps.Tee(moments(dim), BatchedLayer(dim, planned[0], planned[1], PAPER2_METRICS, shuffle_seed=seed))
+        # the same BatchedLayer spectral.measure builds (shuffled with the seed), beside the moments; the table shows
+        # no robust reading of the sigma_1 share, so none is computed
+        return taps.Tee(moments(dim), BatchedLayer(dim, planned[0], planned[1], PAPER2_METRICS, shuffle_seed=seed,
+                                                   robust=False))
 
     extraction = taps.extract(loaded, texts, batch_size=extraction_batch, max_length=max_length, seed=seed,
                               device=device, stats_factory=both if planned else moments)
@@ -199,7 +201,7 @@ def measure(loaded, texts: Sequence[str], *, max_length: int = 128, extraction_b
     else:  # the thinnest layer holds other than counted: its own pass, as Paper 2's batches would be alone
         batches = spectral.measure(loaded, texts, batch_size=size, n_batches=count, max_length=max_length,
                                    extraction_batch=extraction_batch, device=device, shuffle_seed=seed,
-                                   metric_names=PAPER2_METRICS)
+                                   metric_names=PAPER2_METRICS, robust=False)
     summary = spectral.summary(batches, by=["layer"])[["layer", "sigma1_share", "sigma1_share_std",
                                                         "twonn_dimension", "twonn_dimension_std"]]
     frame = frame.drop(columns=["sigma1_share", "twonn_dimension"]).merge(summary, on="layer", how="left")

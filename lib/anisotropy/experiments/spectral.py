@@ -61,7 +61,7 @@ def _until_full(examples: Iterable, layers: list[BatchedLayer]) -> Iterator:
 def measure(loaded, examples: Iterable, batch_size: int = BATCH_SIZE, n_batches: int = 4,
             metric_names: Sequence[str] = DEFAULT_METRICS, max_length: int = 128, extraction_batch: int = 8,
             keep_special: bool = False, split_final_norm: bool = False, device=None,
-            part: str | None = None, shuffle_seed: int | None = 0) -> pd.DataFrame:
+            part: str | None = None, shuffle_seed: int | None = 0, robust: bool = True) -> pd.DataFrame:
     """Per-batch metrics of every layer of ``loaded`` (a ``models.registry.Loaded``) on ``examples``, via ``measure.taps.extract``.
 
     With ``shuffle_seed`` every example is read and each layer's vectors of all of them are shuffled before
@@ -72,18 +72,19 @@ def measure(loaded, examples: Iterable, batch_size: int = BATCH_SIZE, n_batches:
     the metrics. With ``split_final_norm`` the last block's output appears twice at the last
     layer: before (``after_final_norm`` False) and after the final norm (True). Raises when a layer gets no full
     batch: give more text or a smaller ``batch_size``. ``part`` ("encoder" / "decoder" of an encoder-decoder such
-    as Whisper, see ``measure.taps``) measures that stack alone, its layers numbered from 0 within it.
+    as Whisper, see ``measure.taps``) measures that stack alone, its layers numbered from 0 within it. ``robust``:
+    with ``sigma1_share``, also ``ROBUST_METRICS`` (``BatchedLayer``).
     """
     return measure_parts(loaded, examples, (part,), batch_size=batch_size, n_batches=n_batches,
                          metric_names=metric_names, max_length=max_length, extraction_batch=extraction_batch,
                          keep_special=keep_special, split_final_norm=split_final_norm, device=device,
-                         shuffle_seed=shuffle_seed)[part]
+                         shuffle_seed=shuffle_seed, robust=robust)[part]
 
 
 def measure_parts(loaded, examples: Iterable, parts: Sequence[str | None], batch_size: int = BATCH_SIZE,
                   n_batches: int = 4, metric_names: Sequence[str] = DEFAULT_METRICS, max_length: int = 128,
                   extraction_batch: int = 8, keep_special: bool = False, split_final_norm: bool = False,
-                  device=None, shuffle_seed: int | None = 0) -> dict[str | None, pd.DataFrame]:
+                  device=None, shuffle_seed: int | None = 0, robust: bool = True) -> dict[str | None, pd.DataFrame]:
     """``measure`` of each stack in ``parts`` of an encoder-decoder, from one pass of the examples through the model
     (``{part: frame}``); ``parts`` of one element is ``measure`` itself (None: the whole model). Several parts need
     ``shuffle_seed``: every example is then read whichever stack is asked for, so each frame equals its own
@@ -101,7 +102,8 @@ def measure_parts(loaded, examples: Iterable, parts: Sequence[str | None], batch
     created: list[BatchedLayer] = []
 
     def factory(dim: int) -> BatchedLayer:
-        created.append(BatchedLayer(dim, batch_size, n_batches, metric_names, shuffle_seed=shuffle_seed))
+        created.append(BatchedLayer(dim, batch_size, n_batches, metric_names, shuffle_seed=shuffle_seed,
+                                    robust=robust))
         return created[-1]
 
     split = contextlib.nullcontext(False)

@@ -95,14 +95,16 @@ class BatchedLayer:
 
     Valid rows: kept by ``mask`` (nonzero = keep), finite and not all zero (the rows ``measure.metrics`` would exclude), so a
     batch holds exactly ``batch_size`` vectors. Every metric in ``metric_names`` is computed on each batch, and with
-    ``sigma1_share`` among them, ``ROBUST_METRICS`` too (``first``: which rows are their sequence's first position,
-    as ``taps.extract`` passes it). Usable as ``taps.extract(..., stats_factory=lambda dim: BatchedLayer(dim, ...))``.
+    ``sigma1_share`` among them, ``ROBUST_METRICS`` too unless ``robust`` is False (``first``: which rows are their
+    sequence's first position, as ``taps.extract`` passes it; the robust readings cost two more sigma_1 shares per
+    batch, which a caller that does not read them need not pay). Usable as ``taps.extract(..., stats_factory=lambda dim: BatchedLayer(dim, ...))``.
     """
 
     wants_first = True  # taps.extract passes which rows are at their sequence's first position
 
     def __init__(self, dim: int, batch_size: int = BATCH_SIZE, n_batches: int = 4,
-                 metric_names: Sequence[str] = DEFAULT_METRICS, shuffle_seed: int | None = None):
+                 metric_names: Sequence[str] = DEFAULT_METRICS, shuffle_seed: int | None = None,
+                 robust: bool = True):
         unknown = [m for m in metric_names if m not in BATCH_METRICS]
         if unknown:
             raise ValueError(f"unknown metric(s) {unknown}; choose from {sorted(BATCH_METRICS)}")
@@ -111,7 +113,7 @@ class BatchedLayer:
         self.dim, self.batch_size, self.n_batches = int(dim), int(batch_size), int(n_batches)
         self.metric_names = tuple(metric_names)
         self.shuffle_seed = shuffle_seed
-        self.robust = "sigma1_share" in self.metric_names
+        self.robust = robust and "sigma1_share" in self.metric_names
         self.values: dict[str, list[float]] = {m: [] for m in self.metric_names + (ROBUST_METRICS if self.robust else ())}
         self._buffer: list[torch.Tensor] = []
         self._first: list[torch.Tensor] = []  # per buffered row: at its sequence's first position

@@ -502,7 +502,7 @@ def _two_nearest_sq(rows: torch.Tensor) -> torch.Tensor:
     candidates' distances are then recomputed exactly in float64 from the rows themselves. Centring matters: with a
     large common offset (hidden states whose norms are in the hundreds) ||a||^2 + ||b||^2 - 2 a.b in float32 cancels
     away the small distances TwoNN depends on. A row whose result cannot be certified against the float32 error bound
-    (near-ties with the fourth candidate) is redone with a float64 Gram matrix.
+    of each other row (near-ties with a row beyond the candidates) is redone with a float64 Gram matrix.
     """
     n, d = rows.shape
     # Rows off the CPU (the device path) stay where they are: every step below is torch on rows.device.
@@ -521,9 +521,12 @@ def _two_nearest_sq(rows: torch.Tensor) -> torch.Tensor:
     k = min(_TWONN_CANDIDATES + 1, n - 1)
     m = min(_TWONN_CANDIDATES, k)
     # Error of a float32 dot product of length d, probabilistic bound ~ sqrt(d) u (Higham & Mary 2019), with a
-    # safety factor of 8, relative to ||a||^2 + ||b||^2 (the size of the terms that cancel).
-    tol_scale = 8 * math.sqrt(d + 1) * float(torch.finfo(torch.float32).eps)
-    sq_max = float(sq.max())
+    # safety factor of 8, relative to the size of its terms, sum_k |a_k b_k| + ||b||^2 <= ||a||^2 + 2 ||b||^2 (a = x_i
+    # - mean, b = x_j - mean); 2 eps more for the float32 subtraction of each column's share of it below. Per column,
+    # not with the largest ||b||^2: a few massive tokens would otherwise leave half the rows of a batch doubtful.
+    eps32 = float(torch.finfo(torch.float32).eps)
+    tol_scale = 8 * math.sqrt(d + 1) * eps32 + 2 * eps32
+    column_tol = (2 * tol_scale * sq).to(torch.float32)
     out = torch.empty(n, 2, dtype=torch.float64, device=dev)
     block = max(1, min(n, _GRAM_BLOCK_ENTRIES // n))
     for s in range(0, n, block):
@@ -531,15 +534,19 @@ def _two_nearest_sq(rows: torch.Tensor) -> torch.Tensor:
         g = left[s:e] @ right.T  # (b, n): ||x_j||^2 - 2 x_i.x_j
         diag = torch.arange(e - s, device=dev)
         g[diag, diag + s] = float("inf")
-        approx, cand = _smallest_k(g, k)
+        _, cand = _smallest_k(g, k)
+        if m < k:  # the lowest a row beyond the m candidates can be: min_j (g_ij - 2 tol ||b_j||^2), in place
+            g.sub_(column_tol)
+            g.scatter_(1, cand[:, :m], float("inf"))
+            lowest = g.amin(dim=1)
         del g
-        exact = (_exact_sq_on_device(rows, torch.arange(s, e, device=dev), cand[:, :m]) if on_device
-                 else _exact_sq(rows, s, cand[:, :m]))
+        exact = (_exact_sq_on_device if on_device else _exact_sq)(rows, torch.arange(s, e, device=dev), cand[:, :m])
         out[s:e] = exact[:, :2]
         if m < k:
-            # Every row j beyond the first m candidates has approx_ij >= approx_i(m+1), so its true squared distance is
-            # at least that minus tol: the two nearest are certain when the exact second one is below that floor.
-            floor = approx[:, m].double() + sq[s:e] - tol_scale * (sq[s:e] + sq_max)
+            # Every row j beyond the first m candidates is at a true squared distance of at least
+            # ||a_i||^2 + g_ij - tol (||a_i||^2 + 2 ||b_j||^2) >= floor: the two nearest are certain when the exact
+            # second one is not above it.
+            floor = lowest.double() + sq[s:e] * (1 - tol_scale)
             # (Written as "not below" so that a NaN from float32 overflow also counts as doubtful.)
             doubtful = torch.nonzero(~(exact[:, 1] <= floor)).flatten() + s
             if doubtful.numel():
@@ -550,11 +557,7 @@ def _two_nearest_sq(rows: torch.Tensor) -> torch.Tensor:
                 g64 = sq64[None, :] - 2 * centred[doubtful] @ centred.T
                 g64[torch.arange(doubtful.numel(), device=dev), doubtful] = float("inf")
                 cand64 = torch.topk(g64, k, dim=1, largest=False).indices
-                if on_device:
-                    out[doubtful] = _exact_sq_on_device(rows, doubtful, cand64)[:, :2]
-                    continue
-                for j, i in enumerate(doubtful.tolist()):
-                    out[i] = _exact_sq(rows, i, cand64[j:j + 1])[0, :2]
+                out[doubtful] = (_exact_sq_on_device if on_device else _exact_sq)(rows, doubtful, cand64)[:, :2]
     return out
 
 
@@ -580,12 +583,15 @@ def _smallest_k(g: torch.Tensor, k: int, group: int = 128) -> tuple[torch.Tensor
     return values, torch.gather(cols, 1, pos)
 
 
-def _exact_sq(rows: torch.Tensor, start: int, cand: torch.Tensor) -> torch.Tensor:
-    """Sorted exact squared distances from rows start.. start+len(cand) to their candidate rows, float64.
+def _exact_sq(rows: torch.Tensor, who: torch.Tensor, cand: torch.Tensor) -> torch.Tensor:
+    """Sorted exact squared distances from rows ``who`` (an index per row of ``cand``) to their candidate rows,
+    float64.
 
-    Differences of float32 (or float64) numbers are formed in float64, where float32 differences are exact.
+    Differences of float32 (or float64) numbers are formed in float64, where float32 differences are exact; each
+    distance is the same d-term sum whichever rows share its chunk, so one call for many rows equals one per row.
     """
     x = rows.numpy()
+    who = who.numpy()
     cand = cand.numpy()
     out = np.empty(cand.shape)
     # Small chunks (4 MiB of differences) stay in cache; numpy's gather beats torch's advanced indexing here.
@@ -593,7 +599,7 @@ def _exact_sq(rows: torch.Tensor, start: int, cand: torch.Tensor) -> torch.Tenso
     for s in range(0, cand.shape[0], step):
         c = cand[s:s + step]
         diff = np.take(x, c, axis=0).astype(np.float64, copy=False)
-        diff -= x[start + s:start + s + c.shape[0], None, :]
+        diff -= np.take(x, who[s:s + step], axis=0)[:, None, :]
         out[s:s + c.shape[0]] = np.einsum("ijk,ijk->ij", diff, diff)
     out.sort(axis=1)
     return torch.from_numpy(out)
