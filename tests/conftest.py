@@ -83,6 +83,24 @@ def wait_for(condition, proc: subprocess.Popen | None, what: str, expected_s: fl
     return found
 
 
+def measure_beside_tiny_bert(monkeypatch, store_dir: Path, character_bert):
+    """A chapter's measurement of CharacterBERT (``character_bert()`` stands for ``registry.load``'s answer: a loaded
+    model, or an exception) beside a tiny BERT: (the two refs, the measured frame, the skipped rows)."""
+    from anisotropy import results
+    from anisotropy.experiments import layerwise
+    from anisotropy.models import registry
+
+    real = registry.load
+
+    def load(name, variant="pretrained", **kwargs):
+        return character_bert() if name == "character-bert" else real(name, "tiny", **kwargs)
+
+    monkeypatch.setattr(registry, "load", load)
+    refs = layerwise.model_refs(["character-bert", "bert-base-uncased"], "pretrained")
+    return refs, *layerwise.measure_models(refs, source="prose", n=2, max_length=16,
+                                           store=results.Store(store_dir))
+
+
 @pytest.fixture
 def colab(monkeypatch):
     """A Colab kernel as the notebooks' install cell and ``devices.on_colab`` recognise it (a ``google.colab`` module);

@@ -8,10 +8,10 @@ import socket
 
 import pytest
 import requests
+from conftest import measure_beside_tiny_bert
 from huggingface_hub.errors import HfHubHTTPError
 
-from anisotropy import hub, results
-from anisotropy.experiments import layerwise
+from anisotropy import hub
 from anisotropy.models import registry
 
 # The first lines of what transformers 4.57 raises for a legacy checkpoint, remote code written for another version,
@@ -81,17 +81,8 @@ def test_rate_limit_wrapped_by_transformers_is_read_from_the_chain(online):
 def test_chapter_skips_the_model_that_failed_and_measures_the_rest(online, monkeypatch, tmp_path):
     """A model whose loading raises something that is not the Hub's (here an unknown model_type) is one line in the
     skipped list; the chapter goes on with the others."""
-    real = registry.load
-
-    def load(name, variant="pretrained", **kwargs):
-        if name == "character-bert":
-            return hub.load(_failing(UNKNOWN_TYPE), registry.spec(name).hub_id)
-        return real(name, "tiny", **kwargs)
-
-    monkeypatch.setattr(registry, "load", load)
-    refs = layerwise.model_refs(["character-bert", "bert-base-uncased"], "pretrained")
-    frame, skipped = layerwise.measure_models(refs, source="prose", n=2, max_length=16,
-                                              store=results.Store(tmp_path / "r"))
+    _, frame, skipped = measure_beside_tiny_bert(
+        monkeypatch, tmp_path / "r", lambda: hub.load(_failing(UNKNOWN_TYPE), registry.spec("character-bert").hub_id))
     assert set(frame["model"]) == {"bert-base-uncased"}
     assert [(s.ref.name, s.reason) for s in skipped] == [(
         "character-bert", "helboukkouri/character-bert could not be loaded: ValueError: The checkpoint you are trying "

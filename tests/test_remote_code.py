@@ -17,6 +17,7 @@ from anisotropy.experiments import layerwise
 from anisotropy.measure import taps
 from anisotropy.models import registry
 from anisotropy.models.character_indexer import MAX_WORD_LENGTH, CharacterIndexer
+from conftest import measure_beside_tiny_bert
 from hub_standin import remote
 
 TEXTS = ["Anisotropy makes hidden representations close to each other in angle.",
@@ -189,18 +190,10 @@ def test_a_remote_forward_failure_is_a_one_line_skip_naming_the_model(stand_in, 
     """An exception inside CharacterBERT's forward pass: the model is skipped in one line naming it, the chapter
     measures the others; the same exception from a model whose code is the library's own stops the chapter."""
     model = stand_in("helboukkouri/character-bert")
-    real = registry.load
     spec = {"character-bert": registry.spec("character-bert")}
-
-    def load(name, variant="pretrained", **kwargs):
-        if name == "character-bert":
-            return registry.Loaded(model, _broken_indexer, spec["character-bert"], "pretrained")
-        return real(name, "tiny", **kwargs)
-
-    monkeypatch.setattr(registry, "load", load)
-    refs = layerwise.model_refs(["character-bert", "bert-base-uncased"], "pretrained")
-    frame, skipped = layerwise.measure_models(refs, source="prose", n=2, max_length=16,
-                                              store=results.Store(tmp_path / "r"))
+    refs, frame, skipped = measure_beside_tiny_bert(
+        monkeypatch, tmp_path / "r",
+        lambda: registry.Loaded(model, _broken_indexer, spec["character-bert"], "pretrained"))
     assert set(frame["model"]) == {"bert-base-uncased"}
     assert [(s.ref.name, s.reason) for s in skipped] == [(
         "character-bert", "character-bert: measuring it through its remote code (helboukkouri/character-bert) failed: "
