@@ -27,7 +27,6 @@ import contextlib
 import functools
 import gc
 import hashlib
-import re
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
@@ -406,14 +405,6 @@ def _registry_names():
     return registry.MODELS
 
 
-def step_of(revision: str) -> int:
-    """Training step of a hub revision name: 'step1000' (Pythia), 'global_step1000' (Bloom), 'step_20k' (MultiBERTs)."""
-    m = re.search(r"(\d+)(k?)$", revision)
-    if not m:
-        raise ValueError(f"no step number in revision {revision!r}")
-    return int(m.group(1)) * (1000 if m.group(2) else 1)
-
-
 def hub_checkpoints(name: str, revisions: Sequence[str] = (), **columns) -> tuple[list[dict], list[str]]:
     """Entries for ``series``: one per hub revision of a registry model, with its ``step`` (label: the model), and a
     note per requested revision the model does not have (Bloom sizes have different branches). No ``revisions``:
@@ -424,7 +415,8 @@ def hub_checkpoints(name: str, revisions: Sequence[str] = (), **columns) -> tupl
     kept, missing = registry.checkpoint_revisions(name, revisions)
     notes = [f"{name} has no checkpoint {r}; the nearest that exist: "
              f"{', '.join(hub.nearest(r, registry.spec(name).revisions))}" for r in missing]
-    return [{"model": name, "revision": r, "step": step_of(r), "label": name, **columns} for r in kept], notes
+    return [{"model": name, "revision": r, "step": hub.step(r, required=True), "label": name, **columns}
+            for r in kept], notes
 
 
 def suite_checkpoints(suite: str, profile_name: str = "local", seeds: Sequence[int] | None = None,
