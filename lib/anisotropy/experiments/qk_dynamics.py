@@ -28,6 +28,7 @@ import torch
 from anisotropy.measure import attention, metrics
 from anisotropy.data import sources
 from anisotropy.models import registry
+from anisotropy.models.identity import identity
 from anisotropy import devices, hub, progress as progress_lines, results
 
 CHAPTER = "p1_s5_qk_training"
@@ -58,11 +59,8 @@ class Stage:
 
     @property
     def key(self) -> dict:
-        """What identifies the weights: registry name + revision, or the folder (relative to the cache when inside
-        it, since a self-trained folder's path holds its recipe hash)."""
-        if Path(self.source).is_dir():
-            return {**results.checkpoint_key(self.source), "revision": self.revision, "variant": self.variant}
-        return {"source": self.source, "revision": self.revision, "variant": self.variant}
+        """What identifies the weights in a stored result's key: ``{"model": models.identity.identity(...)}``."""
+        return {"model": identity(self.source, self.variant, self.revision)}
 
     def load(self, device="cpu", release: bool = False) -> registry.Loaded:
         """The checkpoint in memory; ``release``: a hub checkpoint's downloaded files leave the cache once loaded."""
