@@ -1,14 +1,16 @@
-"""The queries-and-keys page (Paper 1, Section 5): measuring a run's checkpoints with the page's parameters, and its
-heads, training records and per-run verdicts in words."""
+"""The queries-and-keys page (Paper 1, Section 5): measuring a run's checkpoints with the page's parameters, its
+heads, training records and per-run verdicts in words, and what it asks of a runtime."""
 
 from __future__ import annotations
 
 import re
 
+from anisotropy import profiles
 from anisotropy.data import images
 from anisotropy.claims import learnt
 from anisotropy.experiments import qk_dynamics as qk
 from anisotropy.models import registry
+from anisotropy.pages import budget
 from anisotropy.training import trainer
 
 
@@ -165,8 +167,6 @@ def decoder_weights(name: str) -> str:
 def paper_setup() -> dict:
     """The `paper` profile's encoder runs in words, from its block of ``profiles/paper.yml``: ``n_samples`` and
     ``seeds`` ("0-4", or a list when they are not consecutive)."""
-    from anisotropy import profiles
-
     block = profiles.chapter_parameters("paper", "p1_s5_qk_training")
     seeds = sorted(block.get("seeds", []))
     consecutive = len(seeds) > 1 and seeds == list(range(seeds[0], seeds[-1] + 1))
@@ -178,3 +178,32 @@ def span(values) -> str:
     """"0.12" for one value, "0.12 to 0.15" for several (smallest to largest), two decimals."""
     low, high = float(min(values)), float(max(values))
     return f"{low:.2f}" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f} to {high:.2f}"
+
+
+def plan(p: dict, out: budget.Plan) -> None:
+    """The page's encoder: every checkpoint of each MultiBERTs seed (released once measured; the first seed's are
+    loaded again for the vector samples of the figures), or, when the encoder is a suite of the profile, its seeds
+    trained (``qk_dynamics.runs``); each extension a suite of the profile trained with all its seeds
+    (``qk_dynamics.runs(name, seeds=None)``); the text data set."""
+    if p["encoder"] == "multiberts":
+        for seed in p["seeds"]:
+            revisions = p["revisions"] or registry.spec(f"multiberts-seed-{seed}").revisions
+            out.checkpoints += [budget.Checkpoint(f"multiberts-seed-{seed}", r, p["n_samples"], p["max_length"],
+                                                  batch=p["batch_size"], release=True,
+                                                  passes=2 if seed == p["seeds"][0] else 1) for r in revisions]
+    else:
+        _train_suites(out, {p["encoder"]: p["seeds"]})
+    _train_suites(out, {name: None for name in p.get("extensions") or []})
+    out.data.append((p["datasets"]["text"], p["n_samples"]))
+
+
+def _train_suites(out: budget.Plan, wanted: dict) -> None:
+    """Add the training of the profile's suites ``{name: seeds or None (all)}`` to ``out`` (the suites of the
+    profile's checkpoint_suites chapter, as ``training.recipes.suite_specs`` reads them)."""
+    if not wanted:
+        return
+    specs = profiles.chapter_parameters(out.profile, "checkpoint_suites").get("suites", {})
+    for name, seeds in wanted.items():
+        if name in specs:
+            spec = specs[name]
+            out.train(spec, len([s for s in spec.get("seeds", [0]) if seeds is None or s in seeds]), suite=name)
