@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from anisotropy.chapters import p1_s3_modalities, plans
+from anisotropy.chapters import appendix_performance, p1_s3_modalities, plans
 from anisotropy.measure import batches
 from anisotropy.pages import budget
 from anisotropy.experiments import layerwise
@@ -289,7 +289,7 @@ def test_the_worked_budget_adds_up_to_the_estimate(chapter):
     from anisotropy import profiles
 
     p = plans.plan(chapter, profiles.chapter_parameters("paper", chapter))
-    rows = budget.worked(p)
+    rows = appendix_performance.worked(p)
     e = budget.estimate(p)
     assert rows["minutes"].sum() == pytest.approx(e["gpu_minutes"], rel=1e-9)
     assert (rows["minutes"] > 0).all()
@@ -304,7 +304,7 @@ def test_the_worked_forward_passes_are_twice_the_parameters_times_the_tokens_rea
     from anisotropy.models import registry
 
     params = profiles.chapter_parameters("paper", "p1_s3_token_level")
-    rows = budget.worked(plans.plan("p1_s3_token_level", params)).set_index("model")
+    rows = appendix_performance.worked(plans.plan("p1_s3_token_level", params)).set_index("model")
     with torch.device("meta"):
         model = transformers.AutoModel.from_config(transformers.AutoConfig.for_model(**registry.spec("gpt2").config))
     counted = sum(p.numel() for p in model.parameters())
@@ -360,7 +360,7 @@ def test_the_worked_budget_takes_the_gpu_kind():
     params = profiles.chapter_parameters("paper", "p1_s3_token_level")
     p = plans.plan("p1_s3_token_level", params)
     for kind, rate in DATASHEETS.items():
-        rows = budget.worked(p, gpu=kind)
+        rows = appendix_performance.worked(p, gpu=kind)
         gpt2 = rows.set_index("model").loc["gpt2"]
         assert gpt2["rate (TFLOP/s)"] == rate[params.get("dtype") or "float32"]
         assert rows["minutes"].sum() == pytest.approx(budget.estimate(p, kind)["gpu_minutes"], rel=1e-9)
@@ -458,7 +458,8 @@ def test_the_profile_page_plans_its_registry_models_with_the_commands_own_batchi
     assert [c.model for c in p.checkpoints] == ["pythia-410m", "gpt2"]
     assert p.requests == [("EleutherAI/pythia-410m", None), ("gpt2", None)]
     assert {c.pool for c in p.checkpoints} == {batches.BATCH_SIZE * model_profile.N_BATCHES}
-    assert {(c.metrics, c.batch) for c in p.checkpoints} == {(model_profile.PAPER2_METRICS, model_profile.EXTRACTION_BATCH)}
+    assert {(c.metrics, c.batch) for c in p.checkpoints} == {(model_profile.PAPER2_METRICS,
+                                                               model_profile.EXTRACTION_BATCH)}
     assert p.data == [("enwik8", 600)] and any("someone/not-in-the-registry" in note for note in p.notes)
     assert plans.plan("profile_a_model", {**params, "variant": "tiny"}).checkpoints == []
     assert plans.plan("profile_a_model", {**params, "text": "notes.txt"}).data == []

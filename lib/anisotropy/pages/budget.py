@@ -5,10 +5,10 @@ them into estimates of download, disk, GPU and CPU memory and time on a Colab GP
 ``GPUS`` is named), computed from the registry's parameter counts and the chapter's sample sizes (never typed by hand).
 
 ``estimate(plan, gpu)`` gives the sizes and minutes on that kind of GPU, with the minutes on every kind beside;
-``table`` is what a chapter page shows, ``describe`` and ``summary`` its sentences, ``worked`` the time term by term,
-and ``problems`` says what would not fit a free Colab runtime (``COLAB``: a T4, 12.7 GiB of host memory, two vCPUs)
-with the largest setting that does. The estimates are rough by design (stated on the page): the download assumes
-``HUB_MB_PER_S``, the compute a fixed share of the GPU's peak rate.
+``table`` is what a chapter page shows, ``describe`` and ``summary`` its sentences, and ``problems`` says what would
+not fit a free Colab runtime (``COLAB``: a T4, 12.7 GiB of host memory, two vCPUs) with the largest setting that does.
+The estimates are rough by design (stated on the page): the download assumes ``HUB_MB_PER_S``, the compute a fixed
+share of the GPU's peak rate.
 
 Host memory (``host_ram_bytes``) counts what the measuring code holds on the CPU side, derived from what it allocates:
 Paper 2's per-layer pools (``measure.batches.BatchedLayer``: ``pool_bytes``) and Section 3's per-example sums with their
@@ -492,39 +492,6 @@ def cpu_minutes(e: dict) -> float:
     flop = (e["forward_tflop"] + e["metric_tflop"] + e["training_tflop"]) * 1e12
     return (flop / (CPU_TFLOPS * 1e12 * EFFICIENCY) + e["download_gib"] * 1024 / HUB_MB_PER_S
             + LOAD_S * e["checkpoints"]) / 60
-
-
-def worked(p: Plan, gpu: str = FREE_GPU):
-    """``estimate``'s time of plan ``p`` on the ``gpu`` kind of ``GPUS``, term by term from the model sizes, as a table
-    whose ``minutes`` add up to its ``gpu_minutes``: per model (its checkpoints together) the forward passes, 2 x
-    parameters x tokens flops at the dtype's peak rate x ``EFFICIENCY`` (tokens = examples x positions x passes); the per-batch
-    metrics (``checkpoint_metric_flops``); then the downloads at ``HUB_MB_PER_S``, the loads at ``LOAD_S`` each, and
-    the training. Columns: term, model, parameters, tokens, TFLOP, rate (TFLOP/s, the peak), minutes."""
-    kind = GPUS[gpu]
-    rows = []
-    by_model: dict[tuple[str, str], list[Checkpoint]] = {}
-    for c in p.checkpoints:
-        by_model.setdefault((c.model, c.dtype), []).append(c)
-    for (model, dtype), group in by_model.items():
-        flop = sum(forward_flops(c) for c in group)
-        rows.append({"term": f"forward passes ({dtype})" + (f", {len(group)} checkpoints" if len(group) > 1 else ""),
-                     "model": model, "parameters": _params(model),
-                     "tokens": sum(c.examples * c.positions * c.passes for c in group), "TFLOP": flop / 1e12,
-                     "rate (TFLOP/s)": kind.rate(dtype), "minutes": gpu_seconds(flop, dtype, gpu) / 60})
-        f32, f64 = (sum(x) for x in zip(*(checkpoint_metric_flops(c) for c in group)))
-        if f32 or f64:
-            rows.append({"term": "per-batch metrics (float32 products, float64 eigenvalues)", "model": model,
-                         "parameters": None, "tokens": None, "TFLOP": (f32 + f64) / 1e12, "rate (TFLOP/s)": None,
-                         "minutes": (gpu_seconds(f32, "float32", gpu) + gpu_seconds(f64, "float64", gpu)) / 60})
-    e = estimate(p, gpu)
-    download = e["download_gib"] * 1024 / HUB_MB_PER_S / 60
-    loads = LOAD_S * sum(c.passes for c in p.checkpoints) / 60
-    rows.append({"term": f"downloads, {e['download_gib']:.1f} GiB at {HUB_MB_PER_S:.0f} MB/s", "minutes": download})
-    rows.append({"term": f"loads, {sum(c.passes for c in p.checkpoints)} at {LOAD_S:.0f} s", "minutes": loads})
-    if e["training_minutes"]:
-        rows.append({"term": "training", "TFLOP": p.training_flops / 1e12, "rate (TFLOP/s)": kind.rate("float32"),
-                     "minutes": e["training_minutes"]})
-    return pd.DataFrame(rows, columns=["term", "model", "parameters", "tokens", "TFLOP", "rate (TFLOP/s)", "minutes"])
 
 
 def _params(model: str) -> float:
