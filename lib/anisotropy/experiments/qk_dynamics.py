@@ -567,7 +567,7 @@ def pick_heads(stats: pd.DataFrame, band: float = 0.0, min_displacement: float =
     return {**picked, "qualified": qualified, "dynamics": dyn}
 
 
-# ---- does the paper's finding hold? -------------------------------------------------------------------------------
+# ---- the numbers of the paper's finding (decided by claims.rules.p1_s5) ---------------------------------------------
 
 def null_cosine_bound(head_dim: int, level: float = 0.95) -> float:
     """|cos| that two independent isotropic Gaussian vectors of dimension ``head_dim`` exceed with probability
@@ -581,8 +581,7 @@ def alignment_summary(stats: pd.DataFrame) -> pd.DataFrame:
     """One row per run: the first and last step, the median |cos(Q̄, K̄)| over heads at each, the share of heads
     whose |cos| grew, the share of heads beyond the isotropic 95% band at each end, among those at the end the share
     with a positive cosine (common direction), the mean attention entropy over heads at each end (nats) and its
-    relative change, and ``holds``: whether the median |cos| grew, more heads sit beyond the band at the end than at
-    the start, and the entropy fell, the three parts of the paper's finding."""
+    relative change: the numbers of the paper's finding, which ``claims.rules.p1_s5.three_part_test`` decides."""
     rows = []
     for run, part in stats.groupby("run", sort=False):
         first_step, last_step = part["step"].min(), part["step"].max()
@@ -600,9 +599,6 @@ def alignment_summary(stats: pd.DataFrame) -> pd.DataFrame:
                "entropy_first": float(first["entropy"].mean()), "entropy_last": float(last["entropy"].mean()),
                "entropy_uniform": float(first["entropy_uniform"].mean())}
         row["entropy_change"] = row["entropy_last"] / row["entropy_first"] - 1
-        row["holds"] = bool(row["median_abs_cos_last"] > row["median_abs_cos_first"]
-                            and row["share_beyond_null_last"] > row["share_beyond_null_first"]
-                            and row["entropy_last"] < row["entropy_first"])
         rows.append(row)
     return pd.DataFrame(rows)
 
