@@ -11,7 +11,6 @@ holds everything that determines them, so a rebuild reuses them and several chap
 
 from __future__ import annotations
 
-import gc
 import time
 import warnings
 from dataclasses import dataclass
@@ -342,7 +341,7 @@ def measure(ref: ModelRef, examples, *, source: str, n: int, seed: int = 0, max_
     """One model's rows, from the store if present; ``examples`` is a zero-argument callable returning the examples
     (called only when the rows must be computed). Untrained weights are seeded with ``seed``."""
     from anisotropy.data import sources
-    from anisotropy.models import registry
+    from anisotropy.models.session import out_of_memory, session
     from anisotropy import results
     from anisotropy.measure import taps
 
@@ -356,39 +355,26 @@ def measure(ref: ModelRef, examples, *, source: str, n: int, seed: int = 0, max_
         dev = devices.resolve(device)
         start = time.perf_counter()
         progress.say(f"measuring {ref.label or ref.name} ({ref.variant}) on {n} examples of {source}")
-        if ref.is_folder:
-            loaded = registry.load(ref.name, device=dev, dtype=_dtype(dtype))
-        else:
-            loaded = registry.load(ref.name, variant=ref.variant, revision=ref.revision, device=dev,
-                                   dtype=_dtype(dtype), seed=seed)
-        length = max_length or 1
-        if ref.is_folder and max_length:  # small self-trained models know fewer positions than the registry's
-            config = loaded.model.config
-            limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
-            length = min(max_length, limit) if limit else max_length
-        try:
-            extraction = taps.extract(loaded, examples(), batch_size=batch_size, max_length=length,
-                                      keep_special=keep_special, seed=seed, device=dev, part=part,
-                                      stats_factory=stats_factory(stats, reservoir_size, seed))
-            return frame_of(extraction, loaded, ref.label, time.perf_counter() - start, ref.family)
-        except torch.cuda.OutOfMemoryError:
-            torch.cuda.empty_cache()
-            raise registry.out_of_memory(ref.name, _dtype(dtype), batch_size) from None
-        except ValueError as exc:
-            # taps refuses a model with a layer where no vector survives (e.g. an untrained CNN whose activations
-            # underflow to exactly zero): a property of these weights, stored so that a rebuild does not redo it.
-            if "no vector was kept" in str(exc):
+        options = {} if ref.is_folder else {"variant": ref.variant, "revision": ref.revision, "seed": seed}
+        with session(ref.name, batch_size=batch_size, device=dev, dtype=_dtype(dtype), **options) as loaded:
+            length = max_length or 1
+            if ref.is_folder and max_length:  # small self-trained models know fewer positions than the registry's
+                config = loaded.model.config
+                limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+                length = min(max_length, limit) if limit else max_length
+            try:
+                extraction = taps.extract(loaded, examples(), batch_size=batch_size, max_length=length,
+                                          keep_special=keep_special, seed=seed, device=dev, part=part,
+                                          stats_factory=stats_factory(stats, reservoir_size, seed))
+                return frame_of(extraction, loaded, ref.label, time.perf_counter() - start, ref.family)
+            except taps.NoVectorKept as exc:
+                # taps refuses a model with a layer where no vector survives (e.g. an untrained CNN whose activations
+                # underflow to exactly zero): a property of these weights, stored so that a rebuild does not redo it.
                 return pd.DataFrame({SKIPPED_COLUMN: [str(exc).splitlines()[0]]})
-            if not loaded.spec.remote_code:
-                raise
-            raise remote_failure(loaded.spec, exc) from None
-        except Exception as exc:  # noqa: BLE001 - only code of the model's Hub repository fails into a skip
-            if not loaded.spec.remote_code:
-                raise
-            raise remote_failure(loaded.spec, exc) from None
-        finally:
-            del loaded
-            gc.collect()
+            except Exception as exc:  # noqa: BLE001 - only code of the model's Hub repository fails into a skip
+                if not loaded.spec.remote_code or out_of_memory(exc):
+                    raise  # the library's own error; out of GPU memory is the session's to word
+                raise remote_failure(loaded.spec, exc) from None
 
     frame = store.cached(STORE_CHAPTER, key, compute)
     if SKIPPED_COLUMN in frame.columns:
