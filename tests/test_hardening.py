@@ -517,6 +517,51 @@ def test_allowed_declarations_are_read_from_the_parameters_cell(probe_repo, monk
     assert at_least.violation([2, 16]) is None and "below" in at_least.violation([16, 1])
 
 
+# What people type for a number, and what Python's float() and int() make of it (the truth the parser is held to).
+NUMBERS_READ = ["0", "1e3", "2e4", "+3", ".5", "-1", "1_000", "2.5e3", "1.0", "5e-2", "1E3", "-0.25", "3.", "017",
+                "1_000.5", "1e1_0", " 7 "]
+NUMBERS_PYTHON_ONLY = ["inf", "nan", "-Infinity", "1e400", "\u0661\u0662"]  # float() reads them; no parameter means them
+NOT_NUMBERS = ["1e", "e3", "1.2.3", "--1", "+-1", "1_", "_1", "1__0", "0x10", "1,5", "", "1 000", ".", "1e3.5", "abc"]
+
+
+def _reads(parse, text):
+    try:
+        return parse(text)
+    except ValueError:
+        return None
+
+
+def test_one_number_parser_reads_numbers_as_python_does():
+    from anisotropy import profiles
+
+    for text in NUMBERS_READ:
+        value, as_int = profiles.number(text), _reads(int, text)
+        assert value == float(text), text
+        # an int where int() reads one, and where an exponent writes a whole number (1e3: a count, as people write one)
+        assert isinstance(value, int) == (as_int is not None or ("e" in text.lower() and float(text).is_integer())), text
+    for text in NUMBERS_PYTHON_ONLY:
+        assert _reads(float, text) is not None and profiles.number(text) is None, text
+    for text in NOT_NUMBERS:
+        assert _reads(float, text) is None and _reads(int, text) is None, text  # Python refuses them too
+        assert profiles.number(text) is None, text
+
+
+def test_the_command_line_and_the_profiles_read_a_number_alike():
+    """``-p name=value`` (``cli._parse_assignments``) and a YAML file of the profiles (``profiles.read_yaml``: the
+    profiles' files) give the same value as ``profiles.number`` for every spelling, where YAML 1.1 alone
+    reads 1e3 as a word and 017 as octal 15; a word stays a word."""
+    from anisotropy import profiles
+    from anisotropy.book.cli import _parse_assignments
+
+    for text in (t.strip() for t in NUMBERS_READ):
+        value = profiles.number(text)
+        assert _parse_assignments([f"x={text}"]) == {"x": value} == profiles.read_yaml(f"x: {text}"), text
+        assert type(_parse_assignments([f"x={text}"])["x"]) is type(value) is type(profiles.read_yaml(f"x: {text}")["x"])
+    assert _parse_assignments(["x=1e3,2e3"], as_grid=True) == {"x": [1000, 2000]} == profiles.read_yaml("x: [1e3, 2e3]")
+    for word in ("1:30", "inf", "0x10", "1_", "post_ln"):
+        assert _parse_assignments([f"x={word}"]) == {"x": word} == profiles.read_yaml(f"x: {word}"), word
+
+
 # ---- one report for a failing cell, and the build goes on ------------------------------------------------------------
 
 @pytest.mark.slow

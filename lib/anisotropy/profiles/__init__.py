@@ -7,6 +7,9 @@ shrunk; nested dicts such as a suite's recipe are merged key by key). The ``loca
 written in every chapter's parameters cell (a test keeps them equal), so inside a kernel a value that still equals
 the ``local`` one was not set by the user and is taken from the named profile (``apply``).
 
+Every number a reader writes, in a profile or on the command line (``-p n=1e3``), is read by one parser
+(``number``, through ``read_yaml``).
+
 Chapter sources (``notebooks/<name>.md``) are read here too, for their parameters cell: defaults and the ``allowed:``
 rules of its comments (``Rule``). That needs a checkout; on Colab the packaged profiles alone check kinds.
 
@@ -19,6 +22,7 @@ import ast
 import copy
 import difflib
 import hashlib
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -35,6 +39,54 @@ DEFAULT = "local"  # the profile whose values every parameters cell shows
 # Parameters of every chapter that say where it runs, not what it measures: no profile sets them, a result's key and a
 # verdict's key leave them out, and ``apply`` acts on them. ``results_dir``: the results store ("" = the default).
 RUNTIME = ("profile", "results_dir")
+
+
+# ---- numbers: one reading, wherever a reader writes one -------------------------------------------------------------
+
+_DIGITS = r"[0-9](?:_?[0-9])*"  # Python's: an underscore only between two digits
+NUMBER = re.compile(rf"[+-]?(?:{_DIGITS}(?:\.(?:{_DIGITS})?)?|\.{_DIGITS})(?:[eE][+-]?{_DIGITS})?\Z")
+
+
+def number(text: str) -> int | float | None:
+    """The number ``text`` spells, None if it spells none: a decimal number as Python's ``float()`` reads it (a sign,
+    digits with ``_`` between two of them, a point, an exponent: ``1e3``, ``+3``, ``.5``, ``-1``, ``1_000``), finite
+    and in ASCII digits (``inf``, ``nan``, ``0x10`` and ``١٢`` stay words). An integral value written without a
+    point, or with an exponent (``1e3``, ``2.5e3``: a count, as people write one), is an int; ``1.0`` is a float."""
+    text = text.strip()
+    if not NUMBER.match(text):
+        return None
+    exponent = "e" in text.lower()
+    if "." not in text and not exponent:
+        return int(text)
+    value = float(text)
+    if not math.isfinite(value):  # 1e400
+        return None
+    return int(value) if exponent and value.is_integer() else value
+
+
+class _Reader(yaml.SafeLoader):
+    """YAML whose plain scalars that spell a number are read by ``number``: YAML 1.1's own int and float take
+    ``5e-2`` for a word, ``017`` for octal 15 and ``1:30`` for 90."""
+
+
+_Reader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_Reader.add_implicit_resolver("!number", NUMBER, list("+-.0123456789"))
+
+
+def _number_or_text(text: str):
+    value = number(text)
+    return text if value is None else value  # 1e400 stays the word it is
+
+
+_Reader.add_constructor("!number", lambda loader, node: _number_or_text(loader.construct_scalar(node)))
+
+
+def read_yaml(text: str):
+    """YAML (JSON is YAML too) with its numbers read by ``number``: the profiles, ``allowed.yml`` and the command
+    line's ``-p name=value`` read a number the same way."""
+    return yaml.load(text, Loader=_Reader)  # a SafeLoader: plain data only
 
 
 # ---- profiles -------------------------------------------------------------------------------------------------------
@@ -95,7 +147,7 @@ def _load(name: str) -> dict:
         close = difflib.get_close_matches(name, known, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
         raise ProfileError(f"Unknown profile {name!r}.{hint} Known profiles: {', '.join(known)}.")
-    profile = _validated(name, path, yaml.safe_load(path.read_text()) or {})
+    profile = _validated(name, path, read_yaml(path.read_text()) or {})
     profile.setdefault("notebooks", {})
     base = profile.pop("base", None)
     if base:
