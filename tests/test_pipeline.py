@@ -124,7 +124,7 @@ def test_notebook_conventions(path):
     cells = re.findall(r"```\{code-cell\}[^\n]*\n(.*?)```", text, flags=re.S)
     assert 'if "google.colab" in sys.modules' in cells[0], "first cell installs the library on Colab only"
     assert report.install_command() in cells[0], "the install line derives from _config.yml (make sync)"
-    assert f'profiles.apply("{path.stem}", globals())' in text, "parameters come from the named profile"
+    assert f'plans.apply("{path.stem}", globals())' in text, "parameters come from the named profile (with the plan)"
     assert any(":tags: [parameters" in c for c in cells), "a cell tagged `parameters` for papermill"
     assert "report.provenance(" in text, "every chapter shows the provenance box"
     assert re.search(r'^profile = "local"$', text, flags=re.M), "the default profile is local"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import gc
 import time
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -24,6 +24,7 @@ import torch
 
 from anisotropy.measure import baseline, metrics
 from anisotropy import devices, progress, results
+from anisotropy.models.identity import identity
 
 STORE_CHAPTER = "p1_layerwise"  # one namespace shared by every chapter that measures layer-wise geometry
 # With stats="full", wider layers (CNN maps flattened to C*H*W) still get first moments only: LayerStats' d x d
@@ -292,35 +293,14 @@ def null_q95(dim) -> np.ndarray:
     return np.array([unique[int(d)] for d in dims.ravel()]).reshape(dims.shape)
 
 
-def _model_key(ref: ModelRef) -> dict:
-    """The ref plus what the registry builds it from (hub id, class, config, preprocessor, offline tokenizer
-    version), or a self-trained folder's training state: a changed entry recomputes its rows."""
-    from anisotropy.models import offline_tokenizers, registry
-
-    key = asdict(ref)
-    key.pop("label")
-    if ref.is_folder:
-        from anisotropy.results import checkpoint_key
-
-        key.update(checkpoint_key(ref.name), name=None)  # where the cache lives must not change the key
-        return key
-    s = registry.spec(ref.name)
-    key["spec"] = {"hub_id": s.hub_id, "architecture": s.architecture, "layout": s.layout,
-                   "preprocessor": s.preprocessor, "preprocessor_kwargs": dict(s.preprocessor_kwargs),
-                   "prefix_tokens": s.prefix_tokens}
-    if ref.variant != "pretrained":
-        key["spec"].update(config=dict(s.config or {}), tiny=dict(s.tiny or {}) if ref.variant == "tiny" else None,
-                           tiny_preprocessor_kwargs=dict(s.tiny_preprocessor_kwargs),
-                           offline_tokenizers=offline_tokenizers.packaged_tokenizers_fingerprint())
-    return key
-
-
 def measurement_key(ref: ModelRef, source: str, n: int, seed: int, max_length: int | None, batch_size: int,
                     keep_special: bool, part: str | None, stats: str, reservoir_size: int, data_options: dict | None,
                     dtype: str | None) -> dict:
     """Everything that determines a model's rows (the package version is added by the store). The device is left
     out: a GPU and a CPU give the same numbers up to float rounding."""
-    return {"what": "layer-wise geometry", "model": _model_key(ref),
+    # the ref's family is a column of the stored rows (``frame_of``); its label is set after they are read back
+    return {"what": "layer-wise geometry", "model": identity(ref.name, ref.variant, ref.revision),
+            "family": ref.family,
             "data": {"source": source, "n": n, "seed": seed, "options": dict(data_options or {})},
             "max_length": max_length, "batch_size": batch_size, "keep_special": keep_special, "part": part,
             "stats": stats, "reservoir_size": reservoir_size if stats == "full" else 0, "dtype": dtype}

@@ -105,7 +105,8 @@ def provenance(resolved, models=(), described: dict | None = None):
     """Display the provenance box: profile, what was measured, every parameter with where its value came from,
     code (package version and fingerprint, package versions), commit, machine, date, wall time.
 
-    ``resolved`` is the chapter's ``profiles.apply(...)`` result. ``models`` is a list of strings that say what was
+    ``resolved`` is the chapter's run (``chapters.plans.apply(...)``: its parameters and, under a paper-like profile,
+    its plan); a plain ``profiles.apply(...)`` result does elsewhere. ``models`` is a list of strings that say what was
     measured, e.g. "bert-base-uncased (untrained, true size)". ``described`` maps a parameter to the text shown
     instead of its raw value (e.g. a data source with its description). Returns the IPython HTML object (displayed
     when it is the cell's last expression).
@@ -175,15 +176,14 @@ def _paper_like(profile: str) -> bool:
 
 
 def unverified_note(resolved) -> str:
-    """Under a paper-like profile, the sentence that names the Hub facts this chapter's loads rely on (its plan's
-    requests: ``pages.budget.plan``) that the manifest of the Hub (``hub.MANIFEST``) leaves unverified; empty under any
-    other profile, or when every such fact was read from a public page."""
-    from anisotropy.pages import budget
+    """Under a paper-like profile, the sentence that names the Hub facts this chapter's loads rely on (the requests of
+    its run's plan, ``resolved.plan``) that the manifest of the Hub (``hub.MANIFEST``) leaves unverified; empty under
+    any other profile, or when every such fact was read from a public page."""
     from anisotropy import hub
 
     if not _paper_like(resolved.profile):
         return ""
-    requests = budget.plan(resolved.chapter, resolved.values, resolved.profile).requests
+    requests = resolved.plan.requests
     text = hub.unverified_text(hub.unverified(requests))
     return (f"Unverified against the Hub: {text}. No public page read for the package's record of the Hub "
             f"({hub.MANIFEST.name}) showed these; the loads assume what the registry expects.") if text else ""
@@ -191,8 +191,8 @@ def unverified_note(resolved) -> str:
 
 def cpu_fallback(resolved) -> str:
     """Under the ``paper`` profile with ``device`` "auto" on a machine without a GPU: one ``CPUFallbackWarning``
-    with the chapter's estimated time on two vCPUs beside its time on a T4 (``pages.budget.cpu_minutes``), returned
-    as text; "" otherwise."""
+    with the chapter's estimated time on two vCPUs beside its time on a T4 (``pages.budget.cpu_minutes`` of its run's
+    plan, ``resolved.plan``), returned as text; "" otherwise."""
     import warnings
 
     from anisotropy import devices
@@ -201,7 +201,7 @@ def cpu_fallback(resolved) -> str:
     device = resolved.values.get("device", "auto")
     if resolved.profile != "paper" or str(device or "auto") != "auto" or devices.resolve(device) != "cpu":
         return ""
-    e = budget.estimate(budget.plan(resolved.chapter, resolved.values, resolved.profile))
+    e = budget.estimate(resolved.plan)
     text = (f"device \"auto\" found no GPU: this chapter measures the papers' models on the CPU, about "
             f"{budget.minutes_text(budget.cpu_minutes(e))} on two cores (about "
             f"{budget.minutes_text(e['gpu_minutes'])} on a T4); on Colab choose Runtime > Change runtime type > "
@@ -210,19 +210,26 @@ def cpu_fallback(resolved) -> str:
     return text
 
 
-def colab_budget(resolved):
-    """What this chapter asks of a Colab runtime under the ``paper`` profile (under a profile based on it, with this
-    run's values): glues ``paper_requests`` (what it downloads, in words) and ``colab_budget`` (time, downloads, and
-    what would not fit), and returns the budget table (``anisotropy.pages.budget``)."""
-    from anisotropy.pages import budget
+def paper_route(resolved) -> tuple[dict, str]:
+    """The parameters and profile whose Colab budget a page shows: this run's under the ``paper`` profile or one based
+    on it, else the ``paper`` profile's for this chapter (the profile also says where the suites a chapter trains are
+    defined)."""
     from anisotropy import profiles
 
-    paper_like = _paper_like(resolved.profile)
-    params = resolved.values if paper_like else profiles.chapter_parameters("paper", resolved.chapter)
-    profile = resolved.profile if paper_like else "paper"  # where the suites a chapter trains are defined
-    glue("paper_requests", budget.describe(resolved.chapter, params, profile))
-    glue("colab_budget", budget.summary(resolved.chapter, params, profile))
-    return budget.table(resolved.chapter, params, profile).style.hide(axis="index")
+    if _paper_like(resolved.profile):
+        return resolved.values, resolved.profile
+    return profiles.chapter_parameters("paper", resolved.chapter), "paper"
+
+
+def colab_budget(plan):
+    """What a chapter asks of a Colab runtime on the ``paper`` route, from its plan there (a ``pages.budget.Plan``;
+    ``chapters.plans.colab_budget`` makes it with ``paper_route``): glues ``paper_requests`` (what it downloads, in
+    words) and ``colab_budget`` (time, downloads, and what would not fit), and returns the budget table."""
+    from anisotropy.pages import budget
+
+    glue("paper_requests", budget.describe(plan))
+    glue("colab_budget", budget.summary(plan))
+    return budget.table(plan).style.hide(axis="index")
 
 
 def listing(items, empty: str = "none") -> str:
