@@ -62,7 +62,7 @@ def repo(tmp_path_factory):
 
 def test_fingerprints_follow_the_import_graph():
     assert "measure.metrics" in fingerprint.closure("experiments.layerwise") and "measure.taps" in fingerprint.closure("experiments.layerwise")
-    for never in ("pages.plots", "pages.report", "book.runner", "book.kernels", "book.sweeps", "results", "hub"):
+    for never in ("pages.plots", "pages.plots.style", "pages.report", "book.runner", "book.kernels", "book.sweeps", "results", "hub"):
         assert never not in fingerprint.closure("experiments.layerwise", "experiments.spectral", "experiments.qk_dynamics", "experiments.block", "training.trainer")
     # A measurement does not depend on the trainer's code (a self-trained checkpoint carries its own key) ...
     measurements = ("experiments.layerwise", "experiments.spectral", "experiments.qk_dynamics", "experiments.ablation", "claims.rules.p1_s5", "book.machine")
@@ -320,7 +320,7 @@ def test_a_changed_plot_reruns_no_measurement_and_no_training(repo, tmp_path):
 
     for folder in ("results", ".cache", "book"):
         shutil.copytree(root / folder, copy / folder, dirs_exist_ok=True)
-    _edit(copy, "pages/plots.py", "def use_style(", "# an edit that changes no number\ndef use_style(")
+    _edit(copy, "pages/plots/style.py", "def use_style(", "# an edit that changes no number\ndef use_style(")
     again = _build(copy)
     assert "reused" not in again["stdout"]  # the notebook's stamp holds the library's code: executed again
     assert again["results"] == first["results"]  # the same stored results, none recomputed
