@@ -13,7 +13,9 @@ writes, in a profile, in ``allowed.yml`` or on the command line (``-p n=1e3``), 
 through ``read_yaml``).
 
 Chapter sources (``notebooks/<name>.md``) are read here too, for their parameters cell: its names, defaults and
-comments. That needs a checkout; on Colab the packaged profiles stand for the defaults.
+comments. Outside a checkout (a pip install) the chapters and their parameters come from the copies a wheel carries
+(``PACKAGED``: ``_toc.yml`` and the committed ``notebooks/*.ipynb``, put there by setup.py); on Colab the packaged
+profiles stand for the defaults.
 
 May import: the foundation modules (it is one of them: the profiles are what every layer reads its parameters from).
 """
@@ -176,9 +178,13 @@ def chapter_parameters(profile: str, chapter: str) -> dict:
 EXECUTED = Path("book") / "executed"  # where the runner writes executed chapters (the toc's entries point there)
 
 
+# The book's _toc.yml and notebooks/*.ipynb as a wheel carries them (setup.py copies them here; a checkout has none)
+PACKAGED = Path(__file__).resolve().parent / "book"
+
+
 def chapters() -> list[str]:
     """Chapter names in ``_toc.yml`` order: every toc entry under ``book/executed/``."""
-    root = checkout()
+    root = checkout() or packaged()
     if root is None:
         raise ProfileError("The chapters' order needs a checkout of the book (a folder with _toc.yml).")
     return toc_chapters(root)
@@ -206,6 +212,11 @@ def toc_chapters(root: Path) -> list[str]:
 def checkout() -> Path | None:
     """The checkout holding ``notebooks/`` (None on a plain install, e.g. Colab)."""
     return paths.project_root()
+
+
+def packaged() -> Path | None:
+    """The folder of ``_toc.yml`` and ``notebooks/*.ipynb`` that an installed wheel carries, else None."""
+    return PACKAGED if (PACKAGED / "_toc.yml").is_file() else None
 
 
 def notebook_source(name: str) -> Path:
@@ -254,40 +265,56 @@ def _assignments(text: str) -> dict[str, dict]:
     return found
 
 
-def _parameters_cell(name: str) -> str | None:
-    """The source of the chapter's parameters cell: from its MyST source (jupytext, which only the book's stack
-    installs), else from its committed ``.ipynb`` copy (written from the source by ``make sync``, a test keeps them the
-    same), so that a checkout with only the ``colab`` extra installed checks a run's parameters too."""
+def _parameters_file(name: str) -> Path:
+    """Where the chapter's parameters cell is read: its MyST source (jupytext, which only the book's stack installs),
+    else its committed ``.ipynb`` copy (written from the source by ``make sync``, a test keeps them the same), so that
+    a checkout with only the ``colab`` extra installed checks a run's parameters too; outside a checkout, the copy a
+    wheel carries (``packaged``)."""
+    if checkout() is None and packaged() is not None:
+        copy_ = packaged() / "notebooks" / f"{name}.ipynb"
+        if not copy_.is_file():
+            close = difflib.get_close_matches(name, chapters(), n=1)
+            raise ProfileError(f"No chapter {name!r} in this installation." + (
+                f" Did you mean {close[0]!r}?" if close else ""))
+        return copy_
     try:
         import jupytext  # noqa: F401
     except ImportError:
         copy_ = notebook_source(name).with_suffix(".ipynb")
         if copy_.is_file():
-            import json
+            return copy_
+    return notebook_source(name)
 
-            cell = next((c for c in json.loads(copy_.read_text())["cells"] if c["cell_type"] == "code"
-                         and "parameters" in c.get("metadata", {}).get("tags", [])), None)
-            source = None if cell is None else cell["source"]
-            return "".join(source) if isinstance(source, list) else source
-    cell = next((c for c in read_notebook(name).cells
+
+def _parameters_cell(path: Path) -> str | None:
+    """The source of the parameters cell of ``path``, a chapter's MyST source or its ``.ipynb`` copy."""
+    if path.suffix == ".ipynb":
+        import json
+
+        cell = next((c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"
+                     and "parameters" in c.get("metadata", {}).get("tags", [])), None)
+        source = None if cell is None else cell["source"]
+        return "".join(source) if isinstance(source, list) else source
+    cell = next((c for c in read_notebook(path.stem).cells
                  if c.cell_type == "code" and "parameters" in c.metadata.get("tags", [])), None)
     return None if cell is None else cell.source
 
 
 @lru_cache(maxsize=64)
-def _inspect_source(name: str, digest: str) -> dict:
-    source = _parameters_cell(name)
+def _inspect_source(name: str, path: Path, digest: str) -> dict:
+    source = _parameters_cell(path)
     if source is None:
         return {}
     try:
         return _assignments(source)
     except SyntaxError as exc:
-        raise ProfileError(f"notebooks/{name}.md: the parameters cell is not plain Python ({exc.msg}, line "
+        raise ProfileError(f"notebooks/{path.name}: the parameters cell is not plain Python ({exc.msg}, line "
                            f"{exc.lineno} of the cell).") from None
 
 
 def _inspect(name: str) -> dict:
-    return _inspect_source(name, source_hash(name))
+    path = _parameters_file(name)
+    return _inspect_source(name, path, hashlib.sha256(path.read_bytes()).hexdigest()[:16])
 
 
 def notebook_parameters(name: str) -> dict:
