@@ -184,8 +184,15 @@ class Trend:
 
     def words(self, fmt: str = ".2f") -> str:
         """"0.12 → 0.30 (rho +0.90, interval +0.59 to +0.98; 100% of the change kept; step 50 → 1,250)"."""
-        return (f"{self.first:{fmt}} → {self.last:{fmt}} (rho {self.rho:+.2f}, interval {self.low:+.2f} to "
-                f"{self.high:+.2f}; {self.kept:.0%} of the change kept; step {int(self.x0):,} → {int(self.x1):,})")
+        steps = f"step {int(self.x0):,} → {int(self.x1):,}"
+        if self.n <= TOO_FEW:
+            read = f"{self.n} points, too few for a trend"
+        elif not np.isfinite(self.rho):
+            read = "no change"
+        else:
+            read = (f"rho {self.rho:+.2f}, interval {self.low:+.2f} to {self.high:+.2f}; {self.kept:.0%} of the change "
+                    f"kept")
+        return f"{self.first:{fmt}} → {self.last:{fmt}} ({read}; {steps})"
 
 
 def trend(c: Curve, sign: int = 1) -> Trend:

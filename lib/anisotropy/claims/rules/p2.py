@@ -62,12 +62,14 @@ def bell_shaped(profiles: pd.DataFrame, stack: str = "decoder", min_ratio: float
     if not groups:
         return Outcome(None, f"no {stack}")
     groups = [(n, p) for n, p in groups if p["relative_depth"].nunique() >= min_layers]
+    if len(groups) < min_models:
+        return too_few(f"{stack}s with {min_layers} layers or more", len(groups), min_models)
     votes = [(name, *profile_bell(p, min_ratio, band), _reading(p)) for name, p in groups]
     flags = [v for _, v, _, _ in votes if v is not None]
     words = ", ".join(f"{n} {b.words()}{r}" + (" undecided" if v is None else "") for n, v, b, r in votes)
     if len(flags) < min_models:
-        return too_few(f"{stack}s with {min_layers} layers or more and a decided ratio", len(flags), min_models,
-                       words)
+        return Outcome(None, f"{len(flags)} of {len(votes)} {stack}s decided, at least {min_models} needed (a ratio "
+                             f"whose interval straddles {min_ratio:g} is undecided): {words}")
     return Outcome(majority(flags), f"{sum(flags)} of {len(flags)} {stack}s bell-shaped (middle layers, relative "
                    f"depth {band[0]:g}-{band[1]:g}, over the higher end: {words})")
 
