@@ -260,14 +260,16 @@ def test_section_5_rises_are_not_read_from_the_warmup_or_a_rise_that_falls_back(
     assert rule(_section_5_frame(column, sign, [0, 2, 4, 6, 7, 5, 3, 1]), **p).holds is False
 
 
+def aligned_heads(k: int) -> list[float]:
+    """Thirty heads' cos(Q̄, K̄) at rank k: heads 0..k outside the isotropic band of d_h = 32, the others inside."""
+    return [0.5 + 0.01 * k] * (k + 1) + [0.01 * k] * (29 - k)
+
+
 def test_alignment_grows_at_min_rho_and_min_kept():
     """Thirty heads; at rank k, heads 0..k lie outside the isotropic band (|cos| 0.5 + 0.01 k > 0.344 at d_h = 32)
     and the others inside (0.01 k): the share outside, (k + 1) / 30, and the median |cos| both follow the rank."""
     p = params("p1-s5-alignment-grows")
-
-    def heads(k):
-        return [0.5 + 0.01 * k] * (k + 1) + [0.01 * k] * (29 - k)
-
+    heads = aligned_heads
     for holds, order in rho_cases(p["min_rho"]).items():
         frame = qk([heads(int(k)) for k in order], "cos_qk", heads=15)
         assert p1_s5.alignment_grows(frame, **p).holds is holds, ("min_rho", holds)
@@ -278,6 +280,63 @@ def test_alignment_grows_at_min_rho_and_min_kept():
         assert (kept(share) > p["min_kept"]) is holds and abs(kept(share) / p["min_kept"] - 1) <= 0.05
         frame = qk([heads(k) for k in [*range(30), last]], "cos_qk", heads=15)
         assert p1_s5.alignment_grows(frame, **p).holds is holds, ("min_kept", holds)
+
+
+def test_almost_all_heads_align_reads_a_rising_share_at_min_rho_and_min_kept():
+    """400 heads, of which a count lies outside the isotropic band (|cos| 0.5 against 0.01, the band at d_h = 32 is
+    0.344): from 328 (82%) to all 400, the count following the cases; the claim's share at the end always met."""
+    p = params("p1-s5-almost-all-heads-align")
+
+    def frame(counts):
+        return qk([[0.5] * int(c) + [0.01] * (400 - int(c)) for c in counts], "cos_qk", heads=200)
+
+    for holds, order in rho_cases(p["min_rho"]).items():
+        counts = 328 + np.round(np.asarray(order) * 72 / 29)
+        assert counts[-1] / 400 >= p["share"]
+        assert p1_s5.almost_all_heads_align(frame(counts), **p).holds is holds, ("min_rho", holds)
+    for holds, factor in EITHER_SIDE.items():
+        counts = [*np.round(np.linspace(328, 400, 29)), round(328 + 72 * p["min_kept"] * factor)]
+        assert abs(kept(counts) / p["min_kept"] - factor) < 0.01 and counts[-1] / 400 >= p["share"]
+        assert p1_s5.almost_all_heads_align(frame(counts), **p).holds is holds, ("min_kept", holds)
+
+
+def test_common_first_opposite_last_reads_two_trends_at_min_rho_and_min_kept():
+    """The first layer's heads at +v, the last layer's at -v, v = 0.1 + 0.01 x the cases: a rise ending positive in
+    the first layer and a fall ending negative in the last."""
+    p = params("p1-s5-common-first-opposite-last")
+
+    def frame(series):
+        return qk([[v] * 3 + [-v] * 3 for v in 0.1 + 0.01 * np.asarray(series)], "cos_qk")
+
+    for holds, order in rho_cases(p["min_rho"]).items():
+        assert p1_s5.common_first_opposite_last(frame(order), **p).holds is holds, ("min_rho", holds)
+    for holds, series in kept_cases(p["min_kept"]).items():
+        assert p1_s5.common_first_opposite_last(frame(series), **p).holds is holds, ("min_kept", holds)
+    flipped = qk([[-v] * 3 + [v] * 3 for v in 0.1 + 0.01 * np.arange(30)], "cos_qk")
+    assert p1_s5.common_first_opposite_last(flipped, **p).holds is False
+
+
+def test_every_run_holds_reads_three_trends_at_min_rho_and_min_kept():
+    """The seeds agree when, in every run, the median |cos| and the heads outside the band rise and the entropy falls
+    (here all three follow the rank k); a run of two stages with no warm-up (the page's untrained-then-pretrained
+    twins) is compared stage to stage, not read as a trend."""
+    p = params("p1-s5-seeds-agree")
+
+    def frame(ks):
+        f = qk([aligned_heads(int(k)) for k in ks], "cos_qk", heads=15)
+        k_at = dict(zip([0, *range(50, 50 * len(ks) + 1, 50)], [ks[0], *ks]))
+        means = [np.array([1.0, 0.0])] * len(f)  # the page's summary reads them; the test does not
+        return f.assign(entropy=3.0 - 0.01 * f["step"].map(k_at), q_mean=means, k_mean=means)
+
+    for holds, order in rho_cases(p["min_rho"]).items():
+        assert p1_s5.every_run_holds(frame(order), **p).holds is holds, ("min_rho", holds)
+    for holds in (True, False):
+        last = int(np.ceil(p["min_kept"] * 29)) - (0 if holds else 1)
+        assert p1_s5.every_run_holds(frame([*range(30), last]), **p).holds is holds, ("min_kept", holds)
+    assert p1_s5.every_run_holds(frame([0, 29]), **p).holds is None  # two checkpoints after warm-up
+    twins = frame([0, 29]).assign(warmup=np.nan, step=lambda f: f["step"].map({0: 0, 50: 0, 100: 1}))
+    twins = twins.drop_duplicates(subset=["run", "step", "layer", "head"], keep="last")
+    assert p1_s5.three_part_test(twins, keep_short=True)["holds"].tolist() == [True, True]
 
 
 def test_qk_norms_grow_at_min_ratio():

@@ -132,7 +132,8 @@ def verdict(r) -> str:
              f"heads outside the isotropic band go from {100 * r.share_beyond_null_first:.0f}% to "
              f"{100 * r.share_beyond_null_last:.0f}%",
              f"the mean attention entropy changes by {100 * r.entropy_change:+.0f}%"]
-    return (words.HOLDS if r.holds else f"{words.FAILS} in full") + ": " + "; ".join(parts)
+    said = {True: words.HOLDS, False: f"{words.FAILS} in full"}.get(r.holds, f"{words.UNTESTABLE} (too few checkpoints)")
+    return said + ": " + "; ".join(parts)
 
 
 def shown_heads(picked: dict, figure_heads=()) -> list[tuple[str, tuple]]:

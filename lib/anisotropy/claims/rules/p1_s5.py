@@ -31,6 +31,16 @@ def _rise(curve: pd.Series, min_rho: float, min_kept: float, sign: int = 1) -> t
     return curves.rises(curves.Curve(curve.index.to_numpy(float), curve.to_numpy(float)), min_rho, min_kept, sign)
 
 
+def _alignment(part: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """One run's median |cos(Q̄, K̄)| over heads and share of heads outside the isotropic 95% band of their
+    dimension, per checkpoint."""
+    from anisotropy.experiments.qk_dynamics import null_cosine_bound
+
+    bound = null_cosine_bound(int(part["head_dim"].iloc[0]))
+    return (_series(part, "cos_qk", absolute=True),
+            (part["cos_qk"].abs() > bound).groupby(part["step"]).mean().sort_index())
+
+
 def _both(*verdicts: bool | None) -> bool | None:
     """All of ``verdicts`` hold (False if one does not; None if one cannot tell and none fails)."""
     return False if False in verdicts else None if None in verdicts else True
@@ -42,12 +52,8 @@ def alignment_grows(qk: pd.DataFrame, min_rho: float = 0.5, min_kept: float = MI
     the share of heads outside the isotropic 95% band both rise along the whole series (Spearman's rho against the
     step at least ``min_rho`` with its interval clear of 0, at least ``min_kept`` of the gain kept at the end); holds
     in most runs."""
-    from anisotropy.experiments.qk_dynamics import null_cosine_bound
-
     def test(part):
-        bound = null_cosine_bound(int(part["head_dim"].iloc[0]))
-        median = _series(part, "cos_qk", absolute=True)
-        outside = (part["cos_qk"].abs() > bound).groupby(part["step"]).mean().sort_index()
+        median, outside = _alignment(part)
         (a, ta), (b, tb) = _rise(median, min_rho, min_kept), _rise(outside, min_rho, min_kept)
         return _both(a, b), f"median |cos| {ta.words()}, outside the band {tb.words('.0%')}"
 
@@ -55,19 +61,18 @@ def alignment_grows(qk: pd.DataFrame, min_rho: float = 0.5, min_kept: float = MI
 
 
 @rule
-def almost_all_heads_align(qk: pd.DataFrame, share: float = 0.9, min_runs: int = 2) -> Outcome:
-    """Figure 13's caption, "almost all heads see Q̄_s and K̄_s align": per run, at its last checkpoint at least
-    ``share`` of the heads have |cos(Q̄, K̄)| outside the isotropic two-sided 95% band of their dimension
-    (``null_cosine_bound``), and more than at the first checkpoint after warm-up; holds in most runs."""
-    from anisotropy.experiments.qk_dynamics import null_cosine_bound
-
+def almost_all_heads_align(qk: pd.DataFrame, share: float = 0.9, min_rho: float = 0.5, min_kept: float = MIN_KEPT,
+                           min_runs: int = 2) -> Outcome:
+    """Figure 13's caption, "almost all heads see Q̄_s and K̄_s align", a level reached by a monotone rise
+    (``curves.rises``): per run, at its last checkpoint at least ``share`` of the heads have |cos(Q̄, K̄)| outside the
+    isotropic two-sided 95% band of their dimension (``null_cosine_bound``), and that share rises along the series
+    from the end of warm-up (rho at least ``min_rho`` with its interval clear of 0, ``min_kept`` of the gain kept);
+    holds in most runs."""
     def test(part):
-        first, last = run_ends(part)
-        bound = null_cosine_bound(int(part["head_dim"].iloc[0]))
-        before, after = float((first["cos_qk"].abs() > bound).mean()), float((last["cos_qk"].abs() > bound).mean())
-        return bool(after >= share and after > before), (
-            f"heads outside the band |cos| > {bound:.3f}: {before:.0%} at step {int(first['step'].iloc[0]):,}, "
-            f"{after:.0%} at step {int(last['step'].iloc[0]):,} (at least {share:.0%} asked)")
+        _, outside = _alignment(part)
+        rising, t = _rise(outside, min_rho, min_kept)
+        ok = False if outside.iloc[-1] < share else rising
+        return ok, f"heads outside the isotropic band {t.words('.0%')} (at least {share:.0%} asked at the end)"
 
     return over_runs(qk, test, min_runs, from_warmup=True)
 
@@ -97,19 +102,21 @@ def entropy_falls(qk: pd.DataFrame, min_rho: float = 0.5, min_kept: float = MIN_
 
 
 @rule
-def common_first_opposite_last(qk: pd.DataFrame, min_runs: int = 2) -> Outcome:
-    """Per run, the mean over heads of cos(Q̄, K̄) drifts towards +1 in the first layer and towards -1 in the last:
-    at the last checkpoint positive in the first layer and negative in the last, each having moved that way since
-    the end of warm-up."""
+def common_first_opposite_last(qk: pd.DataFrame, min_rho: float = 0.5, min_kept: float = MIN_KEPT,
+                               min_runs: int = 2) -> Outcome:
+    """A monotone rise in the first layer and a monotone fall in the last (``curves.rises``): per run, from the end of
+    warm-up, the mean over heads of cos(Q̄, K̄) of the first layer rises along the series and ends positive, that of
+    the last layer falls and ends negative (rho at least ``min_rho`` in the direction read, its interval clear of 0,
+    ``min_kept`` of the change kept); holds in most runs."""
     def test(part):
-        first, last = run_ends(part)
-        start = first.groupby("layer")["cos_qk"].mean().sort_index()
-        end = last.groupby("layer")["cos_qk"].mean().sort_index()
-        if len(end) < 2:
+        by_layer = part.groupby(["layer", "step"])["cos_qk"].mean()
+        layers = sorted(part["layer"].unique())
+        if len(layers) < 2:
             return None, "a single layer"
-        a0, a, b0, b = start.iloc[0], end.iloc[0], start.iloc[-1], end.iloc[-1]
-        return (bool(a > 0 > b and a > a0 and b < b0),
-                f"first layer {a0:+.2f} → {a:+.2f}, last layer {b0:+.2f} → {b:+.2f}")
+        (up, tu), (down, td) = (_rise(by_layer.loc[layers[0]], min_rho, min_kept),
+                                _rise(by_layer.loc[layers[-1]], min_rho, min_kept, sign=-1))
+        ends = tu.last > 0 > td.last
+        return (_both(up, down) if ends else False), f"first layer {tu.words('+.2f')}, last layer {td.words('+.2f')}"
 
     return over_runs(qk, test, min_runs, from_warmup=True)
 
@@ -159,30 +166,48 @@ def runs_from_warmup(qk: pd.DataFrame, keep_short: bool = False) -> pd.DataFrame
     return pd.concat(parts, ignore_index=True) if parts else qk.iloc[:0]
 
 
-def three_part_test(qk: pd.DataFrame, keep_short: bool = False) -> pd.DataFrame:
+def three_part_test(qk: pd.DataFrame, keep_short: bool = False, min_rho: float = 0.5,
+                    min_kept: float = MIN_KEPT) -> pd.DataFrame:
     """``experiments.qk_dynamics.alignment_summary`` of ``runs_from_warmup``: one row per run, with ``holds``, the
-    three-part test that ``every_run_holds`` requires of every run: from the run's first row to its last the median
-    |cos| grows, more heads sit outside the isotropic band, and the mean attention entropy falls."""
+    three-part test that ``every_run_holds`` requires of every run, three monotone trends (``curves.rises``) from the
+    end of the warm-up: the median |cos| and the share of heads outside the isotropic band rise, and the mean
+    attention entropy falls (rho at least ``min_rho`` with its interval clear of 0, at least ``min_kept`` of the
+    change kept). ``holds`` is None for a run whose trends cannot tell (too few checkpoints). With ``keep_short``
+    (a page's row for every run), a run kept whole (no warm-up known, as the two stages of untrained and pretrained
+    weights: no training series) compares its first and last stage: each of the three moves that way."""
     from anisotropy.experiments.qk_dynamics import alignment_summary  # imported here: the ledger loads no torch
 
     summary = alignment_summary(runs_from_warmup(qk, keep_short))
     if summary.empty:
-        return summary.assign(holds=pd.Series(dtype=bool))
-    return summary.assign(holds=(summary["median_abs_cos_last"] > summary["median_abs_cos_first"])
-                          & (summary["share_beyond_null_last"] > summary["share_beyond_null_first"])
-                          & (summary["entropy_last"] < summary["entropy_first"]))
+        return summary.assign(holds=pd.Series(dtype=object))
+    verdicts = {}
+    for run, part in each_run(qk):
+        trimmed = after_warmup(part)
+        series = trimmed if trimmed["step"].nunique() >= 2 else part
+        (median, outside), entropy = _alignment(series), _series(series, "entropy", how="mean")
+        if series is part:  # kept whole: two stages, not a series
+            verdicts[run] = bool(median.iloc[-1] > median.iloc[0] and outside.iloc[-1] > outside.iloc[0]
+                                 and entropy.iloc[-1] < entropy.iloc[0])
+        else:
+            verdicts[run] = _both(_rise(median, min_rho, min_kept)[0], _rise(outside, min_rho, min_kept)[0],
+                                  _rise(entropy, min_rho, min_kept, sign=-1)[0])
+    return summary.assign(holds=summary["run"].map(verdicts).astype(object))
 
 
 @rule
-def every_run_holds(qk: pd.DataFrame, min_runs: int = 2) -> Outcome:
-    """The three-part test of ``three_part_test`` (median |cos| grows, more heads outside the band, entropy falls),
-    from the end of warm-up to the last checkpoint, holds in every one of at least ``min_runs`` runs."""
-    summary = three_part_test(qk)  # one row per run with two checkpoints after its warm-up
+def every_run_holds(qk: pd.DataFrame, min_rho: float = 0.5, min_kept: float = MIN_KEPT,
+                    min_runs: int = 2) -> Outcome:
+    """Monotone trends in every run (``three_part_test``: the median |cos| and the heads outside the band rise, the
+    entropy falls, each a ``curves.rises`` from the end of warm-up with ``min_rho`` and ``min_kept``) in every one of
+    at least ``min_runs`` runs; undecided where a run cannot tell and none fails."""
+    summary = three_part_test(qk, min_rho=min_rho, min_kept=min_kept)  # runs with two checkpoints after warm-up
     if len(summary) < min_runs:
         return too_few("runs with two checkpoints after their warm-up", len(summary), min_runs)
-    return Outcome(bool(summary["holds"].all()), f"the three-part test holds for {int(summary['holds'].sum())} of "
-                                                 f"{len(summary)} seeds (from step "
-                                                 f"{', '.join(f'{s:,}' for s in summary['first_step'].unique())})")
+    flags = list(summary["holds"])
+    words = (f"the three trends hold for {flags.count(True)} of {len(flags)} seeds"
+             + (f", {flags.count(None)} cannot tell (too few checkpoints)" if None in flags else "")
+             + f" (from step {', '.join(f'{s:,}' for s in summary['first_step'].unique())})")
+    return Outcome(_both(*flags), words)
 
 
 @rule
