@@ -39,8 +39,9 @@ NOT_NUMERIC = frozenset({"profiles", "paths", "hub", "results", "fingerprint", "
 # (runner, kernels, sweeps, cli; machine calibrates, it measures no result) and the chapter modules, which word numbers.
 NOT_NUMERIC_PACKAGES = frozenset({"pages", "book", "chapters"})
 # The trainer: the modules whose code decides a self-trained checkpoint's weights (the loop, the recipes with their
-# tokenizers and models, the tasks with their loss, the checkpoints on disk with the training record).
-TRAINER = frozenset({"training.trainer", "training.recipes", "training.tasks", "training.checkpoints"})
+# tokenizers and models, the tasks with their loss, the token arrays, the checkpoints on disk with the training record).
+TRAINER = frozenset({"training.trainer", "training.recipes", "training.tasks", "training.checkpoints",
+                     "training.tokens"})
 # Data files that are part of a module's code: a changed entry of the model table changes registry's fingerprint; a
 # changed Hub manifest changes hub's, hence ``package()`` and every executed page's stamp (a paper page names the
 # manifest's unverified facts), though no measurement (hub is not numeric).
