@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from anisotropy import fingerprint, paths
+from anisotropy import fingerprint, hub, paths
 from anisotropy.training.recipes import Recipe
 
 
@@ -65,16 +65,12 @@ def stale_runs(out_dir: str | Path | None = None) -> list[Path]:
     return stale
 
 
-def _step_of(folder: Path) -> int:
-    return int(folder.name.split("-", 1)[1])
-
-
 def checkpoints(recipe: Recipe, out_dir: str | Path | None = None) -> list[Checkpoint]:
     """The checkpoints of ``recipe`` already on disk, by step (empty if never trained; partial if interrupted)."""
     found = []
     for folder in run_dir(recipe, out_dir).glob("step-*"):
         state_file = folder / "training_state.json"
-        if not folder.name.removeprefix("step-").isdigit() or not state_file.is_file():
+        if hub.step(folder.name) is None or not state_file.is_file():  # a finished step-<n>, not a partial write
             continue
         state = json.loads(state_file.read_text())
         found.append(Checkpoint(recipe.suite, recipe.seed, state["step"], folder, state["validation"][-1]["loss"]))
@@ -113,12 +109,10 @@ def save_checkpoint(folder: Path, model, task, state: dict, optimizer=None, scal
 
 def resumable(run: Path) -> Path | None:
     """The newest folder (checkpoint or snapshot) holding model, optimiser and state."""
-    best = None
-    for folder in [*run.glob("step-*"), *run.glob("resume-*")]:
-        if (folder / "optimizer.pt").is_file() and (folder / "training_state.json").is_file():
-            if best is None or _step_of(folder) > _step_of(best):
-                best = folder
-    return best
+    found = [folder for folder in [*run.glob("step-*"), *run.glob("resume-*")]
+             if (folder / "optimizer.pt").is_file() and (folder / "training_state.json").is_file()]
+    # the update a folder was written at, as its record says (its name is only where it was put)
+    return max(found, key=lambda folder: training_state(folder)["step"], default=None)
 
 
 def drop_old_optimizer_states(run: Path, keep: Path) -> None:
