@@ -116,6 +116,21 @@ def test_first_moments_interval_is_the_same_for_one_batch_or_two():
         (b["mean_cosine_low"], b["mean_cosine_high"]), abs=1e-6)
 
 
+def test_first_moments_reads_examples_fed_out_of_order_as_in_order():
+    x, mask = stream(5)
+    examples = torch.arange(len(x)) // 10
+    in_order, shuffled = FirstMoments(D, seed=3), FirstMoments(D, seed=3)
+    in_order.update(torch.from_numpy(x), mask=torch.from_numpy(mask), groups=examples)
+    perm = torch.from_numpy(np.random.default_rng(0).permutation(len(x)))
+    for part in perm.split(170):  # every example split over several updates, in no order
+        shuffled.update(torch.from_numpy(x[part.numpy()]), mask=torch.from_numpy(mask[part.numpy()]),
+                        groups=examples[part])
+    a, b = in_order.as_dict(), shuffled.as_dict()
+    assert a["n_examples"] == b["n_examples"] == 60
+    for name in ("mean_cosine", "mean_cosine_low", "mean_cosine_high"):
+        assert a[name] == pytest.approx(b[name], abs=1e-6), name
+
+
 @pytest.mark.parametrize("shuffle_seed", [None, 5])
 def test_batched_layer_gives_each_batch_its_brute_force_value_for_one_batch_or_two(shuffle_seed):
     x, mask = stream(3)

@@ -279,13 +279,25 @@ class FirstMoments(Accumulator):
         self.seed = int(seed)
         self._n = 0
         self._n_excluded = 0
+        # The float64 sums live where the rows come from (a GPU's stay there until read: no copy to the host per
+        # batch); a float64 addition gives the same bits on any device.
         self._sum_unit = torch.zeros(self.dim, dtype=torch.float64)
         self._sum = torch.zeros(self.dim, dtype=torch.float64)
-        self._sum_norm = 0.0
-        self._sum_squares = 0.0  # sum of squared norms, for the support-fitting null
-        self._min = float("inf")  # smallest coordinate seen: non-negative outputs (post-ReLU) need their own null
-        self._groups: dict[int, list] = {}  # example -> [sum of its unit vectors (float32), count]
+        self._sum_norm = torch.zeros((), dtype=torch.float64)
+        self._sum_squares = torch.zeros((), dtype=torch.float64)  # sum of squared norms, for the support-fitting null
+        # smallest coordinate seen: non-negative outputs (post-ReLU) need their own null
+        self._min = torch.full((), float("inf"), dtype=torch.float64)
+        # Per example, in host memory: the float32 sums of its unit vectors and its count, kept as each update gave
+        # them (example ids, sums, counts) and merged when read (``_examples``).
+        self._pieces: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         self._ungrouped = False
+
+    def _place(self, device: torch.device) -> None:
+        """Move the running sums to ``device`` if they are not there."""
+        if self._sum.device != device:
+            self._sum_unit, self._sum = self._sum_unit.to(device), self._sum.to(device)
+            self._sum_norm, self._sum_squares = self._sum_norm.to(device), self._sum_squares.to(device)
+            self._min = self._min.to(device)
 
     def update(self, batch, mask=None, groups=None) -> "FirstMoments":
         rows = torch.as_tensor(batch).detach().reshape(-1, self.dim)
@@ -297,32 +309,48 @@ class FirstMoments(Accumulator):
             keep = torch.as_tensor(mask).reshape(-1).to(device=rows.device).bool()
             rows = rows[keep]
             groups = groups[keep] if groups is not None else None
-        # On a GPU the batch is reduced where it lies, in float32 (a batch's sums lose nothing that matters), and
-        # only d-vectors travel; on the CPU everything is float64. Across batches the sums are float64.
+        # On a GPU the batch is reduced where it lies, in float32 (a batch's sums lose nothing that matters), and the
+        # float64 sums across batches stay there; on the CPU everything is float64.
         rows = rows.to(torch.float64 if rows.device.type == "cpu" else torch.float32)
+        self._place(rows.device)
         norms = torch.linalg.vector_norm(rows, dim=1)
         valid = torch.isfinite(norms) & (norms > 0)
-        self._n_excluded += int((~valid).sum())
+        offered = rows.shape[0]
+        # Keeping only the valid rows (as the kept ones above) needs their number on the host, a wait for the device,
+        # as the per-example sums' copy below does; zeroing the invalid rows instead would change the shapes of the
+        # float32 reductions, hence their rounding.
         rows, norms = rows[valid], norms[valid]
+        self._n_excluded += offered - rows.shape[0]
         self._n += rows.shape[0]
         unit = rows / norms[:, None]
-        self._sum_unit += unit.sum(dim=0).to("cpu", torch.float64)
-        self._sum += rows.sum(dim=0).to("cpu", torch.float64)
-        self._sum_norm += float(norms.double().sum())
-        self._sum_squares += float((norms.double() ** 2).sum())
+        self._sum_unit += unit.sum(dim=0).double()
+        self._sum += rows.sum(dim=0).double()
+        self._sum_norm += norms.double().sum()
+        self._sum_squares += (norms.double() ** 2).sum()
         if rows.shape[0]:
-            self._min = min(self._min, float(rows.min()))
+            self._min = torch.minimum(self._min, rows.min().double())
         if groups is not None and rows.shape[0]:
             ids, where = torch.unique(groups[valid], return_inverse=True)
             sums = torch.zeros(len(ids), self.dim, dtype=unit.dtype, device=unit.device).index_add_(0, where, unit)
             sizes = torch.bincount(where, minlength=len(ids))
-            for e, total, size in zip(ids.tolist(), sums.to("cpu", torch.float32), sizes.tolist()):
-                if e in self._groups:
-                    self._groups[e][0] += total
-                    self._groups[e][1] += size
-                else:
-                    self._groups[e] = [total, size]
+            ids_sizes = torch.stack([ids.long(), sizes]).cpu()
+            self._pieces.append((ids_sizes[0], sums.to("cpu", torch.float32), ids_sizes[1]))
         return self
+
+    def _examples(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(sums, counts): per example seen, in the order of the example ids, the float32 sum of its unit vectors
+        (examples x d) and its number of valid rows."""
+        if not self._pieces:
+            return torch.empty(0, self.dim, dtype=torch.float32), torch.empty(0, dtype=torch.long)
+        ids = torch.cat([p[0] for p in self._pieces])
+        sums = torch.cat([p[1] for p in self._pieces])
+        sizes = torch.cat([p[2] for p in self._pieces])
+        if bool((ids[1:] <= ids[:-1]).any()):  # an example in several updates, or the examples out of order
+            # in id order, each example's pieces added in the order they came (float32 on the CPU, one at a time)
+            ids, where = torch.unique(ids, return_inverse=True)
+            sums = torch.zeros(len(ids), self.dim, dtype=torch.float32).index_add_(0, where, sums)
+            sizes = torch.zeros(len(ids), dtype=torch.long).index_add_(0, where, sizes)
+        return sums, sizes
 
     @property
     def n(self) -> int:
@@ -334,33 +362,32 @@ class FirstMoments(Accumulator):
         """Zero, NaN or inf rows dropped (masked-out rows are not counted)."""
         return self._n_excluded
 
-    def interval(self):
+    def interval(self, examples: tuple[torch.Tensor, torch.Tensor] | None = None):
         """The mean cosine's ``measure.statistics.ConfidenceInterval`` from resampling examples, or None (rows fed
-        without their examples, or fewer than 2 examples)."""
-        if self._ungrouped or len(self._groups) < 2 or self.n < 2:
+        without their examples, or fewer than 2 examples). ``examples``: ``_examples()`` if already at hand."""
+        sums, sizes = examples if examples is not None else self._examples()
+        if self._ungrouped or len(sizes) < 2 or self.n < 2:
             return None
-        keys = sorted(self._groups)
-        sums = torch.stack([self._groups[k][0] for k in keys]).double()
-        return grouped_bootstrap_mean_cosine((sums @ sums.T).numpy(), [self._groups[k][1] for k in keys],
-                                             seed=self.seed, **BOOTSTRAP)
+        sums = sums.double()
+        return grouped_bootstrap_mean_cosine((sums @ sums.T).numpy(), sizes.tolist(), seed=self.seed, **BOOTSTRAP)
 
     @property
     def mean_cosine(self) -> float:
         if self.n < 2:
             raise ValueError(f"mean_cosine needs at least 2 valid rows, got {self.n}")
-        return mean_cosine_from_sums(self._sum_unit.numpy(), self.n)
+        return mean_cosine_from_sums(self._sum_unit.cpu().numpy(), self.n)
 
     @property
     def drift_norm(self) -> float:
         if self.n < 1:
             raise ValueError("drift_norm needs at least 1 valid row")
-        return float(torch.linalg.vector_norm(self._sum / self.n))
+        return float(torch.linalg.vector_norm(self._sum.cpu() / self.n))
 
     @property
     def mean_norm(self) -> float:
         if self.n < 1:
             raise ValueError("mean_norm needs at least 1 valid row")
-        return self._sum_norm / self.n
+        return float(self._sum_norm) / self.n
 
     def as_dict(self) -> dict:
         row: dict = {"n": self.n, "n_excluded": self.n_excluded, "n_sample": 0}
@@ -370,10 +397,12 @@ class FirstMoments(Accumulator):
             except ValueError:
                 row[name] = float("nan")
         row.update(sigma1_share=float("nan"), twonn_dimension=float("nan"), twonn_n_duplicates=0)
-        ci = self.interval()
+        examples = self._examples()
+        ci = self.interval(examples)
         row.update(mean_cosine_low=ci.low if ci else float("nan"), mean_cosine_high=ci.high if ci else float("nan"),
-                   n_examples=len(self._groups), nonnegative=bool(self.n and self._min >= 0),
-                   null_support=support_null_cosine(float(self._sum.sum()), self._sum_squares, self.n, self.dim))
+                   n_examples=len(examples[1]), nonnegative=bool(self.n and float(self._min) >= 0),
+                   null_support=support_null_cosine(float(self._sum.cpu().sum()), float(self._sum_squares), self.n,
+                                                    self.dim))
         return row
 
     def rows(self) -> list[dict]:
