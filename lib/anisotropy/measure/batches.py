@@ -94,7 +94,7 @@ class BatchedLayer(Accumulator):
     reaches ``POOL_TRIM_AT`` times that, so a layer holds at most that many float32 rows plus one incoming chunk.
 
     Without ``shuffle_seed``: each time ``batch_size`` rows are there, the batch is measured and dropped (memory: one
-    batch plus one incoming chunk). After ``n_batches`` batches further rows are only counted.
+    batch plus one incoming chunk). After ``n_batches`` batches further rows are only counted (``n`` counts them).
 
     Valid rows: kept by ``mask`` (nonzero = keep), finite and not all zero (the rows ``measure.statistics`` would
     exclude, counted in ``n_excluded``), so a batch holds exactly ``batch_size`` vectors. Every metric in
@@ -137,16 +137,6 @@ class BatchedLayer(Accumulator):
         done = len(self.values[self.metric_names[0]]) if self.metric_names else 0
         return (f"BatchedLayer(dim={self.dim}, n={self._n}, batches={done}/{self.n_batches} of {self.batch_size}"
                 f"{', shuffled' if self.shuffle_seed is not None else ''})")
-
-    @property
-    def n(self) -> int:
-        """Valid rows offered so far (including those beyond the last batch)."""
-        return self._n
-
-    @property
-    def n_excluded(self) -> int:
-        """Rows dropped as zero, NaN or inf (masked-out rows are not counted)."""
-        return self._n_excluded
 
     @property
     def pool_size(self) -> int:

@@ -26,24 +26,6 @@ from typing import Iterator
 import numpy as np
 import torch
 
-__all__ = [
-    "CHUNK_BYTES",
-    "DEVICE_MEAN_COSINE_ABS",
-    "DEVICE_NORM_REL",
-    "DEVICE_SIGMA1_SHARE_ABS",
-    "DEVICE_TWONN_SQ_REL",
-    "MOMENT_CHUNK_ROWS",
-    "Chunk",
-    "as_rows",
-    "device_for",
-    "forced_device",
-    "on_device",
-    "one_thread",
-    "scan",
-    "too_few",
-    "valid_rows",
-]
-
 
 # Rows per chunk are chosen so that one chunk is about this many bytes: small enough to stay in cache between the norm
 # pass and the matrix-vector product, large enough to amortise the per-call overhead.

@@ -32,30 +32,6 @@ from scipy import stats
 from anisotropy.measure.rows import (CHUNK_BYTES, MOMENT_CHUNK_ROWS, as_rows, device_for, one_thread, scan, too_few,
                                      valid_rows)
 
-__all__ = [
-    "BOOTSTRAP",
-    "EXACT_SPEARMAN_MAX_N",
-    "BatchedResult",
-    "ConfidenceInterval",
-    "Correlation",
-    "PairEstimate",
-    "batch_moments",
-    "batched",
-    "bootstrap_mean_cosine",
-    "chan_merge",
-    "drift_norm",
-    "grouped_bootstrap_mean_cosine",
-    "layer_correlation",
-    "mean_cosine",
-    "mean_cosine_from_sums",
-    "mean_norm",
-    "min_significant_layers",
-    "sampled_pair_cosine",
-    "sigma1_share",
-    "sigma1_share_from_scatter",
-    "sigma1_share_on_device",
-]
-
 
 # ---------------------------------------------------------------------------------------------------------------------
 # First moments: mean cosine, drift, norms

@@ -25,8 +25,6 @@ from anisotropy.measure.statistics import (BOOTSTRAP, batch_moments, chan_merge,
                                            mean_cosine_from_sums, sigma1_share_from_scatter, sigma1_share_on_device)
 from anisotropy.measure.twonn import TwoNNEstimate, twonn_estimate
 
-__all__ = ["Accumulator", "FirstMoments", "LayerStats", "Tee"]
-
 
 class Accumulator(abc.ABC):
     """One layer's statistics of a stream of row vectors: fed batches of rows with ``update``, read at any time.
@@ -42,20 +40,22 @@ class Accumulator(abc.ABC):
     dim: int  # the rows' dimension d
     wants_groups: bool = False
     wants_first: bool = False
+    _n: int = 0  # the counts, which ``update`` keeps
+    _n_excluded: int = 0
 
     @abc.abstractmethod
     def update(self, batch, mask=None) -> "Accumulator":
         """Add the rows of ``batch`` that ``mask`` keeps; returns self."""
 
     @property
-    @abc.abstractmethod
     def n(self) -> int:
         """Valid rows seen."""
+        return self._n
 
     @property
-    @abc.abstractmethod
     def n_excluded(self) -> int:
         """Zero, NaN or inf rows dropped (masked-out rows are not counted)."""
+        return self._n_excluded
 
     @abc.abstractmethod
     def rows(self) -> list[dict]:
@@ -165,16 +165,6 @@ class LayerStats(Accumulator):
         self._offer(other._keys.copy(), other._rows.clone())
         self._twonn.clear()
         return self
-
-    @property
-    def n(self) -> int:
-        """Number of valid rows seen."""
-        return self._n
-
-    @property
-    def n_excluded(self) -> int:
-        """Number of zero, NaN or inf rows dropped (masked-out rows are not counted)."""
-        return self._n_excluded
 
     @property
     def mean(self) -> np.ndarray:
@@ -351,16 +341,6 @@ class FirstMoments(Accumulator):
             sums = torch.zeros(len(ids), self.dim, dtype=torch.float32).index_add_(0, where, sums)
             sizes = torch.zeros(len(ids), dtype=torch.long).index_add_(0, where, sizes)
         return sums, sizes
-
-    @property
-    def n(self) -> int:
-        """Valid rows seen."""
-        return self._n
-
-    @property
-    def n_excluded(self) -> int:
-        """Zero, NaN or inf rows dropped (masked-out rows are not counted)."""
-        return self._n_excluded
 
     def interval(self, examples: tuple[torch.Tensor, torch.Tensor] | None = None):
         """The mean cosine's ``measure.statistics.ConfidenceInterval`` from resampling examples, or None (rows fed

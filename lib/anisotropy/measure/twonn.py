@@ -17,8 +17,6 @@ import torch
 
 from anisotropy.measure.rows import device_for, too_few, valid_rows
 
-__all__ = ["TWONN_MIN_ROWS", "TwoNNEstimate", "twonn_dimension", "twonn_estimate"]
-
 
 # Gram blocks of TwoNN are at most this many float32 entries (128 MiB), whatever n is.
 _GRAM_BLOCK_ENTRIES = 32 << 20
