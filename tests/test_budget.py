@@ -1,6 +1,6 @@
-"""The Colab budget (``anisotropy.pages.budget``): its host-memory formulas against the bytes the measuring code really
-allocates at small sizes, the training a chapter does counted in its time, hf-xet's chunk cache on disk, and models of
-unknown size shown as unknown (issue 28, item 7)."""
+"""The Colab budget (``anisotropy.pages.budget``, on the plans the chapters write: ``anisotropy.chapters.plans``): its
+host-memory formulas against the bytes the measuring code really allocates at small sizes, the training a chapter does
+counted in its time, hf-xet's chunk cache on disk, and models of unknown size shown as unknown (issue 28, item 7)."""
 
 import inspect
 import tracemalloc
@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from anisotropy.chapters import appendix_performance, p1_s3_modalities, plans
 from anisotropy.measure import batches
 from anisotropy.pages import budget
 from anisotropy.experiments import layerwise
@@ -121,7 +122,7 @@ def test_cnn_widths_are_the_flattened_maps():
 
 
 def paper(chapter, **changes):
-    return budget.plan(chapter, {**profiles.chapter_parameters("paper", chapter), **changes})
+    return plans.plan(chapter, {**profiles.chapter_parameters("paper", chapter), **changes})
 
 
 def test_host_memory_at_paper_sizes_is_flagged():
@@ -146,7 +147,7 @@ def test_host_memory_at_local_sizes_is_not_flagged():
     from anisotropy.book import runner
 
     for chapter in runner.chapters():
-        p = budget.plan(chapter, profiles.chapter_parameters("local", chapter), "local")
+        p = plans.plan(chapter, profiles.chapter_parameters("local", chapter), "local")
         assert not [line for line in budget.problems(p) if line.startswith("host memory")], chapter
     p = paper("p1_s3_token_level")  # BERT-size models on 2,000 texts: a few hundred MB of sums
     assert not [line for line in budget.problems(p) if line.startswith("host memory")]
@@ -156,7 +157,7 @@ def test_training_of_the_extensions_counts_in_the_qk_chapter_time():
     # the training of the two extension suites, as the checkpoint_suites chapter counts it (whose count of one update
     # test_training_compute_bounds_the_products_of_one_real_update bounds against torch's FlopCounterMode)
     suites = profiles.chapter_parameters("paper", "checkpoint_suites")["suites"]
-    flops = budget.plan("checkpoint_suites", {"suites": {k: suites[k] for k in ("vit", "clm")}}).training_flops
+    flops = plans.plan("checkpoint_suites", {"suites": {k: suites[k] for k in ("vit", "clm")}}).training_flops
     minutes = flops / (T4["float32"] * 1e12 * budget.EFFICIENCY) / 60
     assert 50 < minutes < 58  # the issue's "about 54 T4-minutes"
     with_ext = budget.estimate(paper("p1_s5_qk_training"))
@@ -165,7 +166,7 @@ def test_training_of_the_extensions_counts_in_the_qk_chapter_time():
     assert without["training_minutes"] == 0
     # the page's time grows by the training (and by the download of its corpus, if no other run needs it)
     assert minutes <= with_ext["gpu_minutes"] - without["gpu_minutes"] <= minutes + 1
-    table = budget.table("p1_s5_qk_training", profiles.chapter_parameters("paper", "p1_s5_qk_training"))
+    table = budget.table(paper("p1_s5_qk_training"))
     assert "of which training (vit, clm suites)" in set(table["quantity"])
 
 
@@ -217,7 +218,7 @@ def test_training_compute_bounds_the_products_of_one_real_update(suite):
         torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
         optimizer.step()
     counted = counter.get_total_flops()
-    estimated = budget.plan("checkpoint_suites", {"suites": {suite: spec}}, "local").training_flops
+    estimated = plans.plan("checkpoint_suites", {"suites": {suite: spec}}, "local").training_flops
     assert 0.9 * estimated <= counted <= 4 / 3 * estimated, (suite, counted / estimated)
 
 
@@ -237,15 +238,15 @@ def test_xet_chunk_cache_counts_on_disk_up_to_its_cap(monkeypatch):
 def test_a_model_of_unknown_size_is_shown_as_unknown():
     params = profiles.chapter_parameters("paper", "p1_s3_character_level")
     assert "manta-lm" in params["models"]
-    e = budget.estimate(budget.plan("p1_s3_character_level", params))
+    p = plans.plan("p1_s3_character_level", params)
+    e = budget.estimate(p)
     assert e["unknown"] == ["almanach/manta-lm-base"]
-    assert any("size unknown" in line and "manta" in line for line in budget.problems(
-        budget.plan("p1_s3_character_level", params), e))
-    table = budget.table("p1_s3_character_level", params).set_index("quantity")["estimate"]
+    assert any("size unknown" in line and "manta" in line for line in budget.problems(p, e))
+    table = budget.table(p).set_index("quantity")["estimate"]
     assert table["size unknown (not counted)"] == "almanach/manta-lm-base"
     assert table["download (models and data)"].startswith("at least ")
-    assert "at least" in budget.summary("p1_s3_character_level", params)
-    known = budget.table("p1_s3_token_level", profiles.chapter_parameters("paper", "p1_s3_token_level"))
+    assert "at least" in budget.summary(p)
+    known = budget.table(paper("p1_s3_token_level"))
     assert "size unknown (not counted)" not in set(known["quantity"])
 
 
@@ -280,17 +281,16 @@ def test_metric_minutes_count_every_state_batch_and_pass():
     total = sum(sum(budget.checkpoint_metric_flops(c)) for c in p.checkpoints)
     assert e["metric_tflop"] == pytest.approx(total / 1e12)
     assert 0 < e["metric_minutes"] < e["gpu_minutes"]
-    assert "of which metrics" in set(budget.table("p2_training_dynamics",
-                                                  profiles.chapter_parameters("paper", "p2_training_dynamics"))["quantity"])
+    assert "of which metrics" in set(budget.table(p)["quantity"])
 
 
 @pytest.mark.parametrize("chapter", ["p1_s3_token_level", "p2_layer_profiles", "p1_s5_qk_training"])
 def test_the_worked_budget_adds_up_to_the_estimate(chapter):
     from anisotropy import profiles
 
-    params = profiles.chapter_parameters("paper", chapter)
-    rows = budget.worked(chapter, params)
-    e = budget.estimate(budget.plan(chapter, params))
+    p = plans.plan(chapter, profiles.chapter_parameters("paper", chapter))
+    rows = appendix_performance.worked(p)
+    e = budget.estimate(p)
     assert rows["minutes"].sum() == pytest.approx(e["gpu_minutes"], rel=1e-9)
     assert (rows["minutes"] > 0).all()
 
@@ -304,7 +304,7 @@ def test_the_worked_forward_passes_are_twice_the_parameters_times_the_tokens_rea
     from anisotropy.models import registry
 
     params = profiles.chapter_parameters("paper", "p1_s3_token_level")
-    rows = budget.worked("p1_s3_token_level", params).set_index("model")
+    rows = appendix_performance.worked(plans.plan("p1_s3_token_level", params)).set_index("model")
     with torch.device("meta"):
         model = transformers.AutoModel.from_config(transformers.AutoConfig.for_model(**registry.spec("gpt2").config))
     counted = sum(p.numel() for p in model.parameters())
@@ -321,7 +321,7 @@ def test_speech_models_count_the_front_end_of_a_pass_over_full_length_utterances
     # of a speech encoder holds that much beside its hidden states, a text model of the same size does not.
     from anisotropy.measure import taps
 
-    speech = budget.Checkpoint("wav2vec2-base", examples=32, positions=budget.SPEECH_FRAMES, batch=32)
+    speech = budget.Checkpoint("wav2vec2-base", examples=32, positions=p1_s3_modalities.SPEECH_FRAMES, batch=32)
     alone = budget.weights_gib("wav2vec2-base") * budget.GIB
     assert budget._gpu_gib(speech) * budget.GIB - alone >= taps.SPEECH_PASS_BYTES
     assert budget._gpu_gib(speech) < budget.COLAB["gpu"]
@@ -358,12 +358,12 @@ def test_time_on_each_gpu_kind_scales_as_the_datasheet_rates():
 
 def test_the_worked_budget_takes_the_gpu_kind():
     params = profiles.chapter_parameters("paper", "p1_s3_token_level")
+    p = plans.plan("p1_s3_token_level", params)
     for kind, rate in DATASHEETS.items():
-        rows = budget.worked("p1_s3_token_level", params, gpu=kind)
+        rows = appendix_performance.worked(p, gpu=kind)
         gpt2 = rows.set_index("model").loc["gpt2"]
         assert gpt2["rate (TFLOP/s)"] == rate[params.get("dtype") or "float32"]
-        assert rows["minutes"].sum() == pytest.approx(
-            budget.estimate(budget.plan("p1_s3_token_level", params), kind)["gpu_minutes"], rel=1e-9)
+        assert rows["minutes"].sum() == pytest.approx(budget.estimate(p, kind)["gpu_minutes"], rel=1e-9)
 
 
 def test_gpu_memory_is_checked_against_the_kind_estimated():
@@ -377,12 +377,11 @@ def test_gpu_memory_is_checked_against_the_kind_estimated():
 
 
 def test_the_page_prints_the_t4_time_and_the_other_kinds_in_one_line():
-    params = profiles.chapter_parameters("paper", "p2_training_dynamics")
-    p = budget.plan("p2_training_dynamics", params)
+    p = paper("p2_training_dynamics")
     minutes = {k: budget.minutes_text(budget.estimate(p, k)["gpu_minutes"]) for k in DATASHEETS}
-    line = budget.summary("p2_training_dynamics", params)
+    line = budget.summary(p)
     assert line.startswith(f"about {minutes['T4']} on a Colab T4 (L4 {minutes['L4']}, A100 {minutes['A100']}),")
-    table = budget.table("p2_training_dynamics", params).set_index("quantity")["estimate"]
+    table = budget.table(p).set_index("quantity")["estimate"]
     assert table["time on a T4"] == minutes["T4"]
     assert table["time on an L4 / an A100"] == f"{minutes['L4']} / {minutes['A100']}"
 
@@ -412,7 +411,7 @@ def test_the_gpu_figure_counts_the_layer_stats_of_the_reference_models():
     # Section 4's reference models are measured with taps.extract's LayerStats: every state's accumulator is held
     # beside the weights and one batch's activations.
     params = profiles.chapter_parameters("paper", "p1_s4_untrained_block")
-    bert = next(c for c in budget.plan("p1_s4_untrained_block", params).checkpoints if c.model == "bert-base-uncased")
+    bert = next(c for c in plans.plan("p1_s4_untrained_block", params).checkpoints if c.model == "bert-base-uncased")
     assert bert.stats_reservoir == 2048
     widths = budget.state_widths("bert-base-uncased")
     assert widths == (768,) * 13
@@ -444,7 +443,7 @@ def test_enwik8_windows_are_counted_in_the_tokens_they_hold():
     positions = budget.text_positions("enwik8", 512)
     assert median <= positions <= 1.5 * median
     assert budget.text_positions("wikitext-103", 512) == 512  # lines of any length: truncation's bound
-    plan = budget.plan("p2_layer_profiles", {**profiles.chapter_parameters("paper", "p2_layer_profiles")}, "paper")
+    plan = plans.plan("p2_layer_profiles", {**profiles.chapter_parameters("paper", "p2_layer_profiles")}, "paper")
     assert {c.positions for c in plan.checkpoints} == {positions}
 
 
@@ -453,15 +452,14 @@ def test_the_profile_page_plans_its_registry_models_with_the_commands_own_batchi
     a note (no size), random weights download nothing; the batching is experiments.model_profile's."""
     from anisotropy.experiments import model_profile
 
-    assert budget.PROFILE_BATCHES == model_profile.N_BATCHES
-    assert budget.PROFILE_METRICS == model_profile.PAPER2_METRICS
-    assert budget.EXTRACTION_BATCH == model_profile.EXTRACTION_BATCH
     params = dict(models=["EleutherAI/pythia-410m", "gpt2", "someone/not-in-the-registry"], variant="pretrained",
                   text="", source="enwik8", n=600, max_length=512, dtype="float32")
-    p = budget.plan("profile_a_model", params)
+    p = plans.plan("profile_a_model", params)
     assert [c.model for c in p.checkpoints] == ["pythia-410m", "gpt2"]
     assert p.requests == [("EleutherAI/pythia-410m", None), ("gpt2", None)]
     assert {c.pool for c in p.checkpoints} == {batches.BATCH_SIZE * model_profile.N_BATCHES}
+    assert {(c.metrics, c.batch) for c in p.checkpoints} == {(model_profile.PAPER2_METRICS,
+                                                               model_profile.EXTRACTION_BATCH)}
     assert p.data == [("enwik8", 600)] and any("someone/not-in-the-registry" in note for note in p.notes)
-    assert budget.plan("profile_a_model", {**params, "variant": "tiny"}).checkpoints == []
-    assert budget.plan("profile_a_model", {**params, "text": "notes.txt"}).data == []
+    assert plans.plan("profile_a_model", {**params, "variant": "tiny"}).checkpoints == []
+    assert plans.plan("profile_a_model", {**params, "text": "notes.txt"}).data == []

@@ -90,8 +90,10 @@ def test_chapters_lists_the_book_and_one_chapters_parameters_with_the_profiles_v
 
 
 def test_every_numeric_parameter_of_every_chapter_declares_its_range():
-    """A number a reader can set is checked before the kernel starts (``allowed:`` in its comment), so a sweep over a
-    wrong value stops in one line instead of inside the notebook; every profile's values are within those ranges."""
+    """A number a reader can set is checked before the kernel starts (its rule in ``profiles/allowed.yml``), so a
+    sweep over a wrong value stops in one line instead of inside the notebook; every profile's values are within
+    those ranges. allowed.yml names only chapters of the book and parameters of their cells (a misspelt name would
+    check nothing), and no parameters cell keeps an ``allowed:`` of its own in a comment (a second copy, unchecked)."""
     from anisotropy import profiles
 
     undeclared = [(chapter, name) for chapter in runner.chapters()
@@ -99,5 +101,11 @@ def test_every_numeric_parameter_of_every_chapter_declares_its_range():
                   if isinstance(value, (int, float)) and not isinstance(value, bool)
                   and name not in profiles.parameter_rules(chapter)]
     assert undeclared == []
+    declared = profiles.read_allowed(profiles.ALLOWED)
+    assert set(declared) <= set(runner.chapters())
+    assert {(c, name) for c, rules in declared.items() for name in rules} <= {
+        (c, name) for c in declared for name in profiles.notebook_parameters(c)}
+    assert [row["name"] for c in runner.chapters() for row in profiles.parameter_table(c)
+            if "allowed:" in row["meaning"]] == []
     for profile in profiles.names():
         profiles.check_profile(profile, runner.chapters())

@@ -546,6 +546,28 @@ def test_every_run_holds_needs_several_seeds():
     assert p1_s5.every_run_holds(qk(runs=("s0", "s1"), during_warmup=True)).holds is False
 
 
+def test_the_three_part_test_needs_each_of_its_parts():
+    """From the first checkpoint after warm-up (step 50) to the last: the median |cos| grows, more heads lie outside the
+    isotropic band (|cos| above about 0.35 at d_h = 32), the mean entropy falls; the run holds only with all three."""
+    from anisotropy.experiments.qk_dynamics import null_cosine_bound
+
+    assert 0.3 < null_cosine_bound(32) < 0.4
+    base = qk()  # |cos| 0.08 -> 0.85 on every head, entropy 3.9 -> 2.0
+    assert p1_s5.three_part_test(base)["holds"].tolist() == [True, True]
+    assert not p1_s5.three_part_test(base.assign(entropy=3.0))["holds"].any()  # the entropy does not fall
+    # every head outside the band from the start: the median grows, the share (1 -> 1) cannot
+    beyond = base.assign(cos_qk=lambda f: 0.6 + 0.3 * f["step"] / 1250)
+    assert not p1_s5.three_part_test(beyond)["holds"].any()
+    # four heads leave the band, the twelve others fall towards 0: the share grows (0 -> 25%), the median falls
+    last = base["step"] == base["step"].max()
+    fewer = base.assign(cos_qk=np.where(last, np.where(base["head"] + 4 * base["layer"] < 4, 0.9, 0.05),
+                                        np.where(base["head"] < 2, 0.3, 0.2)))
+    summary = p1_s5.three_part_test(fewer)
+    assert (summary["share_beyond_null_last"] == 0.25).all() and (summary["share_beyond_null_first"] == 0).all()
+    assert (summary["median_abs_cos_last"] < summary["median_abs_cos_first"]).all() and not summary["holds"].any()
+    assert p1_s5.three_part_test(qk(warmup=2000)).empty  # no run with two checkpoints after its warm-up
+
+
 def test_warmup_steps_of_the_runs_a_page_follows():
     assert p1_s5.warmup_steps("multiberts", "paper") == p1_s5.MULTIBERTS_WARMUP == 10_000
     from anisotropy.training import recipes

@@ -62,7 +62,7 @@ def repo(tmp_path_factory):
 
 def test_fingerprints_follow_the_import_graph():
     assert "measure.metrics" in fingerprint.closure("experiments.layerwise") and "measure.taps" in fingerprint.closure("experiments.layerwise")
-    for never in ("pages.plots", "pages.report", "book.runner", "book.kernels", "book.sweeps", "results", "hub"):
+    for never in ("pages.plots", "pages.plots.style", "pages.report", "book.runner", "book.kernels", "book.sweeps", "results", "hub"):
         assert never not in fingerprint.closure("experiments.layerwise", "experiments.spectral", "experiments.qk_dynamics", "experiments.block", "training.trainer")
     # A measurement does not depend on the trainer's code (a self-trained checkpoint carries its own key) ...
     measurements = ("experiments.layerwise", "experiments.spectral", "experiments.qk_dynamics", "experiments.ablation", "claims.rules.p1_s5", "book.machine")
@@ -197,16 +197,35 @@ def test_a_sub_package_module_is_read_by_its_dotted_name(tmp_path, monkeypatch):
         fingerprint.imports.cache_clear()
 
 
-def test_chapter_modules_present_numbers_and_no_library_module_imports_one():
+def chapter_imports_from_below(graph: dict[str, frozenset[str]]) -> list[str]:
+    """Every import of the chapters package or one of its modules by a module outside ``chapters`` and ``book`` (the
+    top layer, which builds the book out of the chapters): the only two that may import a chapter module."""
+    def chapters(module: str) -> bool:
+        return module == "chapters" or module.startswith("chapters.")
+
+    return [f"{m} imports {d}" for m, deps in sorted(graph.items()) if not chapters(m) and m.split(".")[0] != "book"
+            for d in sorted(deps) if chapters(d)]
+
+
+def test_chapter_modules_present_numbers_and_only_the_chapters_and_the_book_import_one():
     chapters = sorted(".".join(p.relative_to(fingerprint.FOLDER).with_suffix("").parts)
                       for p in (fingerprint.FOLDER / "chapters").glob("[!_]*.py"))
     assert chapters and all(not fingerprint.numeric(c) for c in chapters)
-    library = [m for m in (".".join(p.relative_to(fingerprint.FOLDER).with_suffix("").parts).removesuffix(".__init__")
+    modules = [m for m in (".".join(p.relative_to(fingerprint.FOLDER).with_suffix("").parts).removesuffix(".__init__")
                            for p in fingerprint.FOLDER.rglob("*.py") if "__pycache__" not in p.parts)
-               if not m.startswith("chapters")]
-    assert [m for m in library if any(i.startswith("chapters") for i in fingerprint.imports(m))] == []
+               if m not in ("__init__", "__main__")]
+    assert chapter_imports_from_below({m: fingerprint.imports(m) for m in modules}) == []
     # but a chapter module's own fingerprint follows what it computes with (a root is always kept)
     assert "experiments.qk_dynamics" in fingerprint.closure("chapters.p1_s5_qk_training")
+
+
+def test_the_check_sees_a_chapter_module_imported_from_below_and_passes_the_chapters_and_the_book():
+    planted = {"pages.report": frozenset({"chapters.p1_s5_qk_training", "pages.budget"}),
+               "claims.ledger": frozenset({"chapters"}),
+               "book.cli": frozenset({"chapters.plans"}), "chapters.p1_s3_drift": frozenset({"chapters.plans"}),
+               "chapters.plans": frozenset({"pages.budget"})}
+    assert chapter_imports_from_below(planted) == ["claims.ledger imports chapters",
+                                                   "pages.report imports chapters.p1_s5_qk_training"]
 
 
 def test_the_package_imports_form_no_cycle_and_errors_import_nothing():
@@ -301,7 +320,7 @@ def test_a_changed_plot_reruns_no_measurement_and_no_training(repo, tmp_path):
 
     for folder in ("results", ".cache", "book"):
         shutil.copytree(root / folder, copy / folder, dirs_exist_ok=True)
-    _edit(copy, "pages/plots.py", "def use_style(", "# an edit that changes no number\ndef use_style(")
+    _edit(copy, "pages/plots/style.py", "def use_style(", "# an edit that changes no number\ndef use_style(")
     again = _build(copy)
     assert "reused" not in again["stdout"]  # the notebook's stamp holds the library's code: executed again
     assert again["results"] == first["results"]  # the same stored results, none recomputed

@@ -100,17 +100,17 @@ def test_a_paper_chapter_opened_on_a_colab_cpu_runtime_stops_in_its_first_cell(m
 def test_auto_under_the_paper_profile_without_a_gpu_warns_once_with_its_time_on_the_cpu(monkeypatch):
     import warnings
 
-    from anisotropy import profiles
+    from anisotropy.chapters import plans
     from anisotropy.pages import budget, report
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    resolved = profiles.apply("p1_s3_token_level", {"profile": "paper"})
+    resolved = plans.apply("p1_s3_token_level", {"profile": "paper"})
     assert resolved.values["device"] == "auto"
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         text = report.cpu_fallback(resolved)
     assert [w.category for w in caught] == [devices.CPUFallbackWarning] and str(caught[0].message) == text
-    e = budget.estimate(budget.plan("p1_s3_token_level", resolved.values, "paper"))
+    e = budget.estimate(plans.plan("p1_s3_token_level", resolved.values, "paper"))
     # The same downloads, and forward passes at two vCPUs' float32 peak instead of a T4's float16 one (65 / 0.14 =
     # 464 times slower): an order of magnitude more in all, the downloads being the same.
     assert budget.cpu_minutes(e) > 10 * e["gpu_minutes"]
@@ -122,5 +122,5 @@ def test_auto_under_the_paper_profile_without_a_gpu_warns_once_with_its_time_on_
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert report.cpu_fallback(resolved) == ""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert report.cpu_fallback(profiles.apply("p1_s3_token_level", {"profile": "local"})) == ""
-    assert report.cpu_fallback(profiles.apply("p1_s3_token_level", {"profile": "paper", "device": "cpu"})) == ""
+    assert report.cpu_fallback(plans.apply("p1_s3_token_level", {"profile": "local"})) == ""
+    assert report.cpu_fallback(plans.apply("p1_s3_token_level", {"profile": "paper", "device": "cpu"})) == ""

@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from hub_standin import serve  # noqa: E402
 
+from anisotropy.chapters import plans  # noqa: E402
 from anisotropy.pages import budget, report  # noqa: E402
 from anisotropy import hub, profiles  # noqa: E402
 from anisotropy.models import registry  # noqa: E402
@@ -96,8 +97,8 @@ def book(standin, tmp_path_factory):
 def _planned(build: bool = False) -> dict[str, list[tuple[str, str | None]]]:
     """Per chapter, the (repo, revision) every checkpoint it plans to load from the Hub on a fresh runtime, or, with
     ``build``, in a full build (where the drift chapter reads the Section 3 chapters' stored measurements)."""
-    plans = {ch: budget.plan(ch, profiles.chapter_parameters(PROFILE, ch)) for ch in runner.chapters()}
-    return {ch: p.build_requests if build else p.requests for ch, p in plans.items()}
+    planned = {ch: plans.plan(ch, profiles.chapter_parameters(PROFILE, ch)) for ch in runner.chapters()}
+    return {ch: p.build_requests if build else p.requests for ch, p in planned.items()}
 
 
 def _weights_requests(requests, method: str = "HEAD") -> dict[tuple[str, str], int]:
@@ -132,8 +133,8 @@ def test_paper_sim_is_the_paper_profile_with_only_sizes_changed():
             assert numbers or (where.endswith(".device") and now in ("cpu", "auto")), (where, was, now)
     # The same checkpoints and data, chapter by chapter.
     for chapter in paper["notebooks"]:
-        a = budget.plan(chapter, profiles.chapter_parameters("paper", chapter))
-        b = budget.plan(chapter, profiles.chapter_parameters(PROFILE, chapter))
+        a = plans.plan(chapter, profiles.chapter_parameters("paper", chapter))
+        b = plans.plan(chapter, profiles.chapter_parameters(PROFILE, chapter))
         assert a.requests == b.requests and [s for s, _ in a.data] == [s for s, _ in b.data], chapter
 
 
@@ -295,17 +296,19 @@ def test_unverified_lists_the_facts_a_plan_relies_on_that_no_page_showed():
 
 def test_the_unverified_note_is_for_paper_profiles_only():
     """The note names the facts of the chapter's plan under paper and paper-sim; under local the page is unchanged."""
+    def run(profile, chapter, values):  # what a page's first cell gets (chapters.plans.apply): its plan with it
+        return SimpleNamespace(profile=profile, chapter=chapter, values=values,
+                               plan=plans.plan(chapter, values, profile))
+
     chapter = "p2_training_dynamics"
     for profile in ("paper", PROFILE):
-        note = report.unverified_note(SimpleNamespace(profile=profile, chapter=chapter,
-                                                      values=profiles.chapter_parameters(profile, chapter)))
+        note = report.unverified_note(run(profile, chapter, profiles.chapter_parameters(profile, chapter)))
         assert note.startswith("Unverified against the Hub: ") and "global_step1000" in note, profile
-    local = SimpleNamespace(profile="local", chapter=chapter, values=profiles.chapter_parameters("paper", chapter))
+    local = run("local", chapter, profiles.chapter_parameters("paper", chapter))
     assert report.unverified_note(local) == ""
     block = "p1_s4_untrained_block"  # loads bert-base-uncased from the Hub, whose facts were all read
-    assert budget.plan(block, profiles.chapter_parameters(PROFILE, block)).requests
-    assert report.unverified_note(SimpleNamespace(profile=PROFILE, chapter=block,
-                                                  values=profiles.chapter_parameters(PROFILE, block))) == ""
+    assert plans.plan(block, profiles.chapter_parameters(PROFILE, block)).requests
+    assert report.unverified_note(run(PROFILE, block, profiles.chapter_parameters(PROFILE, block))) == ""
 
 
 @pytest.mark.slow
@@ -315,7 +318,7 @@ def test_every_page_names_what_is_unverified_on_the_hub(book):
     note."""
     with_note, without = [], []
     for chapter in runner.chapters():
-        found = hub.unverified(budget.plan(chapter, profiles.chapter_parameters(PROFILE, chapter), PROFILE).requests)
+        found = hub.unverified(plans.plan(chapter, profiles.chapter_parameters(PROFILE, chapter), PROFILE).requests)
         box = _provenance_box(book["root"], chapter)
         note = re.search(r'<p class="hub-unverified">(.*?)</p>', box, flags=re.S)
         if not found:
@@ -341,8 +344,8 @@ def test_the_drift_chapter_plans_the_section_3_models_for_a_fresh_runtime():
     """The drift chapter reuses the Section 3 chapters' stored measurements only when they ran in this runtime; its
     plan (and so its budget) is what a fresh runtime needs: the same checkpoints, at the same sizes, and data."""
     for profile in ("paper", PROFILE):
-        drift = budget.plan("p1_s3_drift", profiles.chapter_parameters(profile, "p1_s3_drift"), profile)
-        section3 = [budget.plan(ch, profiles.chapter_parameters(profile, ch), profile) for ch in SECTION3]
+        drift = plans.plan("p1_s3_drift", profiles.chapter_parameters(profile, "p1_s3_drift"), profile)
+        section3 = [plans.plan(ch, profiles.chapter_parameters(profile, ch), profile) for ch in SECTION3]
         assert set(drift.requests) == set().union(*(p.requests for p in section3)) != set(), profile
         assert ({dataclasses.replace(c, reused_from="") for c in drift.checkpoints}
                 == {c for p in section3 for c in p.checkpoints}), profile
@@ -351,9 +354,8 @@ def test_the_drift_chapter_plans_the_section_3_models_for_a_fresh_runtime():
         assert drift.build_requests == [] and drift.reused_from == list(SECTION3)
         estimate = budget.estimate(drift)
         assert estimate["download_gib"] >= max(budget.estimate(p)["download_gib"] for p in section3) > 0
-        params = profiles.chapter_parameters(profile, "p1_s3_drift")
-        assert "when they ran in this runtime" in budget.describe("p1_s3_drift", params, profile)
-        assert "on a fresh runtime" in budget.summary("p1_s3_drift", params, profile)
+        assert "when they ran in this runtime" in budget.describe(drift)
+        assert "on a fresh runtime" in budget.summary(drift)
 
 
 @pytest.mark.slow
@@ -367,7 +369,7 @@ def test_the_host_memory_figure_bounds_each_kernels_measured_peak(book):
     (``book.kernels._tree_peak_rss``: VmHWM, recorded in the executed notebook's metadata)."""
     checked, base_needed = [], []
     for chapter in runner.chapters():
-        plan = budget.plan(chapter, profiles.chapter_parameters(PROFILE, chapter), PROFILE)
+        plan = plans.plan(chapter, profiles.chapter_parameters(PROFILE, chapter), PROFILE)
         if not plan.checkpoints:
             continue
         meta = json.loads((book["root"] / "book" / "executed" / f"{chapter}.ipynb").read_text())["metadata"]
@@ -530,7 +532,7 @@ def test_a_colab_run_on_a_fresh_runtime_fetches_from_the_hub(standin, colab_runt
     _fail_unless_ran(name, proc)
     got = set(_weights_requests(standin.requests()[start:], "GET"))
     want = {(repo, rev or "main") for repo, rev in
-            budget.plan(name, profiles.chapter_parameters(PROFILE, name)).requests}
+            plans.plan(name, profiles.chapter_parameters(PROFILE, name)).requests}
     assert got == want
     glued = runner.glued_values(tmp_path / "out.ipynb")
     assert glued["not_measured"] == "none"

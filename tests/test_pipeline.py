@@ -124,7 +124,7 @@ def test_notebook_conventions(path):
     cells = re.findall(r"```\{code-cell\}[^\n]*\n(.*?)```", text, flags=re.S)
     assert 'if "google.colab" in sys.modules' in cells[0], "first cell installs the library on Colab only"
     assert report.install_command() in cells[0], "the install line derives from _config.yml (make sync)"
-    assert f'profiles.apply("{path.stem}", globals())' in text, "parameters come from the named profile"
+    assert f'plans.apply("{path.stem}", globals())' in text, "parameters come from the named profile (with the plan)"
     assert any(":tags: [parameters" in c for c in cells), "a cell tagged `parameters` for papermill"
     assert "report.provenance(" in text, "every chapter shows the provenance box"
     assert re.search(r'^profile = "local"$', text, flags=re.M), "the default profile is local"
@@ -262,6 +262,17 @@ def test_smoke_book_has_every_chapter_with_provenance_and_colab_link(smoke_book)
         assert report.colab_url(name) in html, name
         assert "notebooks/" + name + ".ipynb" in report.colab_url(name)
         assert "measured by the book runner" not in html, f"{name}: wall time was not filled in"
+
+
+@pytest.mark.slow
+def test_smoke_book_shows_no_folder_of_the_build_root(smoke_book):
+    # a published book would show the build machine's (the CI runner's) paths: no page, page source or search index
+    # of the rendered book may name the folder it was built in (its cache and results store are inside it)
+    roots = {str(smoke_book).encode(), str(smoke_book.resolve()).encode()}
+    html = smoke_book / "_build" / "html"
+    named = sorted(str(path.relative_to(html)) for path in html.rglob("*")
+                   if path.is_file() and any(root in path.read_bytes() for root in roots))
+    assert len(list(html.rglob("*.html"))) > len(runner.chapters()) and named == []
 
 
 def _glued(notebook: Path) -> dict[str, str]:

@@ -12,6 +12,7 @@ from anisotropy.data import sources
 from anisotropy.experiments import layerwise, model_profile, spectral
 from anisotropy.measure import metrics, taps
 from anisotropy.models import registry
+from anisotropy.models.identity import identity
 
 N = 24  # examples of the prose: a few thousand token vectors per layer of a tiny model
 
@@ -214,11 +215,11 @@ def test_store_key_follows_the_weights(tiny_gpt2, tmp_path):
     """A folder is keyed by its files' content: a changed weight is another key, a copy elsewhere the same."""
     import shutil
 
-    a = model_profile.model_key(model_profile.Target(str(tiny_gpt2)))
+    a = identity(tiny_gpt2)
     copy = shutil.copytree(tiny_gpt2, tmp_path / "copy")
-    assert model_profile.model_key(model_profile.Target(str(copy))) == a
+    assert identity(copy) == a
     (copy / "model.safetensors").write_bytes((copy / "model.safetensors").read_bytes()[:-1] + b"\x01")
-    assert model_profile.model_key(model_profile.Target(str(copy))) != a
+    assert identity(copy) != a
     assert model_profile.Target.parse("owner/name@step10") == model_profile.Target("owner/name", "step10")
 
 

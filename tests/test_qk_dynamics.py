@@ -383,7 +383,6 @@ def test_multiberts_stages_name_every_revision_with_its_step():
     assert len(stages) == 29 and {s.source for s in stages} == {"multiberts-seed-3"}
     assert registry.spec("multiberts-seed-3").hub_location(stages[1].revision) == ("google/multiberts-seed_3-step_20k",
                                                                                      None)
-    assert qk_dynamics.revision_step("step1000") == 1000
 
 
 def test_decoder_and_vision_statistics_match_brute_force():

@@ -259,10 +259,13 @@ def test_profile_shape_on_planted_profiles():
     assert not shape.loc["flat", "interior_peak"] and shape.loc["flat", "peak_to_ends"] == pytest.approx(1, abs=0.01)
 
 
-def test_step_of_hub_revisions():
-    assert spectral.step_of("step1000") == 1000
-    assert spectral.step_of("global_step600000") == 600000
-    assert spectral.step_of("step_20k") == 20000
+def test_hub_checkpoints_carry_the_step_of_each_revision():
+    """Bloom-560m's branches, from its model card's list of intermediate checkpoints; a branch that names no step
+    (asked of a size whose list is not exhaustive) is an error, not a checkpoint at an unknown step."""
+    entries, notes = spectral.hub_checkpoints("bloom-560m")
+    assert [e["step"] for e in entries] == [1000, 10000, 100000, 200000, 300000, 400000, 500000, 600000] and not notes
+    with pytest.raises(ValueError, match="main"):
+        spectral.hub_checkpoints("bloom-3b", ["main"])
 
 
 def test_isotropic_sigma1_share_matches_simulation():

@@ -1,5 +1,7 @@
 """The one place that talks to the Hugging Face Hub: offline detection, loading from the local cache or the Hub with
-one-line failures, a repository's revisions, and clean-up of checkpoints downloaded only to be measured.
+one-line failures, a repository's revisions and the training step a revision names (``step``, the one parser of
+checkpoint names), the blobs a cached snapshot's weights are (``weight_blobs``), and clean-up of checkpoints
+downloaded only to be measured.
 
 ``models.registry`` (models) and ``data`` (datasets) call it; it imports neither. The endpoint is ``HF_ENDPOINT`` (the real
 Hub, a mirror, or the tests' local stand-in), the cache ``HF_HOME`` / ``HF_HUB_CACHE``, as for every Hugging Face
@@ -9,6 +11,7 @@ library.
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import re
 import shutil
@@ -167,25 +170,38 @@ def _cause(exc: BaseException, kind: type) -> BaseException | None:
     return None
 
 
-def _steps(name: str) -> int | None:
-    match = re.search(r"(\d+)(k?)$", name)
-    return None if match is None else int(match.group(1)) * (1000 if match.group(2) else 1)
+# A checkpoint's name: "step1000" (Pythia's branches), "global_step1000" (Bloom's), "step_20k" (MultiBERTs' repositories,
+# "k" = thousands), "step-1000" (a self-trained checkpoint's folder, training.checkpoints).
+_STEP = re.compile(r"(?:global_)?step[_-]?(\d+)(k?)")
+
+
+def step(revision: str | None, required: bool = False) -> int | None:
+    """The training step a checkpoint's revision name stands for: "step1000" -> 1000, "global_step1000" -> 1000,
+    "step_20k" -> 20000, "step-1000" -> 1000. None for a name that names no step ("main", a commit hash, a tag, None:
+    the final model); with ``required=True`` such a name is a ``ValueError`` instead (a checkpoint series, whose
+    every member must have a step). The whole name must match: "v2" or a hash ending in digits names no step."""
+    match = _STEP.fullmatch(revision or "")
+    if match is None:
+        if required:
+            raise ValueError(f"cannot read a training step from revision {revision!r}")
+        return None
+    return int(match.group(1)) * (1000 if match.group(2) else 1)
 
 
 def nearest(revision: str, available, n: int = 2) -> list[str]:
     """The names of ``available`` around ``revision`` by training step: the closest before and the closest after
     (then the next closest, up to ``n``), in step order; by spelling when the names carry no step."""
     available = list(dict.fromkeys(available))
-    target = _steps(revision)
-    if target is None or not any(_steps(a) is not None for a in available):
+    target = step(revision)
+    if target is None or not any(step(a) is not None for a in available):
         import difflib
 
         return difflib.get_close_matches(revision, available, n=n, cutoff=0)
-    numbered = sorted((a for a in available if _steps(a) is not None), key=_steps)
-    below = [a for a in numbered if _steps(a) < target][-1:]
-    above = [a for a in numbered if _steps(a) > target][:1]
-    rest = sorted((a for a in numbered if a not in below + above), key=lambda a: abs(_steps(a) - target))
-    return sorted((below + above + rest)[:n], key=_steps)
+    numbered = sorted((a for a in available if step(a) is not None), key=step)
+    below = [a for a in numbered if step(a) < target][-1:]
+    above = [a for a in numbered if step(a) > target][:1]
+    rest = sorted((a for a in numbered if a not in below + above), key=lambda a: abs(step(a) - target))
+    return sorted((below + above + rest)[:n], key=step)
 
 
 def refs(repo: str, repo_type: str = "model") -> list[str]:
@@ -281,6 +297,27 @@ def delete(repo: str, revision: str | None = None, repo_type: str = "model") -> 
     strategy = cache.delete_revisions(*hashes)
     strategy.execute()
     return int(strategy.expected_freed_size)
+
+
+WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf")  # what a snapshot's weights are stored as
+
+
+def weight_blobs(snapshot: str | Path) -> dict[str, str]:
+    """``{file name: blob}`` of the weight files (``WEIGHT_FILES``) of a snapshot of the local cache (the folder
+    ``snapshot_download`` returns, ``.../snapshots/<commit>``): the blob is the name of the file under ``blobs/`` that
+    the snapshot's link points at, which for a weights file (Git LFS or Xet) is the SHA-256 of its content. A file
+    that is no link (a cache written without symlinks) is hashed here: the same SHA-256."""
+    out = {}
+    for file in sorted({f for pattern in WEIGHT_FILES for f in Path(snapshot).glob(pattern)}):
+        if file.is_symlink():
+            out[file.name] = Path(os.readlink(file)).name
+            continue
+        digest = hashlib.sha256()
+        with open(file, "rb") as fh:
+            while block := fh.read(1 << 22):
+                digest.update(block)
+        out[file.name] = digest.hexdigest()
+    return out
 
 
 _FETCHED: set[tuple[str, str | None, str]] = set()  # what this process downloaded: (repo, revision, repo type)

@@ -1,4 +1,5 @@
-"""The performance appendix: the committed benchmark tables (``benchmarks/results``) as the page shows them."""
+"""The performance appendix: the committed benchmark tables (``benchmarks/results``) as the page shows them, and a
+chapter's Colab budget worked term by term (``worked``)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,9 @@ import ast
 
 import pandas as pd
 from IPython.display import display
+
+from anisotropy.models import registry
+from anisotropy.pages import budget
 
 # The speed goals of the measurement core (issue 3; benchmarks/bench_metrics.py measures them): the exact mean cosine
 # within 2x of numpy merely summing the array, TwoNN within 1.5x of one float32 n x n x d product.
@@ -89,3 +93,37 @@ def profile_rows(table: pd.DataFrame, last: bool = True) -> pd.DataFrame:
     return table.assign(**{"goal": [goal_words("profile", r) for r in table["ratio"]]})[
         ["date", "model", "texts", "tokens", "bare_s", "profile_s", "ratio", "cpu_ratio", "goal", "gemm_all_gflops",
          "load_average", "note"]]
+
+
+def worked(p: budget.Plan, gpu: str = budget.FREE_GPU):
+    """``budget.estimate``'s time of plan ``p`` on the ``gpu`` kind of ``budget.GPUS``, term by term from the model
+    sizes, as a table whose ``minutes`` add up to its ``gpu_minutes``: per model (its checkpoints together) the forward
+    passes, 2 x parameters x tokens flops at the dtype's peak rate x ``EFFICIENCY`` (tokens = examples x positions x
+    passes); the per-batch metrics (``checkpoint_metric_flops``); then the downloads at ``HUB_MB_PER_S``, the loads at
+    ``LOAD_S`` each, and the training. Columns: term, model, parameters, tokens, TFLOP, rate (TFLOP/s, the peak),
+    minutes."""
+    kind, seconds = budget.GPUS[gpu], budget.gpu_seconds
+    rows = []
+    by_model: dict[tuple[str, str], list[budget.Checkpoint]] = {}
+    for c in p.checkpoints:
+        by_model.setdefault((c.model, c.dtype), []).append(c)
+    for (model, dtype), group in by_model.items():
+        flop = sum(budget.forward_flops(c) for c in group)
+        rows.append({"term": f"forward passes ({dtype})" + (f", {len(group)} checkpoints" if len(group) > 1 else ""),
+                     "model": model, "parameters": float(registry.spec(model).n_params or 0),
+                     "tokens": sum(c.examples * c.positions * c.passes for c in group), "TFLOP": flop / 1e12,
+                     "rate (TFLOP/s)": kind.rate(dtype), "minutes": seconds(flop, dtype, gpu) / 60})
+        f32, f64 = (sum(x) for x in zip(*(budget.checkpoint_metric_flops(c) for c in group)))
+        if f32 or f64:
+            rows.append({"term": "per-batch metrics (float32 products, float64 eigenvalues)", "model": model,
+                         "parameters": None, "tokens": None, "TFLOP": (f32 + f64) / 1e12, "rate (TFLOP/s)": None,
+                         "minutes": (seconds(f32, "float32", gpu) + seconds(f64, "float64", gpu)) / 60})
+    e = budget.estimate(p, gpu)
+    rate, load_s, n_loads = budget.HUB_MB_PER_S, budget.LOAD_S, sum(c.passes for c in p.checkpoints)
+    rows.append({"term": f"downloads, {e['download_gib']:.1f} GiB at {rate:.0f} MB/s",
+                 "minutes": e["download_gib"] * 1024 / rate / 60})
+    rows.append({"term": f"loads, {n_loads} at {load_s:.0f} s", "minutes": load_s * n_loads / 60})
+    if e["training_minutes"]:
+        rows.append({"term": "training", "TFLOP": p.training_flops / 1e12, "rate (TFLOP/s)": kind.rate("float32"),
+                     "minutes": e["training_minutes"]})
+    return pd.DataFrame(rows, columns=["term", "model", "parameters", "tokens", "TFLOP", "rate (TFLOP/s)", "minutes"])

@@ -1,9 +1,12 @@
-"""The ablation page (sharp attention without anisotropy): its per-variant numbers in words."""
+"""The ablation page (sharp attention without anisotropy): its per-variant numbers in words, and what it asks of a
+runtime."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
+from anisotropy.pages import budget
 
 
 def spread(by_variant: pd.DataFrame, variant: str, column: str, n_seeds: int, fmt: str = "{:.3f}") -> str:
@@ -26,3 +29,8 @@ def paper_runs() -> dict:
     return {"shape": f"{r.get('depth')}-layer, {r.get('width')}-wide", "corpus": r.get("corpus", "its corpus"),
             "training": f"sequence {r.get('seq_len')}, batch {r.get('batch_size')}, {r.get('steps', 0):,} updates",
             "n_seeds": len(block.get("seeds", [])), "n_variants": len(block.get("variants", []))}
+
+
+def plan(p: dict, out: budget.Plan) -> None:
+    """One run of ``p["recipe"]`` per attention variant and seed (``experiments.ablation``), trained here."""
+    out.train(p["recipe"], len(p["variants"]) * len(p["seeds"]))

@@ -1,8 +1,9 @@
-"""The checkpoint-suites page: the recipes' table and the names of the recipe sweep's variants."""
+"""The checkpoint-suites page: the recipes' table and the names of the recipe sweep's variants, and what it asks of
+a runtime."""
 
 from __future__ import annotations
 
-from anisotropy.pages import report
+from anisotropy.pages import budget, report
 from anisotropy.training import trainer
 
 # the transformers class each suite kind trains (the page's recipe table and provenance box)
@@ -72,3 +73,10 @@ def paper_scale() -> str:
             what = f"{s['width']} channels in the first stage, {s['image_size']}px images, {s['steps']:,} updates"
         groups.setdefault(what, []).append(name)
     return "; ".join(f"{', '.join(names)}: {what}" for what, names in groups.items())
+
+
+def plan(p: dict, out: budget.Plan) -> None:
+    """Every seed of every suite of ``p["suites"]`` trained (``training.recipes.suite_specs``); nothing downloaded but
+    a corpus other than the offline prose."""
+    for spec in p["suites"].values():
+        out.train(spec, len(spec.get("seeds", [0])))

@@ -1,12 +1,18 @@
-"""The modalities page (Paper 1, Section 3): per-family peaks and the conversion checks' numbers in words."""
+"""The modalities page (Paper 1, Section 3): per-family peaks and the conversion checks' numbers in words, and what
+the page asks of a runtime."""
 
 from __future__ import annotations
 
 import pandas as pd
 
+from anisotropy.chapters import p1_s3_token_level
 from anisotropy.experiments import layerwise
-from anisotropy.pages import report
+from anisotropy.pages import budget, report
 from anisotropy.claims.rules import p1_s3
+
+# Positions one example becomes, per modality (the page sets no length): a LibriSpeech utterance (about 7 s, 50
+# frames/s; Whisper's encoder always reads 30 s = 1500 frames), a 224 x 224 image in 16-pixel patches.
+SPEECH_FRAMES, WHISPER_FRAMES, IMAGE_PATCHES = 350, 1500, 197
 
 
 def glue_peaks(prefix: str, sub: pd.DataFrame) -> None:
@@ -90,3 +96,19 @@ def support_words(frame: pd.DataFrame) -> str:
                       f"{rows.loc[signs, 'null_support'].median():.2f} for their support)")
         parts.append(words)
     return "; ".join(parts)
+
+
+def plan(p: dict, out: budget.Plan) -> None:
+    """Every pretrained speech model on ``n_speech`` clips and every vision model on ``n_images`` images
+    (``per_model`` may change a model's count), read ``batch_size`` at a time, one sum of unit vectors per example and
+    layer (``experiments.layerwise.FirstMoments``)."""
+    pretrained = p["variant"] == "pretrained"
+    speech = list(p["speech_models"]) if pretrained else []
+    vision = list(p["vit_models"] + p["cnn_models"]) if pretrained else []
+    examples = p1_s3_token_level.examples
+    out.checkpoints += [budget.Checkpoint(m, None, examples(p, m, p["n_speech"]),
+                                          WHISPER_FRAMES if "whisper" in m else SPEECH_FRAMES, batch=p["batch_size"],
+                                          per_example=True) for m in speech]
+    out.checkpoints += [budget.Checkpoint(m, None, examples(p, m, p["n_images"]), IMAGE_PATCHES,
+                                          batch=p["batch_size"], per_example=True) for m in vision]
+    out.data += [(p["speech_source"], p["n_speech"]), (p["image_source"], p["n_images"])]

@@ -1,14 +1,19 @@
-"""The queries-and-keys page (Paper 1, Section 5): measuring a run's checkpoints with the page's parameters, and its
-heads, training records and per-run verdicts in words."""
+"""The queries-and-keys page (Paper 1, Section 5): measuring a run's checkpoints with the page's parameters, its
+heads, training records and per-run verdicts in words, and what it asks of a runtime."""
 
 from __future__ import annotations
 
 import re
 
+import numpy as np
+import pandas as pd
+
+from anisotropy import profiles
 from anisotropy.data import images
-from anisotropy.claims import learnt
+from anisotropy.claims import learnt, words
 from anisotropy.experiments import qk_dynamics as qk
 from anisotropy.models import registry
+from anisotropy.pages import budget
 from anisotropy.training import trainer
 
 
@@ -61,6 +66,65 @@ def training_note(stages) -> str | None:
     return text + "."
 
 
+def common_last_words(row) -> str:
+    """Among the heads outside the isotropic band at the end of a run (``row``: its ``alignment_summary`` row), the
+    share aligned (cos > 0) rather than anti-aligned, in words."""
+    if np.isnan(row["share_common_last"]):
+        return "none lie outside it, so none are counted as aligned or anti-aligned"
+    return f"{100 * row['share_common_last']:.0f}% are aligned (cos > 0) rather than anti-aligned"
+
+
+def layer_ranges(last: pd.DataFrame) -> str:
+    """The range of cos(Q̄, K̄) over each layer's heads (``last``: the rows of the last step, with ``layer`` and
+    ``cos_qk``), layers counted from 1: "layer 1: -0.12 to +0.34; ..."."""
+    per_layer = last.groupby("layer")["cos_qk"].agg(["min", "max"])
+    return "; ".join(f"layer {layer + 1}: {r['min']:+.2f} to {r['max']:+.2f}" for layer, r in per_layer.iterrows())
+
+
+def real_decoder_words(summary: pd.DataFrame | None) -> str:
+    """One Markdown bullet per real decoder of ``summary`` (``alignment_summary`` of its untrained twin, step 0, and
+    its released weights, step 1): the heads outside the isotropic band, the median |cos(Q̄, K̄)| and the mean
+    attention entropy, untrained and pretrained."""
+    if summary is None:
+        return "No real decoder under this profile."
+    return "\n".join(
+        f"- **{r.run}**: outside the isotropic band {100 * r.share_beyond_null_first:.0f}% of heads untrained, "
+        f"{100 * r.share_beyond_null_last:.0f}% pretrained, of which {100 * r.share_common_last:.0f}% with a positive "
+        f"cosine (a common direction); median |cos(Q̄, K̄)| {r.median_abs_cos_first:.2f} untrained, "
+        f"{r.median_abs_cos_last:.2f} pretrained; mean attention entropy {r.entropy_first:.2f} untrained, "
+        f"{r.entropy_last:.2f} pretrained nats ({100 * r.entropy_change:+.0f}%)."
+        for r in summary.itertuples())
+
+
+def entropy_reading(test: pd.DataFrame) -> str:
+    """How far the mean attention entropy falls at most over the runs of ``test`` (``three_part_test``'s rows), from
+    the end of the warm-up, in words."""
+    largest_drop = -100 * test["entropy_change"].min()
+    return f"the mean attention entropy falls by up to {largest_drop:.0f}% of its value at the end of the warm-up"
+
+
+def verdict_list(test: pd.DataFrame, what: dict) -> str:
+    """One Markdown bullet per run of ``what`` (run -> what the run is on the page): its three-part test's verdict
+    (``verdict`` of its row of ``test``)."""
+    verdicts = {r.run: verdict(r) for r in test.itertuples()}
+    return "\n".join(f"- **{run}** ({what[run]}): the finding {verdicts[run]}." for run in what)
+
+
+def verdict_table(test: pd.DataFrame):
+    """The three-part test of every run (``claims.rules.p1_s5.three_part_test``) as the page's table."""
+    table = test.rename(columns={
+        "run": "run", "first_step": "from step", "last_step": "last step", "median_abs_cos_first": "median |cos| first",
+        "median_abs_cos_last": "median |cos| last", "share_beyond_null_first": "outside band first",
+        "share_beyond_null_last": "outside band last", "share_common_last": "of which aligned",
+        "entropy_first": "entropy first", "entropy_last": "entropy last", "holds": "finding holds"})
+    table = table[["run", "from step", "last step", "median |cos| first", "median |cos| last", "outside band first",
+                   "outside band last", "of which aligned", "entropy first", "entropy last", "finding holds"]]
+    return table.style.format({
+        "median |cos| first": "{:.2f}", "median |cos| last": "{:.2f}", "outside band first": "{:.0%}",
+        "outside band last": "{:.0%}", "of which aligned": "{:.0%}", "entropy first": "{:.2f}",
+        "entropy last": "{:.2f}", "from step": "{:,}", "last step": "{:,}"}).hide(axis="index")
+
+
 def verdict(r) -> str:
     """A run's three-part test in words: "holds" or "does not hold in full", then its three numbers. ``r`` is a row of
     ``claims.rules.p1_s5.three_part_test`` (its ``holds`` is the per-run test the ledger's ``every_run_holds`` counts)."""
@@ -68,7 +132,7 @@ def verdict(r) -> str:
              f"heads outside the isotropic band go from {100 * r.share_beyond_null_first:.0f}% to "
              f"{100 * r.share_beyond_null_last:.0f}%",
              f"the mean attention entropy changes by {100 * r.entropy_change:+.0f}%"]
-    return ("holds" if r.holds else "does not hold in full") + ": " + "; ".join(parts)
+    return (words.HOLDS if r.holds else f"{words.FAILS} in full") + ": " + "; ".join(parts)
 
 
 def shown_heads(picked: dict, figure_heads=()) -> list[tuple[str, tuple]]:
@@ -165,8 +229,6 @@ def decoder_weights(name: str) -> str:
 def paper_setup() -> dict:
     """The `paper` profile's encoder runs in words, from its block of ``profiles/paper.yml``: ``n_samples`` and
     ``seeds`` ("0-4", or a list when they are not consecutive)."""
-    from anisotropy import profiles
-
     block = profiles.chapter_parameters("paper", "p1_s5_qk_training")
     seeds = sorted(block.get("seeds", []))
     consecutive = len(seeds) > 1 and seeds == list(range(seeds[0], seeds[-1] + 1))
@@ -178,3 +240,32 @@ def span(values) -> str:
     """"0.12" for one value, "0.12 to 0.15" for several (smallest to largest), two decimals."""
     low, high = float(min(values)), float(max(values))
     return f"{low:.2f}" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f} to {high:.2f}"
+
+
+def plan(p: dict, out: budget.Plan) -> None:
+    """The page's encoder: every checkpoint of each MultiBERTs seed (released once measured; the first seed's are
+    loaded again for the vector samples of the figures), or, when the encoder is a suite of the profile, its seeds
+    trained (``qk_dynamics.runs``); each extension a suite of the profile trained with all its seeds
+    (``qk_dynamics.runs(name, seeds=None)``); the text data set."""
+    if p["encoder"] == "multiberts":
+        for seed in p["seeds"]:
+            revisions = p["revisions"] or registry.spec(f"multiberts-seed-{seed}").revisions
+            out.checkpoints += [budget.Checkpoint(f"multiberts-seed-{seed}", r, p["n_samples"], p["max_length"],
+                                                  batch=p["batch_size"], release=True,
+                                                  passes=2 if seed == p["seeds"][0] else 1) for r in revisions]
+    else:
+        _train_suites(out, {p["encoder"]: p["seeds"]})
+    _train_suites(out, {name: None for name in p.get("extensions") or []})
+    out.data.append((p["datasets"]["text"], p["n_samples"]))
+
+
+def _train_suites(out: budget.Plan, wanted: dict) -> None:
+    """Add the training of the profile's suites ``{name: seeds or None (all)}`` to ``out`` (the suites of the
+    profile's checkpoint_suites chapter, as ``training.recipes.suite_specs`` reads them)."""
+    if not wanted:
+        return
+    specs = profiles.chapter_parameters(out.profile, "checkpoint_suites").get("suites", {})
+    for name, seeds in wanted.items():
+        if name in specs:
+            spec = specs[name]
+            out.train(spec, len([s for s in spec.get("seeds", [0]) if seeds is None or s in seeds]), suite=name)

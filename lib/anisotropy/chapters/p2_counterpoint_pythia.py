@@ -1,10 +1,11 @@
-"""The Pythia counterpoint page (Paper 2): counts of its per-model table in words."""
+"""The Pythia counterpoint page (Paper 2): counts of its per-model table in words, and what it asks of a runtime."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from anisotropy.pages import report
+from anisotropy.chapters import p2_layer_profiles
+from anisotropy.pages import budget, report
 
 
 def counted(mask: pd.Series) -> str:
@@ -21,3 +22,9 @@ def band_words(summary: pd.DataFrame) -> str:
     if len(single) == summary["label"].nunique():
         return "every model measured on a single batch here, so no curve has a band"
     return f"{report.listing(single)} measured on a single batch here, so their curves have no band"
+
+
+def plan(p: dict, out: budget.Plan) -> None:
+    """Paper 2's protocol (``p2_layer_profiles.plan``) with the final norm split (``split_final_norm``): the last
+    block's output measured before and after the final norm, one hidden state more per model."""
+    p2_layer_profiles.plan(p, out, extra_states=1)

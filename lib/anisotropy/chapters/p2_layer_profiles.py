@@ -1,12 +1,17 @@
-"""The layer-profiles page (Paper 2, Figure 1): the shape of the profiles in words."""
+"""The layer-profiles page (Paper 2, Figure 1): the shape of the profiles in words, and what Paper 2's protocol asks
+of a runtime (``plan``, which the other Paper 2 pages call with their own metrics and states)."""
 
 from __future__ import annotations
+
+import inspect
 
 import pandas as pd
 
 from anisotropy.measure import batches
 from anisotropy.claims import ledger
-from anisotropy.pages import report
+from anisotropy.experiments import spectral
+from anisotropy.models import registry
+from anisotropy.pages import budget, report
 from anisotropy.claims.rules import p2
 
 
@@ -80,8 +85,6 @@ def with_first_position(summary: pd.DataFrame, entries, models, by, **measure) -
     decoder whose tokenizer opens every text with a special token that the protocol leaves out (<bos>: its
     ``first_position_measured`` is False), the same model measured again with its special tokens kept, labelled
     "..., special tokens kept" (``measure``: ``spectral.profiles``' keywords, as for the page's profiles)."""
-    from anisotropy.experiments import spectral
-
     rows = summary[summary["model"].isin(models)]
     if "first_position_measured" not in rows.columns:
         return rows
@@ -92,3 +95,28 @@ def with_first_position(summary: pd.DataFrame, entries, models, by, **measure) -
         return rows
     frame, _ = spectral.profiles(again, keep_special=True, **measure)
     return pd.concat([rows, spectral.summary(frame, by=by)], ignore_index=True) if len(frame) else rows
+
+
+# ---- what the page asks of a runtime (``chapters.plans``) -------------------------------------------------------------
+
+def plan(p: dict, out: budget.Plan, metrics=batches.DEFAULT_METRICS, extra_states: int = 0) -> None:
+    """What a Paper 2 page measures with its parameters ``p`` (this one, and the other Paper 2 pages through their own
+    ``plan``): every model, and every checkpoint of a Pythia or Bloom series, reads ``n_texts`` texts (enwik8's
+    windows are shorter than ``max_length``: ``budget.text_positions``), ``spectral.profile``'s ``extraction_batch``
+    at a time; every hidden state (and ``extra_states`` more, e.g. a split final norm) pools ``batch_size`` x
+    ``n_batches`` vectors (``spectral.measure``), measured ``batch_size`` at a time with ``metrics``."""
+    texts_at_once = inspect.signature(spectral.profile).parameters["extraction_batch"].default
+    dtype = p.get("dtype", "float32")
+    names = list(p.get("pretrained", [])) + (list(p.get("models", []))
+                                             if p.get("variant", "pretrained") == "pretrained" else [])
+    host = dict(pool=p["batch_size"] * p["n_batches"], metric_batch=p["batch_size"], extra_states=extra_states,
+                metrics=tuple(metrics))
+    positions = budget.text_positions(p["source"], p["max_length"])
+    out.checkpoints += [budget.Checkpoint(m, None, p["n_texts"], positions, dtype, texts_at_once, **host)
+                        for m in names]
+    for key in ("pythia", "bloom"):
+        for name in p.get(f"{key}_models", []):
+            revisions, _ = registry.checkpoint_revisions(name, p[f"{key}_revisions"])
+            out.checkpoints += [budget.Checkpoint(name, r, p["n_texts"], positions, dtype, texts_at_once, True, **host)
+                                for r in revisions]
+    out.data.append((p["source"], p["n_texts"]))

@@ -1,4 +1,5 @@
-"""The training-dynamics page (Paper 2, Figure 2): the phases of the intrinsic dimension along training."""
+"""The training-dynamics page (Paper 2, Figure 2): the phases of the intrinsic dimension along training, and what the
+page asks of a runtime."""
 
 from __future__ import annotations
 
@@ -6,8 +7,12 @@ import numpy as np
 import pandas as pd
 
 from anisotropy import profiles
+from anisotropy.chapters import p2_layer_profiles
 from anisotropy.models import registry
-from anisotropy.pages import report
+from anisotropy.pages import budget, report
+
+# What the page measures on each pooled batch: Paper 2's two measures, and the first moments beside them.
+METRICS = ("sigma1_share", "twonn_dimension", "mean_cosine", "drift_norm", "mean_norm")
 
 
 def phases(part: pd.DataFrame) -> dict:
@@ -57,3 +62,9 @@ def robust_words(average: pd.DataFrame) -> str:
         parts.append(f"{run} at step {int(rows['step'].max()):,}: " + ", ".join(
             f"{last[name]:.3f} {name}" for name in ROBUST_SHARES.values() if name in last.index))
     return "; ".join(parts)
+
+
+def plan(p: dict, out: budget.Plan) -> None:
+    """Paper 2's protocol (``p2_layer_profiles.plan``) on every checkpoint of the page's series, with its
+    ``METRICS`` (TwoNN too)."""
+    p2_layer_profiles.plan(p, out, metrics=METRICS)

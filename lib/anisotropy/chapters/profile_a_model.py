@@ -1,5 +1,5 @@
 """The profile page (``python -m anisotropy profile`` shown on the book's models): its models, its per-model numbers
-and the command line in words, all read from ``experiments.model_profile``'s table."""
+and the command line in words, all read from ``experiments.model_profile``'s table, and what it asks of a runtime."""
 
 from __future__ import annotations
 
@@ -8,13 +8,15 @@ from pathlib import Path
 
 import pandas as pd
 
+from anisotropy.experiments import layerwise, model_profile
+from anisotropy.measure import batches
+from anisotropy.models import registry
+from anisotropy.pages import budget
+
 
 def describe(models, variant: str = "pretrained") -> list[str]:
     """One provenance line per model: a registry model's (``experiments.layerwise.describe``), else what was given
     (a folder, a file or a Hub id outside the registry)."""
-    from anisotropy.experiments import layerwise
-    from anisotropy.models import registry
-
     lines = []
     for m in models:
         if registry.known(m):
@@ -65,3 +67,21 @@ def findings(numbers: pd.DataFrame) -> str:
         f"{r['max mean cosine']:.2f} at relative depth {r['cosine at depth']:.2f}, {r['× null']:.1f} times the isotropic "
         f"95th percentile at its width; its σ₁ share peaks at {r['max σ₁ share']:.2f} at depth {r['σ₁ at depth']:.2f}; "
         f"its TwoNN dimension spans {r['TwoNN']} over its layers." for _, r in numbers.iterrows())
+
+
+def plan(p: dict, out: budget.Plan) -> None:
+    """The profile command's measurement (``experiments.model_profile``): every token vector summed per example for
+    Paper 1's interval and pooled for Paper 2's batches, at most ``N_BATCHES`` of ``BATCH_SIZE`` per state, measured
+    with ``PAPER2_METRICS``, ``EXTRACTION_BATCH`` texts at a time. A model outside the registry (a folder, a file,
+    another Hub id) has no size to count: a note says so; random weights download nothing."""
+    if p.get("variant", "pretrained") != "pretrained":
+        return
+    host = dict(pool=batches.BATCH_SIZE * model_profile.N_BATCHES, metric_batch=batches.BATCH_SIZE, per_example=True,
+                metrics=model_profile.PAPER2_METRICS)
+    known = [registry.spec(m).name for m in p["models"] if registry.known(m)]
+    positions = p["max_length"] if p.get("text") else budget.text_positions(p["source"], p["max_length"])
+    out.checkpoints += [budget.Checkpoint(m, None, p["n"], positions, p.get("dtype") or "float32",
+                                          model_profile.EXTRACTION_BATCH, **host) for m in known]
+    out.notes += [f"{m} is not in the registry: its size is not counted" for m in p["models"] if not registry.known(m)]
+    if not p.get("text"):
+        out.data.append((p["source"], p["n"]))

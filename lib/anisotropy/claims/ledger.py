@@ -37,12 +37,12 @@ from anisotropy.claims.rules import ablation, book, p1_s3, p1_s4, p1_s5, p2  # n
 from anisotropy.claims import stand_ins
 from anisotropy.claims.rules.common import RULES, Outcome
 from anisotropy.claims.table import PAPER_NAMES, READING_BOOK, SCOPES, UNVERIFIED, Claim, read_claim  # noqa: F401
+from anisotropy.claims.words import FAILS, HOLDS, PARTLY, UNTESTABLE  # ledger.HOLDS ... as before
 
 
 LEDGER = Path(__file__).resolve().with_name("claims.yml")
 NAMESPACE = "claims"  # results/<NAMESPACE>/: the verdict rows of every chapter and profile
 MEASURED = "claims_measured"  # results/<MEASURED>/: per-model mean cosines for Figure 18
-HOLDS, FAILS, UNTESTABLE = "holds", "does not hold", "not testable here"
 #: Chapters whose pages gather what other chapters stored, and the namespace they read (the runner re-executes them
 #: when that changes: ``stamp_inputs``).
 GATHERERS = {"appendix_b_isotropic": MEASURED, "what_holds_up": NAMESPACE}
@@ -132,7 +132,6 @@ def _real_label(name: str) -> str:
 EVERY_MODEL = frozenset({"models_above_null", "most_layers_above_null", "some_layer_above_null", "every_layer_above",
                          "close_to_isotropic", "falls_with_depth", "final_norm_lowers", "part_above", "only_exception",
                          "correlated_except", "not_correlated", "tests_disagree"})
-PARTLY = "partly measured"
 
 
 def _partly(c: Claim, measured: list[str], stand_in: bool) -> str | None:

@@ -404,21 +404,22 @@ def reference_norms(models, n_texts: int = 256, max_length: int = 128, seed: int
     post-LN BERT-family models, ``layer_norm_norm`` = ``analytic_output_norm`` of the LayerNorm that outputs the
     layer."""
     from anisotropy.data import prose
-    from anisotropy.models import registry
+    from anisotropy.models.session import session
     from anisotropy.measure import taps
 
     texts = prose.text_samples(n_texts, seed=seed)
     frames = []
     for name in models:
-        loaded = registry.load(name, variant=variant, device=device)
-        stats = taps.extract(loaded, texts, batch_size=batch_size, max_length=max_length, seed=seed)
-        norms = _output_layer_norms(loaded.model)
-        if norms is not None and len(norms) != len(stats):
-            norms = None
-        frames.append(pd.DataFrame([
-            {"model": name, "label": loaded.label, "layer": layer, "hidden_size": int(loaded.model.config.hidden_size),
-             "mean_norm": s.mean_norm, "drift_norm": s.drift_norm, "mean_cosine": s.mean_cosine,
-             "layer_norm_norm": analytic_output_norm(norms[layer]) if norms is not None else float("nan")}
-            for layer, s in sorted(stats.items())]))
-        del loaded
+        with session(name, batch_size=batch_size, variant=variant, device=device) as loaded:
+            stats = taps.extract(loaded, texts, batch_size=batch_size, max_length=max_length, seed=seed)
+            norms = _output_layer_norms(loaded.model)
+            if norms is not None and len(norms) != len(stats):
+                norms = None
+            frames.append(pd.DataFrame([
+                {"model": name, "label": loaded.label, "layer": layer,
+                 "hidden_size": int(loaded.model.config.hidden_size), "mean_norm": s.mean_norm,
+                 "drift_norm": s.drift_norm, "mean_cosine": s.mean_cosine,
+                 "layer_norm_norm": analytic_output_norm(norms[layer]) if norms is not None else float("nan")}
+                for layer, s in sorted(stats.items())]))
+            del norms  # the model's own LayerNorm modules: they must not outlive the session
     return pd.concat(frames, ignore_index=True)

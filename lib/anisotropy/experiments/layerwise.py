@@ -11,10 +11,9 @@ holds everything that determines them, so a rebuild reuses them and several chap
 
 from __future__ import annotations
 
-import gc
 import time
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -25,6 +24,7 @@ import torch
 from anisotropy.measure import baseline, metrics
 from anisotropy.measure.streaming import FirstMoments, LayerStats  # FirstMoments: importable from here too
 from anisotropy import devices, progress, results
+from anisotropy.models.identity import identity
 
 STORE_CHAPTER = "p1_layerwise"  # one namespace shared by every chapter that measures layer-wise geometry
 # With stats="full", wider layers (CNN maps flattened to C*H*W) still get first moments only: LayerStats' d x d
@@ -183,35 +183,14 @@ def null_q95(dim) -> np.ndarray:
     return np.array([unique[int(d)] for d in dims.ravel()]).reshape(dims.shape)
 
 
-def _model_key(ref: ModelRef) -> dict:
-    """The ref plus what the registry builds it from (hub id, class, config, preprocessor, offline tokenizer
-    version), or a self-trained folder's training state: a changed entry recomputes its rows."""
-    from anisotropy.models import offline_tokenizers, registry
-
-    key = asdict(ref)
-    key.pop("label")
-    if ref.is_folder:
-        from anisotropy.results import checkpoint_key
-
-        key.update(checkpoint_key(ref.name), name=None)  # where the cache lives must not change the key
-        return key
-    s = registry.spec(ref.name)
-    key["spec"] = {"hub_id": s.hub_id, "architecture": s.architecture, "layout": s.layout,
-                   "preprocessor": s.preprocessor, "preprocessor_kwargs": dict(s.preprocessor_kwargs),
-                   "prefix_tokens": s.prefix_tokens}
-    if ref.variant != "pretrained":
-        key["spec"].update(config=dict(s.config or {}), tiny=dict(s.tiny or {}) if ref.variant == "tiny" else None,
-                           tiny_preprocessor_kwargs=dict(s.tiny_preprocessor_kwargs),
-                           offline_tokenizers=offline_tokenizers.packaged_tokenizers_fingerprint())
-    return key
-
-
 def measurement_key(ref: ModelRef, source: str, n: int, seed: int, max_length: int | None, batch_size: int,
                     keep_special: bool, part: str | None, stats: str, reservoir_size: int, data_options: dict | None,
                     dtype: str | None) -> dict:
     """Everything that determines a model's rows (the package version is added by the store). The device is left
     out: a GPU and a CPU give the same numbers up to float rounding."""
-    return {"what": "layer-wise geometry", "model": _model_key(ref),
+    # the ref's family is a column of the stored rows (``frame_of``); its label is set after they are read back
+    return {"what": "layer-wise geometry", "model": identity(ref.name, ref.variant, ref.revision),
+            "family": ref.family,
             "data": {"source": source, "n": n, "seed": seed, "options": dict(data_options or {})},
             "max_length": max_length, "batch_size": batch_size, "keep_special": keep_special, "part": part,
             "stats": stats, "reservoir_size": reservoir_size if stats == "full" else 0, "dtype": dtype}
@@ -253,7 +232,7 @@ def measure(ref: ModelRef, examples, *, source: str, n: int, seed: int = 0, max_
     """One model's rows, from the store if present; ``examples`` is a zero-argument callable returning the examples
     (called only when the rows must be computed). Untrained weights are seeded with ``seed``."""
     from anisotropy.data import sources
-    from anisotropy.models import registry
+    from anisotropy.models.session import out_of_memory, session
     from anisotropy import results
     from anisotropy.measure import taps
 
@@ -267,39 +246,26 @@ def measure(ref: ModelRef, examples, *, source: str, n: int, seed: int = 0, max_
         dev = devices.resolve(device)
         start = time.perf_counter()
         progress.say(f"measuring {ref.label or ref.name} ({ref.variant}) on {n} examples of {source}")
-        if ref.is_folder:
-            loaded = registry.load(ref.name, device=dev, dtype=_dtype(dtype))
-        else:
-            loaded = registry.load(ref.name, variant=ref.variant, revision=ref.revision, device=dev,
-                                   dtype=_dtype(dtype), seed=seed)
-        length = max_length or 1
-        if ref.is_folder and max_length:  # small self-trained models know fewer positions than the registry's
-            config = loaded.model.config
-            limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
-            length = min(max_length, limit) if limit else max_length
-        try:
-            extraction = taps.extract(loaded, examples(), batch_size=batch_size, max_length=length,
-                                      keep_special=keep_special, seed=seed, device=dev, part=part,
-                                      stats_factory=stats_factory(stats, reservoir_size, seed))
-            return frame_of(extraction, loaded, ref.label, time.perf_counter() - start, ref.family)
-        except torch.cuda.OutOfMemoryError:
-            torch.cuda.empty_cache()
-            raise registry.out_of_memory(ref.name, _dtype(dtype), batch_size) from None
-        except ValueError as exc:
-            # taps refuses a model with a layer where no vector survives (e.g. an untrained CNN whose activations
-            # underflow to exactly zero): a property of these weights, stored so that a rebuild does not redo it.
-            if "no vector was kept" in str(exc):
+        options = {} if ref.is_folder else {"variant": ref.variant, "revision": ref.revision, "seed": seed}
+        with session(ref.name, batch_size=batch_size, device=dev, dtype=_dtype(dtype), **options) as loaded:
+            length = max_length or 1
+            if ref.is_folder and max_length:  # small self-trained models know fewer positions than the registry's
+                config = loaded.model.config
+                limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+                length = min(max_length, limit) if limit else max_length
+            try:
+                extraction = taps.extract(loaded, examples(), batch_size=batch_size, max_length=length,
+                                          keep_special=keep_special, seed=seed, device=dev, part=part,
+                                          stats_factory=stats_factory(stats, reservoir_size, seed))
+                return frame_of(extraction, loaded, ref.label, time.perf_counter() - start, ref.family)
+            except taps.NoVectorKept as exc:
+                # taps refuses a model with a layer where no vector survives (e.g. an untrained CNN whose activations
+                # underflow to exactly zero): a property of these weights, stored so that a rebuild does not redo it.
                 return pd.DataFrame({SKIPPED_COLUMN: [str(exc).splitlines()[0]]})
-            if not loaded.spec.remote_code:
-                raise
-            raise remote_failure(loaded.spec, exc) from None
-        except Exception as exc:  # noqa: BLE001 - only code of the model's Hub repository fails into a skip
-            if not loaded.spec.remote_code:
-                raise
-            raise remote_failure(loaded.spec, exc) from None
-        finally:
-            del loaded
-            gc.collect()
+            except Exception as exc:  # noqa: BLE001 - only code of the model's Hub repository fails into a skip
+                if not loaded.spec.remote_code or out_of_memory(exc):
+                    raise  # the library's own error; out of GPU memory is the session's to word
+                raise remote_failure(loaded.spec, exc) from None
 
     frame = store.cached(STORE_CHAPTER, key, compute)
     if SKIPPED_COLUMN in frame.columns:

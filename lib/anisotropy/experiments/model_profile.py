@@ -21,7 +21,6 @@ per paragraph when it has blank lines. Inputs that cannot be profiled stop with 
 
 from __future__ import annotations
 
-import gc
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +33,8 @@ from anisotropy import devices, progress, results
 from anisotropy.errors import ModelTooLargeError, UserError
 from anisotropy.experiments import layerwise, spectral
 from anisotropy.measure.batches import BATCH_SIZE, BatchedLayer
+from anisotropy.models.identity import identity
+from anisotropy.models.session import session
 
 STORE_CHAPTER = "model_profile"  # results/<STORE_CHAPTER>/: one frame per model, data and settings
 MIN_VECTORS = 64  # fewer vectors in some layer: no bootstrap, TwoNN or sigma_1 share worth reading
@@ -70,35 +71,6 @@ class Target:
     @property
     def shown(self) -> str:
         return self.name + (f"@{self.revision}" if self.revision else "")
-
-
-def model_key(target: Target) -> dict:
-    """What identifies a model's weights in the key: a registry entry (name, hub id, revision), a file or folder by
-    the SHA-256 of its weights and config (so a changed file measures again, wherever it lies), a Hub id by name and
-    revision."""
-    from anisotropy.models import registry
-    from anisotropy.models.weights import file_sha256
-
-    path = Path(target.name)
-    if registry.known(target.name):
-        s = registry.spec(target.name)
-        return {"registry": s.name, "hub_id": s.hub_id, "revision": target.revision}
-    if path.is_file():
-        return {"file": file_sha256(path)[:16]}
-    if path.is_dir():
-        files = sorted(f for pattern in ("config.json", "*.safetensors", "*.bin", "tokenizer*.json", "vocab*")
-                       for f in path.glob(pattern))
-        return {"folder": {f.name: file_sha256(f)[:16] for f in files}}
-    # a Hub id by the commit its snapshot holds, so that new weights at the same name measure again
-    commit = None
-    if target.name.count("/") == 1 and not target.name.startswith((".", "/", "~")):
-        from anisotropy import hub
-
-        try:
-            commit = registry.hub_folder(target.name, target.revision).name
-        except hub.Unavailable:  # not to be had here: load() says why, in one line
-            pass
-    return {"hub_id": target.name, "revision": target.revision, "commit": commit}
 
 
 def read_texts(path: str | Path) -> list[str]:
@@ -226,24 +198,21 @@ def profile(model: str, *, text: str | Path | None = None, source: str = "prose"
         raise ProfileInputError(f"--max-length {max_length}: give at least one token per example")
     target = Target.parse(str(model))
     texts, data_key = examples(text, source, n, seed)
-    key = {"what": "model profile", "model": model_key(target), "data": data_key, "max_length": max_length,
-           "extraction_batch": extraction_batch, "seed": seed, "dtype": dtype}
-    if variant != "pretrained":  # in the key only then, so that the pretrained results stored before still read back
-        key["variant"] = variant
+    key = {"what": "model profile", "model": identity(target.name, variant, target.revision), "data": data_key,
+           "max_length": max_length, "extraction_batch": extraction_batch, "seed": seed, "dtype": dtype}
     store = store or results.Store()
     measured = []
 
     def compute() -> pd.DataFrame:
         measured.append(True)
         progress.say(f"profiling {target.shown} on {len(texts)} examples")
-        loaded = load(target, device, dtype, variant)
         try:
-            frame = measure(loaded, texts, max_length=max_length, extraction_batch=extraction_batch, seed=seed,
-                            device=devices.resolve(device))
-        finally:
-            del loaded
-            gc.collect()
-        return frame
+            with session(target.name, batch_size=extraction_batch, dtype=getattr(torch, dtype) if dtype else None,
+                         load=lambda: load(target, device, dtype, variant)) as loaded:
+                return measure(loaded, texts, max_length=max_length, extraction_batch=extraction_batch, seed=seed,
+                               device=devices.resolve(device))
+        except ModelTooLargeError as exc:  # out of GPU memory, loading or measuring: the session's one line
+            raise ProfileInputError(f"{target.shown}: {exc}") from None
 
     frame = store.cached(STORE_CHAPTER, key, compute)
     frame["model"] = target.shown

@@ -17,7 +17,6 @@ means away from it is visible.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,8 @@ import torch
 from anisotropy.measure import attention, metrics
 from anisotropy.data import sources
 from anisotropy.models import registry
+from anisotropy.models.identity import identity
+from anisotropy.models.session import session
 from anisotropy import devices, hub, progress as progress_lines, results
 
 CHAPTER = "p1_s5_qk_training"
@@ -59,11 +60,8 @@ class Stage:
 
     @property
     def key(self) -> dict:
-        """What identifies the weights: registry name + revision, or the folder (relative to the cache when inside
-        it, since a self-trained folder's path holds its recipe hash)."""
-        if Path(self.source).is_dir():
-            return {**results.checkpoint_key(self.source), "revision": self.revision, "variant": self.variant}
-        return {"source": self.source, "revision": self.revision, "variant": self.variant}
+        """What identifies the weights in a stored result's key: ``{"model": models.identity.identity(...)}``."""
+        return {"model": identity(self.source, self.variant, self.revision)}
 
     def load(self, device="cpu", release: bool = False) -> registry.Loaded:
         """The checkpoint in memory; ``release``: a hub checkpoint's downloaded files leave the cache once loaded."""
@@ -84,19 +82,11 @@ def describe(stages: list[Stage], kind: str) -> str:
     return f"{stages[0].run}: {where}, steps {steps[0]:,} to {steps[-1]:,} ({kind})"
 
 
-def revision_step(revision: str) -> int:
-    """Training step of a hub revision name: "step_20k" -> 20000 (MultiBERTs), "step1000" -> 1000 (Pythia)."""
-    match = re.fullmatch(r"(?:global_)?step_?(\d+)(k?)", revision)
-    if match is None:
-        raise ValueError(f"cannot read a training step from revision {revision!r}")
-    return int(match.group(1)) * (1000 if match.group(2) else 1)
-
-
 def multiberts_stages(seed: int = 0, revisions=None) -> list[Stage]:
     """MultiBERTs seed ``seed`` at every intermediate checkpoint of the registry (or the given revisions)."""
     name = f"multiberts-seed-{seed}"
     revisions = revisions or registry.spec(name).revisions
-    return [Stage(f"MultiBERTs seed {seed}", seed, revision_step(r), name, r) for r in revisions]
+    return [Stage(f"MultiBERTs seed {seed}", seed, hub.step(r, required=True), name, r) for r in revisions]
 
 
 def suite_stages(suite: str, profile: str, seeds=None, progress: bool = False) -> dict[int, list[Stage]]:
@@ -300,19 +290,13 @@ def _per_stage(stages: list[Stage], what: dict, extra_key: dict, measure, datase
     def computation(stage: Stage) -> Callable[[], pd.DataFrame]:
         def compute():
             progress_lines.say(f"{stage.run}: checkpoint at step {stage.step:,} ({what.get('what', 'measured')})")
-            loaded = stage.load(device, release=release)
-            size = _image_size(loaded)
-            if size not in inputs:
-                inputs[size] = examples(dataset, n_samples, sample_seed, size)
-            try:
+            with session(stage.source, batch_size=batch_size,
+                         load=lambda: stage.load(device, release=release)) as loaded:
+                size = _image_size(loaded)
+                if size not in inputs:
+                    inputs[size] = examples(dataset, n_samples, sample_seed, size)
                 with torch.no_grad():
-                    frame = measure(model_body(loaded), batches(loaded, inputs[size], batch_size, max_length, device))
-            except torch.cuda.OutOfMemoryError:
-                del loaded
-                torch.cuda.empty_cache()
-                raise registry.out_of_memory(stage.source, None, batch_size) from None
-            del loaded
-            return frame
+                    return measure(model_body(loaded), batches(loaded, inputs[size], batch_size, max_length, device))
 
         return compute
 
@@ -578,7 +562,7 @@ def pick_heads(stats: pd.DataFrame, band: float = 0.0, min_displacement: float =
     return {**picked, "qualified": qualified, "dynamics": dyn}
 
 
-# ---- does the paper's finding hold? -------------------------------------------------------------------------------
+# ---- the numbers of the paper's finding (decided by claims.rules.p1_s5) ---------------------------------------------
 
 def null_cosine_bound(head_dim: int, level: float = 0.95) -> float:
     """|cos| that two independent isotropic Gaussian vectors of dimension ``head_dim`` exceed with probability
@@ -592,8 +576,7 @@ def alignment_summary(stats: pd.DataFrame) -> pd.DataFrame:
     """One row per run: the first and last step, the median |cos(Q̄, K̄)| over heads at each, the share of heads
     whose |cos| grew, the share of heads beyond the isotropic 95% band at each end, among those at the end the share
     with a positive cosine (common direction), the mean attention entropy over heads at each end (nats) and its
-    relative change, and ``holds``: whether the median |cos| grew, more heads sit beyond the band at the end than at
-    the start, and the entropy fell, the three parts of the paper's finding."""
+    relative change: the numbers of the paper's finding, which ``claims.rules.p1_s5.three_part_test`` decides."""
     rows = []
     for run, part in stats.groupby("run", sort=False):
         first_step, last_step = part["step"].min(), part["step"].max()
@@ -611,14 +594,11 @@ def alignment_summary(stats: pd.DataFrame) -> pd.DataFrame:
                "entropy_first": float(first["entropy"].mean()), "entropy_last": float(last["entropy"].mean()),
                "entropy_uniform": float(first["entropy_uniform"].mean())}
         row["entropy_change"] = row["entropy_last"] / row["entropy_first"] - 1
-        row["holds"] = bool(row["median_abs_cos_last"] > row["median_abs_cos_first"]
-                            and row["share_beyond_null_last"] > row["share_beyond_null_first"]
-                            and row["entropy_last"] < row["entropy_first"])
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-__all__ = ["CHAPTER", "Stage", "revision_step", "multiberts_stages", "suite_stages", "twin_stages", "pick_stages",
+__all__ = ["CHAPTER", "Stage", "multiberts_stages", "suite_stages", "twin_stages", "pick_stages",
            "examples",
            "batches", "model_body", "head_statistics", "step_statistics", "head_vectors", "step_vectors", "svd_basis",
            "projection_basis", "project_vectors", "project_means", "concatenated_alignment", "head_dynamics",

@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import gc
 import hashlib
-import re
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
@@ -38,6 +36,7 @@ import torch
 from anisotropy.measure.final_norm import find_final_norm, final_norm_split
 from anisotropy.measure.batches import BATCH_METRICS, BATCH_SIZE, DEFAULT_METRICS, ROBUST_METRICS, BatchedLayer
 from anisotropy import devices, progress
+from anisotropy.models.identity import identity
 
 STORE_CHAPTER = "paper2_spectral"  # every measurement of this module lives under results/<STORE_CHAPTER>/
 
@@ -211,7 +210,7 @@ def profile(model: str | Path, variant: str = "pretrained", revision: str | None
     vectors, which the protocol leaves out (``measure.taps``); it enters the key only when True.
     """
     from anisotropy.data import sources
-    from anisotropy.models import registry
+    from anisotropy.models.session import session
     from anisotropy import results
 
     metric_names = tuple(metric_names)
@@ -228,44 +227,35 @@ def profile(model: str | Path, variant: str = "pretrained", revision: str | None
         dev = devices.resolve(device)
         progress.say(f"measuring {(extra or {}).get('label') or model}" + (f" at {revision}" if revision else "")
                      + (f" ({part})" if part else "") + f", {n_texts} texts of {source}")
-        loaded = (registry.load(folder, device=dev, dtype=_torch_dtype(dtype)) if is_folder else
-                  registry.load(model, variant=variant, revision=revision, device=dev, dtype=_torch_dtype(dtype),
-                                seed=model_seed, release=revision is not None))
-        try:
+        options = {} if is_folder else {"variant": variant, "revision": revision, "seed": model_seed,
+                                        "release": revision is not None}
+        with session(folder if is_folder else model, batch_size=extraction_batch, device=dev,
+                     dtype=_torch_dtype(dtype), **options) as loaded:
             fingerprint = weights_fingerprint(loaded.model)
-            base = getattr(loaded.model, "base_model", loaded.model)
-            if base is not loaded.model:
-                # A self-trained checkpoint is saved with its LM head; the hidden states are the base model's, and
-                # computing logits over the vocabulary for every token would only cost time.
-                loaded.model = base
+            # A self-trained checkpoint is saved with its LM head; the hidden states are the base model's, and
+            # computing logits over the vocabulary for every token would only cost time.
+            loaded.model = getattr(loaded.model, "base_model", loaded.model)
             texts = sources.load(source, n_texts, seed=data_seed, **dict(data_options or {}))
             if all(isinstance(t, str) for t in texts):
                 texts = by_length_within(texts, 8 * extraction_batch)
             together = ONE_PASS_PARTS.get(loaded.spec.layout, ())
             parts = together if shuffle and part in together else (part,)
-            try:
-                frames = measure_parts(loaded, texts, parts, batch_size=batch_size, n_batches=n_batches,
-                                       metric_names=metric_names, max_length=max_length,
-                                       extraction_batch=extraction_batch, split_final_norm=split_final_norm,
-                                       keep_special=keep_special, device=dev,
-                                       shuffle_seed=data_seed if shuffle else None)
-            except torch.cuda.OutOfMemoryError:
-                torch.cuda.empty_cache()
-                raise registry.out_of_memory(str(model), _torch_dtype(dtype), extraction_batch) from None
-            head = {"model": key["model"]["folder"] if is_folder else str(model), "label": loaded.label,
+            frames = measure_parts(loaded, texts, parts, batch_size=batch_size, n_batches=n_batches,
+                                   metric_names=metric_names, max_length=max_length,
+                                   extraction_batch=extraction_batch, split_final_norm=split_final_norm,
+                                   keep_special=keep_special, device=dev, shuffle_seed=data_seed if shuffle else None)
+            head = {"model": results.checkpoint_key(folder)["folder"] if is_folder else str(model),
+                    "label": loaded.label,
                     "display": loaded.spec.display,
                     "variant": loaded.variant, "revision": revision or "", "stack": loaded.spec.stack}
-            for frame in frames.values():
-                for i, (column, value) in enumerate(head.items()):
-                    frame.insert(i, column, value)
-                frame["fingerprint"] = fingerprint
-            for other in parts:
-                if other != part:  # what a call for that stack would store, under its own key
-                    store.cached(STORE_CHAPTER, dict(key, part=other), lambda f=frames[other]: f)
-            return frames[part]
-        finally:
-            del loaded
-            gc.collect()
+        for frame in frames.values():
+            for i, (column, value) in enumerate(head.items()):
+                frame.insert(i, column, value)
+            frame["fingerprint"] = fingerprint
+        for other in parts:
+            if other != part:  # what a call for that stack would store, under its own key
+                store.cached(STORE_CHAPTER, dict(key, part=other), lambda f=frames[other]: f)
+        return frames[part]
 
     frame = store.cached(STORE_CHAPTER, key, compute)
     for column, value in (extra or {}).items():
@@ -284,13 +274,8 @@ def _profile_key(*, model, variant, revision, source, n_texts, data_seed, batch_
                  keep_special=False) -> dict:
     """What ``profile`` stores its frame under (before the code's fingerprint is added); its keywords are
     ``profile``'s arguments of the same names."""
-    from anisotropy import results
-
-    # A folder is keyed by where it sits in the cache and by its own training record, so a retrained suite at the
-    # same path does not reuse old numbers.
-    key = {"what": "paper 2 per-layer batches",
-           "model": results.checkpoint_key(Path(model)) if _is_folder(model) else str(model), "variant": variant,
-           "revision": revision, "model_seed": model_seed, "source": source, "n_texts": n_texts,
+    key = {"what": "paper 2 per-layer batches", "model": identity(model, variant, revision),
+           "model_seed": model_seed, "source": source, "n_texts": n_texts,
            "data_seed": data_seed, "batch_size": batch_size, "n_batches": n_batches,
            "metrics": list(metric_names), "max_length": max_length, "split_final_norm": split_final_norm,
            "dtype": str(dtype), "shuffle_seed": data_seed if shuffle else None}
@@ -406,14 +391,6 @@ def _registry_names():
     return registry.MODELS
 
 
-def step_of(revision: str) -> int:
-    """Training step of a hub revision name: 'step1000' (Pythia), 'global_step1000' (Bloom), 'step_20k' (MultiBERTs)."""
-    m = re.search(r"(\d+)(k?)$", revision)
-    if not m:
-        raise ValueError(f"no step number in revision {revision!r}")
-    return int(m.group(1)) * (1000 if m.group(2) else 1)
-
-
 def hub_checkpoints(name: str, revisions: Sequence[str] = (), **columns) -> tuple[list[dict], list[str]]:
     """Entries for ``series``: one per hub revision of a registry model, with its ``step`` (label: the model), and a
     note per requested revision the model does not have (Bloom sizes have different branches). No ``revisions``:
@@ -424,7 +401,8 @@ def hub_checkpoints(name: str, revisions: Sequence[str] = (), **columns) -> tupl
     kept, missing = registry.checkpoint_revisions(name, revisions)
     notes = [f"{name} has no checkpoint {r}; the nearest that exist: "
              f"{', '.join(hub.nearest(r, registry.spec(name).revisions))}" for r in missing]
-    return [{"model": name, "revision": r, "step": step_of(r), "label": name, **columns} for r in kept], notes
+    return [{"model": name, "revision": r, "step": hub.step(r, required=True), "label": name, **columns}
+            for r in kept], notes
 
 
 def suite_checkpoints(suite: str, profile_name: str = "local", seeds: Sequence[int] | None = None,

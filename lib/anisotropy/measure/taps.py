@@ -57,6 +57,11 @@ _PARTS = {"encoder-decoder": ("encoder", "decoder"), "whisper": ("encoder", "dec
 _DEFAULT_SOURCE = {"text": "prose", "speech": "synthetic-speech", "vision": "synthetic-shapes"}
 
 
+class NoVectorKept(ValueError):
+    """``extract`` kept no vector in some layer (every position padding or special, or every vector zero, NaN or
+    inf): a property of the model's weights and of the examples, not a failure of the code."""
+
+
 class Extraction(dict):
     """``{layer: LayerStats}`` with the layout of the layers: ``parts[layer]`` (e.g. "encoder", "downsampled"),
     ``layer_in_part[layer]``, ``n_masked[layer]`` (positions excluded as padding / special tokens / beyond the
@@ -510,9 +515,10 @@ def extract(loaded, examples: Iterable, batch_size: int = 8, max_length: int = 1
     ``LayerStats(dim, reservoir_size, seed)`` (the same seed for every layer, so the reservoirs of all layers keep the
     same positions) unless ``stats_factory(dim)`` is given (any ``measure.streaming.Accumulator``): ``LayerStats``
     holds a d x d float64 scatter matrix, which flattened CNN maps (d = C*H*W, e.g. 802,816 for ResNet-50's first
-    stage at 224 px) cannot afford, so give those a lighter accumulator. ``device``: where the forward passes run (default: the model's device; the model is moved
-    there). Hidden states enter the accumulators in float32 whatever the model's dtype, on the model's device
-    (``LayerStats`` then accumulates there: ``measure.rows``' device path).
+    stage at 224 px) cannot afford, so give those a lighter accumulator. ``device``: where the forward passes run
+    (default: the model's device; the model is moved there). Hidden states enter the accumulators in float32 whatever
+    the model's dtype, on the model's device (``LayerStats`` then accumulates there: ``measure.rows``' device path).
+    A layer where no vector is kept raises ``NoVectorKept``.
     """
     spec = loaded.spec
     if batch_size < 1 or max_length < 1:
@@ -564,7 +570,7 @@ def extract(loaded, examples: Iterable, batch_size: int = 8, max_length: int = 1
     if not result or empty:
         what = "padding or special tokens" if spec.modality == "text" else "padding"
         zeros = sum(result[layer].n_excluded for layer in empty)
-        raise ValueError(
+        raise NoVectorKept(
             f"{spec.name}: no vector was kept{f' in layers {empty}' if empty else ''} of {n_examples} examples: "
             f"{sum(result.n_masked.get(layer, 0) for layer in empty)} positions were {what} "
             f"(keep_special={keep_special}) and {zeros} vectors were zero, NaN or inf")

@@ -1,12 +1,14 @@
-"""What a chapter will ask of a Colab runtime: the checkpoints and data it requests under given parameters, and
-estimates of download, disk, GPU and CPU memory and time on a Colab GPU (a T4 unless another kind of ``GPUS`` is named),
-computed from the registry's parameter counts and the chapter's sample sizes (never typed by hand).
+"""What a chapter will ask of a Colab runtime: the cost model. A chapter's requests under given parameters (a
+``Plan``: ``Checkpoint`` and data sources, and the training the chapter does) are written by the chapter itself, in
+its module's ``plan(p, out)`` (``chapters.plans.plan(chapter, params, profile)`` finds it by name); this module turns
+them into estimates of download, disk, GPU and CPU memory and time on a Colab GPU (a T4 unless another kind of
+``GPUS`` is named), computed from the registry's parameter counts and the chapter's sample sizes (never typed by hand).
 
-``plan(chapter, params)`` lists the requests (``Checkpoint`` and data sources, and the training the chapter does);
-``estimate(plan, gpu)`` turns them into sizes and minutes on that kind of GPU, with the minutes on every kind beside;
-``table`` is what a chapter page shows, and ``problems`` says what would not fit a free Colab runtime (``COLAB``: a T4,
-12.7 GiB of host memory, two vCPUs) with the largest setting that does. The estimates are rough by design (stated on the
-page): the download assumes ``HUB_MB_PER_S``, the compute a fixed share of the GPU's peak rate.
+``estimate(plan, gpu)`` gives the sizes and minutes on that kind of GPU, with the minutes on every kind beside;
+``table`` is what a chapter page shows, ``describe`` and ``summary`` its sentences, and ``problems`` says what would
+not fit a free Colab runtime (``COLAB``: a T4, 12.7 GiB of host memory, two vCPUs) with the largest setting that does.
+The estimates are rough by design (stated on the page): the download assumes ``HUB_MB_PER_S``, the compute a fixed
+share of the GPU's peak rate.
 
 Host memory (``host_ram_bytes``) counts what the measuring code holds on the CPU side, derived from what it allocates:
 Paper 2's per-layer pools (``measure.batches.BatchedLayer``: ``pool_bytes``) and Section 3's per-example sums with their
@@ -16,8 +18,16 @@ bootstrap interval (``experiments.layerwise.FirstMoments``: ``per_example_bytes`
 
 from __future__ import annotations
 
+import inspect
+import math
+import os
 from dataclasses import dataclass, field
 from functools import lru_cache
+
+import pandas as pd
+
+from anisotropy.data import sources as data, wikipedia
+from anisotropy.models import registry
 
 
 @dataclass(frozen=True)
@@ -80,6 +90,7 @@ SPEECH_FRAMES, WHISPER_FRAMES, IMAGE_PATCHES = 350, 1500, 197
 # prose runs about 4 (3.8 on the offline prose under GPT-2's own vocabulary); 3.5 errs towards more tokens, so a
 # window's cost is not undercounted (tests/test_budget.py measures it with GPT-2's tokenizer from Whisper's wheel).
 CHARS_PER_TOKEN = 3.5
+CNN_MB_PER_IMAGE = 50.0  # float32 feature maps of one 224 x 224 image through a CNN's stages, kept per stage
 
 
 def text_positions(source: str, max_length: int) -> int:
@@ -88,18 +99,8 @@ def text_positions(source: str, max_length: int) -> int:
     chars / ``CHARS_PER_TOKEN``, rounded up."""
     if source != "enwik8":
         return max_length
-    import inspect
-    import math
-
-    from anisotropy.data import wikipedia
-
     chars = inspect.signature(wikipedia.enwik8).parameters["chars"].default
     return min(max_length, math.ceil(chars / CHARS_PER_TOKEN))
-EXTRACTION_BATCH = 8  # texts per forward pass in Paper 2's measurements (spectral.profile)
-# The profile command's batching (experiments.model_profile's N_BATCHES and PAPER2_METRICS, which pages may not
-# import; tests/test_budget.py keeps them equal).
-PROFILE_BATCHES, PROFILE_METRICS = 4, ("sigma1_share", "twonn_dimension")
-CNN_MB_PER_IMAGE = 50.0  # float32 feature maps of one 224 x 224 image through a CNN's stages, kept per stage
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,8 @@ class Checkpoint:
 
 @dataclass
 class Plan:
-    """A chapter's requests: checkpoints, data sources with their example counts, and training compute."""
+    """A chapter's requests: checkpoints, data sources with their example counts, and training compute. A chapter
+    fills it from its parameters (its module's ``plan(p, out)``, found by name by ``chapters.plans.plan``)."""
 
     chapter: str
     checkpoints: list[Checkpoint] = field(default_factory=list)
@@ -148,6 +150,16 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     profile: str = "paper"  # where the suites a chapter trains are defined (the checkpoint_suites chapter's)
     trained: list[str] = field(default_factory=list)  # the profile's suites a measuring chapter trains first
+
+    def train(self, recipe: dict, runs: int, suite: str = "") -> None:
+        """Add ``runs`` trainings of ``recipe`` (``recipe_flops`` each) and the corpus it reads, unless the offline
+        prose (a training corpus: listed with 0 examples, its whole training split); ``suite``: the profile's suite
+        the runs are of, named on the page."""
+        self.training_flops += recipe_flops(recipe) * runs
+        if suite:
+            self.trained.append(suite)
+        if recipe.get("corpus", "prose") != "prose":
+            self.data.append((recipe["corpus"], 0))
 
     @property
     def requests(self) -> list[tuple[str, str | None]]:
@@ -168,8 +180,6 @@ class Plan:
 
 
 def _hub_locations(checkpoints) -> list[tuple[str, str | None]]:
-    from anisotropy.models import registry
-
     out = []
     for c in checkpoints:
         s = registry.spec(c.model)
@@ -178,117 +188,9 @@ def _hub_locations(checkpoints) -> list[tuple[str, str | None]]:
     return out
 
 
-# ---- per chapter: which parameters name checkpoints and data ------------------------------------------------------
+# ---- training -------------------------------------------------------------------------------------------------
 
-def _pretrained(models, variant="pretrained") -> list[str]:
-    return list(models) if variant == "pretrained" else []
-
-
-def _text(p: dict, names, n: int, length: int, dtype: str = "float32", batch: int | None = None,
-          **host) -> list[Checkpoint]:
-    return [Checkpoint(m, None, n, length, dtype, batch or p.get("batch_size", 8), **host) for m in names]
-
-
-def _n(p: dict, model: str, n: int) -> int:
-    """The examples a Section 3 chapter gives ``model`` (``per_model`` overrides the chapter's count)."""
-    return int((p.get("per_model") or {}).get(model, {}).get("n", n))
-
-
-def _section3(p: dict, plan: Plan) -> None:
-    if "models" in p:  # token- and character-level pages
-        names = _pretrained(p["models"], p["variant"]) + list(p.get("pretrained", []))
-        plan.checkpoints += [Checkpoint(m, None, _n(p, m, p["n_samples"]), p["max_length"],
-                                        batch=p.get("batch_size", 8), per_example=True) for m in names]
-        plan.data.append((p["source"], p["n_samples"]))
-        return
-    speech = _pretrained(p["speech_models"], p["variant"])
-    vision = _pretrained(p["vit_models"] + p["cnn_models"], p["variant"])
-    plan.checkpoints += [Checkpoint(m, None, _n(p, m, p["n_speech"]),
-                                    WHISPER_FRAMES if "whisper" in m else SPEECH_FRAMES, batch=p["batch_size"],
-                                    per_example=True) for m in speech]
-    plan.checkpoints += [Checkpoint(m, None, _n(p, m, p["n_images"]), IMAGE_PATCHES, batch=p["batch_size"],
-                                    per_example=True) for m in vision]
-    plan.data += [(p["speech_source"], p["n_speech"]), (p["image_source"], p["n_images"])]
-
-
-def _drift(p: dict, plan: Plan) -> None:
-    """The drift chapter measures the models of the three Section 3 chapters with their parameters (the profiles give
-    both the same values, through YAML anchors): when those chapters ran in this runtime it reads their stored
-    measurements and loads nothing; on a fresh runtime (an empty store) it measures every one of them itself."""
-    import dataclasses
-
-    common = dict(variant=p["variant"], batch_size=p["batch_size"])
-    parts = {
-        "p1_s3_token_level": dict(common, models=p["token_models"], pretrained=p.get("pretrained", []),
-                                  source=p["text_source"], n_samples=p["n_texts"], max_length=p["token_max_length"]),
-        "p1_s3_character_level": dict(common, models=p["char_models"], pretrained=p.get("pretrained_char", []),
-                                      source=p["text_source"],
-                                      n_samples=p["n_char_texts"], max_length=p["char_max_length"],
-                                      per_model=p.get("char_per_model") or {}),
-        "p1_s3_modalities": dict(common, speech_models=p["speech_models"], vit_models=p["vit_models"],
-                                 cnn_models=p["cnn_models"], speech_source=p["speech_source"], n_speech=p["n_speech"],
-                                 image_source=p["image_source"], n_images=p["n_images"],
-                                 per_model=p.get("per_model") or {}),
-    }
-    for chapter, params in parts.items():
-        part = Plan(chapter, profile=plan.profile)
-        _section3(params, part)
-        plan.checkpoints += [dataclasses.replace(c, reused_from=chapter) for c in part.checkpoints]
-        plan.data += part.data
-    plan.notes.append("reuses the measurements the three Section 3 chapters stored (same models, same data) when they "
-                      "ran in this runtime; the estimates are a fresh runtime's, which measures them all")
-
-
-def _untrained_block(p: dict, plan: Plan) -> None:
-    import inspect
-
-    from anisotropy.measure import taps
-
-    # block.reference_norms measures with taps.extract's own accumulator, LayerStats with its default reservoir
-    reservoir = inspect.signature(taps.extract).parameters["reservoir_size"].default
-    names = _pretrained(p["reference_models"], p["reference_variant"])
-    plan.checkpoints += [Checkpoint(m, None, p["reference_texts"], p["reference_max_length"], batch=16,
-                                    stats_reservoir=reservoir) for m in names]
-
-
-def _qk_training(p: dict, plan: Plan) -> None:
-    from anisotropy.models import registry
-
-    if p["encoder"] == "multiberts":
-        for seed in p["seeds"]:
-            revisions = p["revisions"] or registry.spec(f"multiberts-seed-{seed}").revisions
-            # the first seed's checkpoints are loaded again for the vector samples of the figures
-            plan.checkpoints += [Checkpoint(f"multiberts-seed-{seed}", r, p["n_samples"], p["max_length"],
-                                            batch=p["batch_size"], release=True,
-                                            passes=2 if seed == p["seeds"][0] else 1) for r in revisions]
-    else:  # a self-trained suite of the profile as the encoder: its seeds are trained (qk_dynamics.runs)
-        _train_suites(plan, {p["encoder"]: p["seeds"]})
-    # Each extension is a suite of the profile, trained with all its seeds (qk_dynamics.runs(name, seeds=None)).
-    _train_suites(plan, {name: None for name in p.get("extensions") or []})
-    plan.data.append((p["datasets"]["text"], p["n_samples"]))
-
-
-def _train_suites(plan: Plan, wanted: dict) -> None:
-    """Add the training of the profile's suites ``{name: seeds or None (all)}`` to ``plan`` (the suites of the
-    profile's checkpoint_suites chapter, as ``training.recipes.suite_specs`` reads them)."""
-    from anisotropy import profiles
-
-    if not wanted:
-        return
-    specs = profiles.chapter_parameters(plan.profile, "checkpoint_suites").get("suites", {})
-    for name, seeds in wanted.items():
-        if name not in specs:
-            continue
-        spec = specs[name]
-        runs = len([s for s in spec.get("seeds", [0]) if seeds is None or s in seeds])
-        flops = _recipe_flops(spec) * runs
-        plan.training_flops += flops
-        plan.trained.append(name)
-        if spec.get("corpus", "prose") != "prose":
-            plan.data.append((spec["corpus"], 0))
-
-
-def _recipe_flops(recipe: dict) -> float:
+def recipe_flops(recipe: dict) -> float:
     """Training compute of one recipe: 6 x parameters x tokens (images: patches). It leaves out attention's T x T
     products and the fused loss's recomputed logits: one real update of the clm and vit recipes runs 0.9 to 4/3 of
     it (tests/test_budget.py counts one with torch's FlopCounterMode)."""
@@ -301,89 +203,12 @@ def _recipe_flops(recipe: dict) -> float:
     return 6.0 * params * positions * recipe.get("batch_size", 16) * recipe.get("steps", 600)
 
 
-def _suites(p: dict, plan: Plan) -> None:
-    for spec in p["suites"].values():
-        plan.training_flops += _recipe_flops(spec) * len(spec.get("seeds", [0]))
-        if spec.get("corpus", "prose") != "prose":
-            plan.data.append((spec["corpus"], 0))
-
-
-def _ablation(p: dict, plan: Plan) -> None:
-    plan.training_flops += _recipe_flops(p["recipe"]) * len(p["variants"]) * len(p["seeds"])
-    if p["recipe"].get("corpus", "prose") != "prose":
-        plan.data.append((p["recipe"]["corpus"], 0))
-
-
-def _paper2(p: dict, plan: Plan) -> None:
-    dtype = p.get("dtype", "float32")
-    names = list(p.get("pretrained", [])) + _pretrained(p.get("models", []), p.get("variant", "pretrained"))
-    # Paper 2's batch_size counts vectors per metric batch; texts go through the model 8 at a time.
-    # Every hidden state pools batch_size x n_batches vectors (spectral.measure); the counterpoint splits the final
-    # norm, one state more.
-    from anisotropy.measure import batches
-
-    # The training-dynamics page asks for TwoNN too (notebooks/p2_training_dynamics.md); the others take the defaults.
-    measured = tuple(batches.DEFAULT_METRICS) + (("twonn_dimension",) if plan.chapter == "p2_training_dynamics" else ())
-    host = dict(pool=p["batch_size"] * p["n_batches"], metric_batch=p["batch_size"],
-                extra_states=int(plan.chapter == "p2_counterpoint_pythia"), metrics=measured)
-    # enwik8's windows are 512 characters: about 150 tokens, not max_length's 512 (issue 45)
-    positions = text_positions(p["source"], p["max_length"])
-    plan.checkpoints += _text(p, names, p["n_texts"], positions, dtype, EXTRACTION_BATCH, **host)
-    for key in ("pythia", "bloom"):
-        for name in p.get(f"{key}_models", []):
-            from anisotropy.models import registry
-
-            revisions, _ = registry.checkpoint_revisions(name, p[f"{key}_revisions"])
-            plan.checkpoints += [Checkpoint(name, r, p["n_texts"], positions, dtype, EXTRACTION_BATCH, True,
-                                            **host) for r in revisions]
-    plan.data.append((p["source"], p["n_texts"]))
-
-
-def _profile_a_model(p: dict, plan: Plan) -> None:
-    """The profile command's measurement (``experiments.model_profile``): every token vector summed per example for
-    Paper 1's interval and pooled for Paper 2's batches, at most ``PROFILE_BATCHES`` of ``BATCH_SIZE`` per state. A
-    model outside the registry (a folder, a file, another Hub id) has no size to count: a note says so."""
-    from anisotropy.measure import batches
-    from anisotropy.models import registry
-
-    if p.get("variant", "pretrained") != "pretrained":
-        return  # random weights: nothing is downloaded
-    host = dict(pool=batches.BATCH_SIZE * PROFILE_BATCHES, metric_batch=batches.BATCH_SIZE, per_example=True,
-                metrics=PROFILE_METRICS)
-    known = [registry.spec(m).name for m in p["models"] if registry.known(m)]
-    positions = p["max_length"] if p.get("text") else text_positions(p["source"], p["max_length"])
-    plan.checkpoints += _text(p, known, p["n"], positions, p.get("dtype") or "float32", EXTRACTION_BATCH, **host)
-    plan.notes += [f"{m} is not in the registry: its size is not counted" for m in p["models"] if not registry.known(m)]
-    if not p.get("text"):
-        plan.data.append((p["source"], p["n"]))
-
-
-CHAPTERS = {
-    "p1_s3_token_level": _section3, "p1_s3_character_level": _section3, "p1_s3_modalities": _section3,
-    "p1_s3_drift": _drift, "p1_s4_untrained_block": _untrained_block, "p1_s5_qk_training": _qk_training,
-    "checkpoint_suites": _suites, "beyond_sharp_without_anisotropy": _ablation, "p2_layer_profiles": _paper2,
-    "p2_training_dynamics": _paper2, "p2_two_measures": _paper2, "p2_counterpoint_pythia": _paper2,
-    "profile_a_model": _profile_a_model,
-}
-
-
-def plan(chapter: str, params: dict, profile: str = "paper") -> Plan:
-    """The checkpoints, data and training a chapter requests with ``params`` (its resolved parameters); ``profile``
-    names where the suites it trains are defined."""
-    out = Plan(chapter, profile=profile)
-    if chapter in CHAPTERS:
-        CHAPTERS[chapter](params, out)
-    return out
-
-
 # ---- sizes and time -----------------------------------------------------------------------------------------------
 
 @lru_cache(maxsize=None)
 def _shape(model: str) -> tuple[int, int, int]:
     """(width, layers, heads) of a registry model's config (1, 1, 1 where it has none, e.g. a CNN)."""
-    from transformers import AutoConfig
-
-    from anisotropy.models import registry
+    from transformers import AutoConfig  # imported here: budget loads no measuring module (torch) at import time
 
     config = dict(registry.spec(model).config or {})
     if not config:
@@ -395,8 +220,6 @@ def _shape(model: str) -> tuple[int, int, int]:
 
 
 def weights_gib(model: str, dtype: str = "float32") -> float:
-    from anisotropy.models import registry
-
     return (registry.spec(model).n_params or 0) * BYTES.get(dtype, 4) / GIB
 
 
@@ -406,8 +229,6 @@ def download_gib(model: str) -> float:
 
 
 def _gpu_gib(c: Checkpoint) -> float:
-    from anisotropy.models import registry
-
     s = registry.spec(c.model)
     width, layers, heads = _shape(c.model)
     batch = min(c.batch, max(c.examples, 1))
@@ -417,7 +238,7 @@ def _gpu_gib(c: Checkpoint) -> float:
         activations = batch * c.positions * (width * (layers + 1) + heads * c.positions) * BYTES.get(c.dtype, 4)
     if s.layout == "speech-encoder":
         # the convolutional front end of a pass over full-length utterances, which taps cuts to this size
-        from anisotropy.measure import taps
+        from anisotropy.measure import taps  # imported here, as batches in ``pool_bytes``
 
         activations += taps.SPEECH_PASS_BYTES
     # Paper 2's per-batch metrics run where the model is (``measure.metrics``' device path), one batch at a time.
@@ -452,7 +273,7 @@ def metric_flops(metric: str, batch: int, width: int) -> tuple[float, float]:
 def batch_metric_flops(names, batch: int, width: int) -> tuple[float, float]:
     """(float32, float64) flops of ``measure.batches.BatchedLayer`` measuring one batch: every metric in ``names``,
     and with ``sigma1_share`` the robust metrics' two more sigma1 shares (on at most the whole batch)."""
-    from anisotropy.measure import batches
+    from anisotropy.measure import batches  # imported here, as in ``pool_bytes``
 
     names = list(names) + (["sigma1_share", "sigma1_share"] if "sigma1_share" in names else [])
     parts = [metric_flops(m, batch, width) for m in names if m in batches.BATCH_METRICS]
@@ -562,8 +383,6 @@ def state_widths(model: str) -> tuple[int, ...]:
     (C x H x W per stage at ``IMAGE_SIZE`` pixels, from a forward pass of the true-size config on the meta device:
     no memory, no weights), a stage model's channels, otherwise the layers plus the embeddings (twice for an
     encoder-decoder)."""
-    from anisotropy.models import registry
-
     s = registry.spec(model)
     if s.modality == "vision" and s.layout in ("cnn", "spatial-stages") and s.config:
         import torch
@@ -605,8 +424,6 @@ def xet_chunk_cache_gib(hub_gib: float) -> float:
     """Disk that hf-xet's chunk cache adds while ``hub_gib`` of Hub files are on disk at the peak: the same pieces
     again, up to its cap (``HF_XET_CHUNK_CACHE_SIZE_BYTES`` when set, else the 10 GB default). ``hub.release``
     clears it with each released checkpoint, so released series count their largest checkpoint only. GiB."""
-    import os
-
     text = os.environ.get(XET_CHUNK_CACHE_ENV, "").strip()
     cap = int(text) if text.isdigit() else XET_CHUNK_CACHE_DEFAULT_BYTES
     return min(cap / GIB, hub_gib)
@@ -615,8 +432,6 @@ def xet_chunk_cache_gib(hub_gib: float) -> float:
 def unknown_sizes(p: Plan) -> list[str]:
     """Hub ids of the plan's checkpoints whose size the registry does not record (``ModelSpec.n_params`` None):
     their download, disk and memory are not in the estimate."""
-    from anisotropy.models import registry
-
     return sorted({registry.spec(c.model).hub_id for c in p.checkpoints
                    if registry.spec(c.model).n_params is None and not _local(c.model)})
 
@@ -629,8 +444,6 @@ def estimate(p: Plan, gpu: str = FREE_GPU) -> dict:
     ``checkpoint_metric_flops``, and the training the chapter does, ``training_minutes``) on that kind,
     ``minutes_by_gpu`` (``gpu_minutes`` on every kind of ``GPUS``), and ``unknown`` (hub ids whose size is not known,
     left out of every figure above)."""
-    from anisotropy.data import sources as data
-
     downloads = [download_gib(c.model) for c in p.checkpoints if not _local(c.model)]
     data_gib = sum((data.SOURCES[s].download_mb if n else data.SOURCES[s].train_mb + data.SOURCES[s].download_mb)
                    for s, n in dict.fromkeys(p.data) if s in data.SOURCES) / 1024  # n = 0: a training corpus
@@ -681,51 +494,11 @@ def cpu_minutes(e: dict) -> float:
             + LOAD_S * e["checkpoints"]) / 60
 
 
-def worked(chapter: str, params: dict, profile: str = "paper", gpu: str = FREE_GPU):
-    """``estimate``'s time on the ``gpu`` kind of ``GPUS``, term by term from the model sizes, as a table whose
-    ``minutes`` add up to its ``gpu_minutes``: per model (its checkpoints together) the forward passes, 2 x parameters
-    x tokens flops at the dtype's peak rate x ``EFFICIENCY`` (tokens = examples x positions x passes); the per-batch
-    metrics (``checkpoint_metric_flops``); then the downloads at ``HUB_MB_PER_S``, the loads at ``LOAD_S`` each, and
-    the training. Columns: term, model, parameters, tokens, TFLOP, rate (TFLOP/s, the peak), minutes."""
-    import pandas as pd
-
-    p = plan(chapter, params, profile)
-    kind = GPUS[gpu]
-    rows = []
-    by_model: dict[tuple[str, str], list[Checkpoint]] = {}
-    for c in p.checkpoints:
-        by_model.setdefault((c.model, c.dtype), []).append(c)
-    for (model, dtype), group in by_model.items():
-        flop = sum(forward_flops(c) for c in group)
-        rows.append({"term": f"forward passes ({dtype})" + (f", {len(group)} checkpoints" if len(group) > 1 else ""),
-                     "model": model, "parameters": _params(model),
-                     "tokens": sum(c.examples * c.positions * c.passes for c in group), "TFLOP": flop / 1e12,
-                     "rate (TFLOP/s)": kind.rate(dtype), "minutes": gpu_seconds(flop, dtype, gpu) / 60})
-        f32, f64 = (sum(x) for x in zip(*(checkpoint_metric_flops(c) for c in group)))
-        if f32 or f64:
-            rows.append({"term": "per-batch metrics (float32 products, float64 eigenvalues)", "model": model,
-                         "parameters": None, "tokens": None, "TFLOP": (f32 + f64) / 1e12, "rate (TFLOP/s)": None,
-                         "minutes": (gpu_seconds(f32, "float32", gpu) + gpu_seconds(f64, "float64", gpu)) / 60})
-    e = estimate(p, gpu)
-    download = e["download_gib"] * 1024 / HUB_MB_PER_S / 60
-    loads = LOAD_S * sum(c.passes for c in p.checkpoints) / 60
-    rows.append({"term": f"downloads, {e['download_gib']:.1f} GiB at {HUB_MB_PER_S:.0f} MB/s", "minutes": download})
-    rows.append({"term": f"loads, {sum(c.passes for c in p.checkpoints)} at {LOAD_S:.0f} s", "minutes": loads})
-    if e["training_minutes"]:
-        rows.append({"term": "training", "TFLOP": p.training_flops / 1e12, "rate (TFLOP/s)": kind.rate("float32"),
-                     "minutes": e["training_minutes"]})
-    return pd.DataFrame(rows, columns=["term", "model", "parameters", "tokens", "TFLOP", "rate (TFLOP/s)", "minutes"])
-
-
 def _params(model: str) -> float:
-    from anisotropy.models import registry
-
     return float(registry.spec(model).n_params or 0)
 
 
 def _local(model: str) -> bool:
-    from anisotropy.models import registry
-
     return bool(registry.spec(model).local_package)
 
 
@@ -765,13 +538,10 @@ def problems(p: Plan, e: dict | None = None) -> list[str]:
     return out
 
 
-def table(chapter: str, params: dict, profile: str = "paper"):
-    """The page's Colab budget: one row per quantity, value and what a free Colab runtime offers (the time on a T4,
-    and on the paid runtimes' L4 and A100 in one row). Sizes that leave out a model of unknown size read "at least"; a
-    row names those models."""
-    import pandas as pd
-
-    p = plan(chapter, params, profile)
+def table(p: Plan):
+    """The page's Colab budget of plan ``p``: one row per quantity, value and what a free Colab runtime offers (the
+    time on a T4, and on the paid runtimes' L4 and A100 in one row). Sizes that leave out a model of unknown size read
+    "at least"; a row names those models."""
     e = estimate(p)
     low = "at least " if e["unknown"] else ""
     rows = [("checkpoints loaded", f"{e['checkpoints']}", ""),
@@ -823,13 +593,9 @@ def minutes_text(m: float) -> str:
     return f"{max(m, 0.1):.1f} min" if m < 90 else f"{m / 60:.1f} h"
 
 
-def describe(chapter: str, params: dict, profile: str = "paper") -> str:
-    """What the chapter measures from the Hub with ``params``, in words: hub ids (with their number of revisions)
-    and the data, e.g. "the pretrained bert-base-uncased and gpt2 on 2,000 examples of WikiText-103 ..."."""
-    from anisotropy.data import sources as data
-    from anisotropy.models import registry
-
-    p = plan(chapter, params, profile)
+def describe(p: Plan) -> str:
+    """What the chapter of plan ``p`` measures from the Hub, in words: hub ids (with their number of revisions) and
+    the data, e.g. "the pretrained bert-base-uncased and gpt2 on 2,000 examples of WikiText-103 ..."."""
     counts: dict[str, int] = {}
     for c in p.checkpoints:
         counts[c.model] = counts.get(c.model, 0) + 1
@@ -846,10 +612,9 @@ def describe(chapter: str, params: dict, profile: str = "paper") -> str:
     return text
 
 
-def summary(chapter: str, params: dict, profile: str = "paper") -> str:
-    """One sentence for the narrative: what the chapter downloads, how long it takes on a T4 (training included; on
-    the other kinds of ``GPUS`` in brackets) and its host memory, or why it does not fit."""
-    p = plan(chapter, params, profile)
+def summary(p: Plan) -> str:
+    """One sentence for the narrative: what the chapter of plan ``p`` downloads, how long it takes on a T4 (training
+    included; on the other kinds of ``GPUS`` in brackets) and its host memory, or why it does not fit."""
     e = estimate(p)
     if not p.checkpoints and not p.training_flops:
         return "it downloads no model" + (f" ({p.notes[0]})" if p.notes else "")

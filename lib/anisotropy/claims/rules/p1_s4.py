@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from anisotropy.claims.words import FAILS, HOLDS
 from anisotropy.claims.rules.common import Outcome, rule, spearman, too_few
 
 
@@ -179,7 +180,7 @@ def sharpening_points(block: pd.DataFrame, variant: str, n_star: float, min_drop
     (and that N by interpolation), in words: the verdict's range of N is the book's choice, these say where the
     effect is."""
     curves = {c: _block_curve(block, c, variant) for c in _SHARPENING}
-    yes_no = {True: "holds", False: "does not hold"}
+    yes_no = {True: HOLDS, False: FAILS}
     sharp, drop = _sharpened_at(curves, n_star, min_drop)
     words = f"read at N* = {n_star:.1f}: {yes_no[sharp]} (entropy drop {drop:.1e})"
     onset = sharpening_onset(block, variant, min_drop)
