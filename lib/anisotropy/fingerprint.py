@@ -15,7 +15,7 @@ docstring). Two kinds of edges are not followed:
   self-trained checkpoint enters a measurement as an input with its own key (its recipe hash and training record
   hold the trainer's fingerprint, ``trainer()``), so measuring it does not depend on the trainer's code.
 
-So an edit to ``measure/metrics.py`` changes the fingerprint of every measurement, an edit to ``pages/plots/``
+So an edit to ``measure/statistics.py`` changes the fingerprint of every measurement, an edit to ``pages/plots/``
 changes none, and an edit to any trainer module (``training/recipes.py``, say) changes the trained checkpoints (hence
 the measurements of those checkpoints only).
 ``package()`` covers every module: what an executed notebook shows depends on all of them. A computation defined

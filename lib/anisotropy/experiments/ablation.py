@@ -12,7 +12,7 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from anisotropy.measure import metrics
+from anisotropy.measure import statistics
 from anisotropy.experiments import qk_dynamics
 from anisotropy.models.session import session
 from anisotropy import progress as progress_lines, results
@@ -59,8 +59,8 @@ def checkpoint_statistics(folder, texts: list[str], max_length: int = 64, batch_
             for r in heads.itertuples()]
     for layer, parts in sorted(per_layer.items()):
         x = torch.cat(parts)
-        rows.append({"what": "hidden", "layer": layer, "mean_cosine": metrics.mean_cosine(x),
-                     "sigma1_share": metrics.sigma1_share(x)})
+        rows.append({"what": "hidden", "layer": layer, "mean_cosine": statistics.mean_cosine(x),
+                     "sigma1_share": statistics.sigma1_share(x)})
     return pd.DataFrame(rows)
 
 
