@@ -4,7 +4,9 @@ anisotropy). See ``rules`` for what a rule is.
 Every rule that reads a layer's mean cosine reads it against that layer's isotropic reference (``reference``: 0 for a
 layer with signed outputs, the null of its own support for a non-negative one, as after a ReLU), through ``excess``,
 and against a threshold with its interval: a layer, model or group counts as above a threshold only when its whole
-interval is, as below it only when its whole interval is, and is undecided in between.
+interval is. The rules that decide both ways from intervals (``models_above_null``, ``majority_isotropic``,
+``falls_with_depth``, ``group_above``, ``only_exception``) count it as below only when its whole interval is, and
+leave it undecided in between.
 """
 
 from __future__ import annotations
