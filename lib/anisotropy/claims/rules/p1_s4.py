@@ -52,6 +52,15 @@ def _regime(block: pd.DataFrame, variant: str, within: float) -> tuple[float, fl
     return n_star, within * n_star
 
 
+def regime_top(block: pd.DataFrame, variant: str = "post_ln", within: float = 4.0) -> float:
+    """The largest grid norm of the paper's regime, at most ``within`` N* (N* from ``fixed_point``): where a rule
+    that reads "the largest N" reads it, and where a page that words the same reading reads it; NaN when N* is not
+    on the grid."""
+    n_star = fixed_point(block, variant)
+    norms = block.loc[(block["variant"] == variant) & (block["bias_norm"] <= within * n_star), "bias_norm"]
+    return float(norms.max()) if np.isfinite(n_star) and len(norms) else float("nan")
+
+
 def _around(norms, n_star: float, within: float, min_side: int) -> Outcome | None:
     """None when the grid has ``min_side`` bias norms on each side of ``n_star`` within [N*/within, within N*]
     (the crossing is located by the grid near it, not by points far away); else the undecided outcome."""
@@ -338,8 +347,8 @@ def shift_direction_is_a_draw(block: pd.DataFrame, variant: str = "post_ln", min
     if isinstance(regime, Outcome):
         return regime
     n_star, n_max = regime
-    part = part[part["bias_norm"] <= n_max]
-    lo, hi = part["bias_norm"].min(), part["bias_norm"].max()
+    lo, hi = part["bias_norm"].min(), regime_top(block, variant, within)
+    part = part[part["bias_norm"] <= hi]
     if hi <= lo:
         return Outcome(None, f"no grid norm above N = {lo:g} up to {within:g} N* = {n_max:.1f}")
     by_seed = part.pivot_table(index="seed", columns="bias_norm", values="score_mean")
