@@ -3,7 +3,7 @@
 Every threshold a trend rule takes from claims.yml is tested on curves whose deciding statistic sits 1-5% either side
 of it, computed here with plain numpy (ranks, block means, region means; never the rule's own helpers): the rule must
 hold on one side and not on the other. The cases are built from the threshold claims.yml gives, so they follow an
-edit of it; what pins the number itself is that it appears in the claim's quote or reading (the ledger's tests).
+edit of it; what pins the number itself is that it appears in the claim's quote or reading (tests/test_quotes.py).
 Beside the thresholds, the artefacts no rule may read as a shape: a rise inside the warm-up, a single spike, a
 plateau, a rise that falls back, a layer profile high at one layer or up to an end."""
 
