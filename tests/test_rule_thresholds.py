@@ -175,12 +175,12 @@ def test_almost_all_heads_align_at_its_share_of_heads():
 
     bound = null_cosine_bound(64)
 
-    def frame(aligned):
+    def frame(aligned):  # from step 100 (the end of warm-up) on, the aligned heads grow in number to ``aligned``
         rows = []
         for run in ("seed 0", "seed 1"):
-            for step, t in ((0, 0.0), (100, 0.0), (1000, 1.0)):
+            for step, t in ((0, 0.0), (100, 0.0), (200, 0.25), (400, 0.5), (700, 0.75), (1000, 1.0)):
                 for head in range(heads):
-                    cos = (-1) ** head * (bound * 1.05 if t and head < aligned else bound * 0.95)
+                    cos = (-1) ** head * (bound * 1.05 if head < aligned * t else bound * 0.95)
                     rows.append({"run": run, "layer": 0, "head": head, "step": step, "head_dim": 64, "cos_qk": cos,
                                  "warmup": 100})
         return pd.DataFrame(rows)

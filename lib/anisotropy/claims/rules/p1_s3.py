@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from anisotropy.claims.curves import spearman_interval  # the one reading of a rank correlation's interval
 from anisotropy.claims.rules.common import Outcome, per_model, spearman, too_few, rule
 
 
@@ -247,18 +248,6 @@ def group_above(layers: pd.DataFrame, high: dict, low: dict, min_models: int = 2
 
 
 # Paper 1, Section 3.3: correlations (columns label, family, spearman, spearman_p, n_layers)
-
-def spearman_interval(rho: float, n: int, level: float = 0.95) -> tuple[float, float]:
-    """Confidence interval of a Spearman correlation of ``n`` points: Fisher's z with the variance
-    (1 + rho^2 / 2) / (n - 3) of Bonett and Wright (2000); (-1, 1) below four points."""
-    from scipy.stats import norm
-
-    if n < 4 or not np.isfinite(rho):
-        return -1.0, 1.0
-    z = np.arctanh(np.clip(rho, -0.999, 0.999))
-    half = norm.ppf(0.5 + level / 2) * np.sqrt((1 + rho**2 / 2) / (n - 3))
-    return float(np.tanh(z - half)), float(np.tanh(z + half))
-
 
 @rule
 def drift_correlated(corr: pd.DataFrame, alpha: float = 0.05, share: float = 0.5, min_layers: int = 6,
