@@ -66,7 +66,8 @@ def test_the_public_api_comes_with_the_wheel(installed):
     import anisotropy
 
     code = ("import anisotropy, numpy as np; print(anisotropy.__all__); print(anisotropy.api.__file__); "
-            "print(round(anisotropy.isotropic_null(3), 12), anisotropy.mean_cosine(np.vstack([np.eye(3), -np.eye(3)])))")
+            "print(round(anisotropy.isotropic_null(3), 12), "
+            "anisotropy.mean_cosine(np.vstack([np.eye(3), -np.eye(3)])))")
     proc = run(installed, "python", "-c", code)
     assert proc.returncode == 0, proc.stderr
     names, where, values = proc.stdout.splitlines()

@@ -1,8 +1,8 @@
 """Executable reproduction of two papers on anisotropy in Transformer representations.
 
 The public API (``__all__``, documented in ``anisotropy.api`` and on the book's API page): ``mean_cosine``,
-``sigma1_share``, ``twonn``, ``isotropic_null``, ``profile`` and ``load``. One module per concept; see ARCHITECTURE.md at
-the repository root for the data flow.
+``sigma1_share``, ``twonn``, ``isotropic_null``, ``profile`` and ``load``. One module per concept; see
+ARCHITECTURE.md at the repository root for the data flow.
 """
 
 import os

@@ -165,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     data.add_argument("--images", metavar="DIR", help="a folder of images (.png, .jpg, ...) for an image model")
     data.add_argument("--audio", metavar="DIR", help="a folder of audio files (.wav, .flac, ...) for a speech model")
     data.add_argument("--source", default="prose", help="a named data source (default: prose)")
-    p.add_argument("--n", type=int, default=None, help="examples (default: 256 of a source, every one of a file or folder)")
+    p.add_argument("--n", type=int, default=None,
+                   help="examples (default: 256 of a source, every one of a file or folder)")
     p.add_argument("--max-length", type=int, default=128, help="tokens per example at most (default: 128)")
     p.add_argument("--device", default="auto", help="cpu, cuda, or auto (default)")
     p.add_argument("--dtype", default=None, choices=("float32", "float16", "bfloat16"),

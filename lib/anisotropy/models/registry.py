@@ -603,10 +603,11 @@ def hub_folder(repo: str, revision: str | None = None) -> Path:
 def load_any(model: str | os.PathLike, revision: str | None = None, device="cpu", dtype=None,
              variant: str = "pretrained") -> Loaded:
     """``load`` of whatever names a model: a registry name (pretrained weights, at ``revision``; or its ``variant``
-    "untrained" or "tiny", which only a registry entry has), a Hub id of a registry entry, a ``save_pretrained`` folder, a ``.gguf`` file (dequantised once, ``gguf_folder``) or any other
-    Hub id (its snapshot loaded as a folder, ``hub_folder``); a folder of a ``model_type`` no registry entry has is
-    loaded by transformers' Auto classes (``load_auto``). Raises ``FileNotFoundError`` for a path that does not exist, ``ModelTooLargeError`` before loading weights
-    that would not fit."""
+    "untrained" or "tiny", which only a registry entry has), a Hub id of a registry entry, a ``save_pretrained``
+    folder, a ``.gguf`` file (dequantised once, ``gguf_folder``) or any other Hub id (its snapshot loaded as a folder,
+    ``hub_folder``); a folder of a ``model_type`` no registry entry has is loaded by transformers' Auto classes
+    (``load_auto``). Raises ``FileNotFoundError`` for a path that does not exist, ``ModelTooLargeError`` before
+    loading weights that would not fit."""
     text = str(model)
     path = Path(text)
     if known(text):
