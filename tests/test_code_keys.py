@@ -304,10 +304,10 @@ def test_a_changed_metric_changes_the_numbers(repo, tmp_path):
         import shutil
 
         shutil.copytree(root / folder, copy / folder)
-    _edit(copy, "measure/metrics.py", "    return float((s @ s - n) / (n * (n - 1)))", "    return 0.5 * float((s @ s - n) / (n * (n - 1)))")
+    _edit(copy, "measure/statistics.py", "    return float((s @ s - n) / (n * (n - 1)))", "    return 0.5 * float((s @ s - n) / (n * (n - 1)))")
     again = _build(copy)
     assert float(again["glued"]["top_peak"]) == pytest.approx(float(first["glued"]["top_peak"]) / 2, abs=0.006)
-    assert again["runs"] == first["runs"]  # metrics.py does not change what the trainer computes
+    assert again["runs"] == first["runs"]  # statistics.py does not change what the trainer computes
     new = set(again["results"]) - set(first["results"])
     assert len(new) == sum(1 for v in first["results"].values() if v["chapter"] == "p1_layerwise")
 

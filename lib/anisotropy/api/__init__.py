@@ -7,7 +7,8 @@ used (PEP 562), so ``import anisotropy`` stays cheap, and each function imports 
 called.
 
 A set of vectors is an (n, d) numpy array or torch tensor (any float dtype, any device; an (..., d) array is read as
-rows), with an optional ``mask`` of the rows to keep; rows that are zero, NaN or inf are left out (``measure.metrics``).
+rows), with an optional ``mask`` of the rows to keep; rows that are zero, NaN or inf are left out
+(``measure.statistics``).
 
 May import: the foundation modules, ``measure``, ``models``, ``experiments``.
 """
@@ -19,7 +20,8 @@ __all__ = ["mean_cosine", "sigma1_share", "twonn", "isotropic_null", "profile", 
 
 def mean_cosine(x, mask=None) -> float:
     """Paper 1's anisotropy: the mean cosine similarity over all ordered pairs i != j of the rows,
-    (||sum_i u_i||^2 - n) / (n (n - 1)) with u_i = x_i / ||x_i||; exact, in O(n d) (``measure.metrics.mean_cosine``).
+    (||sum_i u_i||^2 - n) / (n (n - 1)) with u_i = x_i / ||x_i||; exact, in O(n d)
+    (``measure.statistics.mean_cosine``).
 
     Vectors that all point the same way give 1; the six vectors +e_i and -e_i of R^3 sum to zero, so
     (0 - 6) / (6 x 5) = -0.2:
@@ -31,14 +33,14 @@ def mean_cosine(x, mask=None) -> float:
     >>> anisotropy.mean_cosine(np.vstack([np.eye(3), -np.eye(3)]))
     -0.2
     """
-    from anisotropy.measure import metrics
+    from anisotropy.measure import statistics
 
-    return metrics.mean_cosine(x, mask)
+    return statistics.mean_cosine(x, mask)
 
 
 def sigma1_share(x, mask=None) -> float:
     """Paper 2's anisotropy: sigma_1^2 / sum_i sigma_i^2 of the centred rows X - mean, the top direction's share of
-    the variance (dimensionless, in [1/d, 1]; ``measure.metrics.sigma1_share``).
+    the variance (dimensionless, in [1/d, 1]; ``measure.statistics.sigma1_share``).
 
     Points on a line (a rank-one cloud) give 1; the vectors +e_i and -e_i of R^3 spread their variance evenly, 1/3:
 
@@ -50,16 +52,16 @@ def sigma1_share(x, mask=None) -> float:
     >>> round(anisotropy.sigma1_share(np.vstack([np.eye(3), -np.eye(3)])), 12)
     0.333333333333
     """
-    from anisotropy.measure import metrics
+    from anisotropy.measure import statistics
 
-    return metrics.sigma1_share(x, mask)
+    return statistics.sigma1_share(x, mask)
 
 
 def twonn(x, discard_fraction: float = 0.1, mask=None) -> float:
     """The TwoNN intrinsic dimension of the rows (Facco et al. 2017): the ratios mu_i = r2_i / r1_i of each point's
     second and first nearest-neighbour distances follow F(mu) = 1 - mu^(-d); d is the least-squares slope through
     the origin of -log(1 - F_emp(mu)) on log(mu), the largest ``discard_fraction`` of the ratios dropped, as
-    scikit-dimension's ``TwoNN`` and DADApy do (``measure.metrics.twonn_dimension``; duplicate rows are removed
+    scikit-dimension's ``TwoNN`` and DADApy do (``measure.twonn.twonn_dimension``; duplicate rows are removed
     first).
 
     Points drawn uniformly in the unit cube of R^3 give about 3: within 0.25 at 2000 points (the estimate's standard
@@ -71,9 +73,9 @@ def twonn(x, discard_fraction: float = 0.1, mask=None) -> float:
     >>> abs(anisotropy.twonn(cube) - 3) < 0.25
     True
     """
-    from anisotropy.measure import metrics
+    from anisotropy.measure.twonn import twonn_dimension
 
-    return metrics.twonn_dimension(x, discard_fraction, mask)
+    return twonn_dimension(x, discard_fraction, mask)
 
 
 def isotropic_null(d: int, q=0.95):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from anisotropy.measure import metrics
+from anisotropy.measure import statistics
 from anisotropy.experiments import qk_dynamics
 from anisotropy.models.session import session
 from anisotropy import progress as progress_lines, results
@@ -31,8 +31,14 @@ def recipes(variants, seeds, **recipe) -> list[training_recipes.Recipe]:
 
 
 def held_out_texts(n: int, corpus: str = "prose") -> list[str]:
-    """The first ``n`` validation paragraphs of the training corpus (never trained on)."""
-    return training_recipes.split_paragraphs(corpus)[1][:n]
+    """The first ``n`` validation paragraphs of the training corpus (never trained on), read a batch at a time: the
+    validation split alone, never WikiText-103's 540 MB train split."""
+    texts = []
+    for batch in training_recipes.paragraph_batches(corpus, "validation"):
+        texts += batch[:n - len(texts)]
+        if len(texts) == n:
+            break
+    return texts
 
 
 def checkpoint_statistics(folder, texts: list[str], max_length: int = 64, batch_size: int = 8) -> pd.DataFrame:
@@ -53,8 +59,8 @@ def checkpoint_statistics(folder, texts: list[str], max_length: int = 64, batch_
             for r in heads.itertuples()]
     for layer, parts in sorted(per_layer.items()):
         x = torch.cat(parts)
-        rows.append({"what": "hidden", "layer": layer, "mean_cosine": metrics.mean_cosine(x),
-                     "sigma1_share": metrics.sigma1_share(x)})
+        rows.append({"what": "hidden", "layer": layer, "mean_cosine": statistics.mean_cosine(x),
+                     "sigma1_share": statistics.sigma1_share(x)})
     return pd.DataFrame(rows)
 
 

@@ -48,7 +48,8 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 import torch
 
-from anisotropy.measure.metrics import LayerStats
+from anisotropy.measure.streaming import LayerStats
+from anisotropy.measure.streaming import Tee as Tee  # importable from here, where it was first
 
 SAMPLING_RATE = 16_000
 _MIN_SAMPLES = 400  # receptive field of the wav2vec 2.0 / HuBERT feature encoder (25 ms)
@@ -83,42 +84,6 @@ class Extraction(dict):
             out[layer] = fn(stats)
         out.parts, out.layer_in_part, out.n_masked = dict(self.parts), dict(self.layer_in_part), dict(self.n_masked)
         return out
-
-
-class Tee:
-    """One layer's accumulator that feeds several (``extract(..., stats_factory=lambda dim: Tee(a(dim), b(dim)))``),
-    so one forward pass serves measures that would otherwise each read the text again. Each member gets exactly the
-    keywords it would get alone: ``groups`` only if it ``wants_groups``, ``first`` only if it ``wants_first``.
-    ``n`` and ``n_excluded`` (which ``extract`` checks for empty layers) are the first member's."""
-
-    def __init__(self, *members):
-        if not members:
-            raise ValueError("Tee needs at least one accumulator")
-        self.members = tuple(members)
-        self.dim = members[0].dim
-        self.wants_groups = any(getattr(m, "wants_groups", False) for m in members)
-        self.wants_first = any(getattr(m, "wants_first", False) for m in members)
-
-    @property
-    def n(self) -> int:
-        return self.members[0].n
-
-    @property
-    def n_excluded(self) -> int:
-        return getattr(self.members[0], "n_excluded", 0)
-
-    def update(self, batch, mask=None, groups=None, first=None) -> "Tee":
-        for member in self.members:
-            extra = {}
-            if groups is not None and getattr(member, "wants_groups", False):
-                extra["groups"] = groups
-            if first is not None and getattr(member, "wants_first", False):
-                extra["first"] = first
-            if mask is None:  # as ``_feed`` calls an accumulator alone: no mask keyword where every row counts
-                member.update(batch, **extra)
-            else:
-                member.update(batch, mask=mask, **extra)
-        return self
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -589,12 +554,12 @@ def extract(loaded, examples: Iterable, batch_size: int = 8, max_length: int = 1
     (H, W, 3) arrays or PIL images (vision). ``max_length`` caps tokens (characters for CANINE, bytes for ByT5, decoder
     tokens for Whisper). ``part``: see the module docstring. Every layer's accumulator is
     ``LayerStats(dim, reservoir_size, seed)`` (the same seed for every layer, so the reservoirs of all layers keep the
-    same positions) unless ``stats_factory(dim)`` is given: ``LayerStats`` holds a d x d float64 scatter matrix, which
-    flattened CNN maps (d = C*H*W, e.g. 802,816 for ResNet-50's first stage at 224 px) cannot afford, so give those a
-    lighter accumulator. ``device``: where the forward passes run (default: the model's device; the model is moved
-    there). Hidden states enter the accumulators in float32 whatever the model's dtype, on the model's device
-    (``LayerStats`` then accumulates there: ``measure.metrics``' device path). A layer where no vector is kept raises
-    ``NoVectorKept``.
+    same positions) unless ``stats_factory(dim)`` is given (any ``measure.streaming.Accumulator``): ``LayerStats``
+    holds a d x d float64 scatter matrix, which flattened CNN maps (d = C*H*W, e.g. 802,816 for ResNet-50's first
+    stage at 224 px) cannot afford, so give those a lighter accumulator. ``device``: where the forward passes run
+    (default: the model's device; the model is moved there). Hidden states enter the accumulators in float32 whatever
+    the model's dtype, on the model's device (``LayerStats`` then accumulates there: ``measure.rows``' device path).
+    A layer where no vector is kept raises ``NoVectorKept``.
     """
     spec = loaded.spec
     if batch_size < 1 or max_length < 1:
