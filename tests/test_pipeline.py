@@ -128,7 +128,8 @@ def test_notebook_conventions(path):
     assert any(":tags: [parameters" in c for c in cells), "a cell tagged `parameters` for papermill"
     assert "report.provenance(" in text, "every chapter shows the provenance box"
     assert re.search(r'^profile = "local"$', text, flags=re.M), "the default profile is local"
-    # The book has no API pages (no autodoc), so Python-domain roles would be unresolved references under -n.
+    # Only the API page (book/api.md) documents objects, and only the public functions: Python-domain roles to the
+    # library's other names would be unresolved references under -n.
     assert not re.search(r"\{(py:)?(mod|func|class|meth|attr)\}`", text), "write library names as plain `code`"
     for caption in re.findall(r"```\{glue:figure\}[^\n]*\n(?::[^\n]*\n)*\n?(.*?)```", text, flags=re.S):
         assert re.search(r"Paper [12], (Figure|Appendix)|Beyond the papers?|Not a figure of the papers", caption), caption[:120]
@@ -273,6 +274,19 @@ def test_smoke_book_shows_no_folder_of_the_build_root(smoke_book):
     named = sorted(str(path.relative_to(html)) for path in html.rglob("*")
                    if path.is_file() and any(root in path.read_bytes() for root in roots))
     assert len(list(html.rglob("*.html"))) > len(runner.chapters()) and named == []
+
+
+@pytest.mark.slow
+def test_smoke_book_has_the_api_page_with_every_public_function(smoke_book):
+    # autodoc (book/api.md, _config.yml's extra_extensions) rendered each function of anisotropy.__all__ with its
+    # docstring: its anchor, its signature's name and its example
+    import anisotropy
+
+    html = (smoke_book / "_build" / "html" / "book" / "api.html").read_text()
+    for name in anisotropy.__all__:
+        assert f'id="anisotropy.{name}"' in html, name
+        assert f'<span class="pre">{name}</span>' in html, name
+    assert html.count('class="doctest') >= len(anisotropy.__all__)
 
 
 def _glued(notebook: Path) -> dict[str, str]:

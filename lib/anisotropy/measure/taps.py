@@ -26,6 +26,8 @@ Which vectors count (every rule applies to every variant of a model):
   special, excluded by default. MiT (Segformer encoder): each stage's map gives one vector per spatial position.
 - CNNs (ResNet, EfficientNet, CvT, ConvNeXt, VAN): each stage's (or block's) map is flattened to one vector of
   dimension C*H*W per image. Layer 0 = the stem where the model exposes it; models without one start at layer 1.
+- an image model outside the registry (layout "hidden_states", ``models.registry.generic_spec``): token states as a
+  vision transformer's, the tokens in front of the patch grid special; stage maps as a CNN's.
 
 ``part`` selects "encoder" / "decoder" (T5, ByT5, Whisper) or a CANINE part; layer numbers stay those of the whole
 model.
@@ -405,9 +407,13 @@ def _whisper(loaded, examples, ctx):
     return [("encoder", out.encoder_hidden_states, enc_keep), ("decoder", out.decoder_hidden_states, dec_keep)]
 
 
-def _pixels(loaded, images, ctx):
+def _pixel_values(loaded, images) -> torch.Tensor:
     arrays = [_image(e) for e in images]
-    pixels = loaded.preprocessor(arrays, return_tensors="pt", input_data_format="channels_last")["pixel_values"]
+    return loaded.preprocessor(arrays, return_tensors="pt", input_data_format="channels_last")["pixel_values"]
+
+
+def _pixels(loaded, images, ctx, pixels: torch.Tensor | None = None):
+    pixels = _pixel_values(loaded, images) if pixels is None else pixels
     model = loaded.model
     return model(pixel_values=pixels.to(device=ctx["device"], dtype=model.dtype), output_hidden_states=True)
 
@@ -433,7 +439,42 @@ def _cnn(loaded, images, ctx):
     return [("stages", [h.reshape(h.shape[0], 1, -1) for h in hs], None)]
 
 
-_LAYOUT_FN = {"hidden_states": _text, "encoder-decoder": _encoder_decoder, "canine": _canine,
+def _prefix_tokens(config, tokens: int, pixels: torch.Tensor) -> int:
+    """Tokens in front of the patch grid (CLS, distillation, register tokens) of an image model outside the registry:
+    ``tokens`` less the (H / patch) x (W / patch) patches of its input; 0 where the config has no patch size or the
+    tokens are no grid plus a prefix."""
+    patch = getattr(config, "patch_size", None)
+    patch = (patch, patch) if isinstance(patch, int) else tuple(patch) if isinstance(patch, (list, tuple)) else None
+    if patch is None or len(patch) != 2:
+        return 0
+    prefix = tokens - (pixels.shape[-2] // patch[0]) * (pixels.shape[-1] // patch[1])
+    return prefix if 0 <= prefix < tokens else 0
+
+
+def _image_states(loaded, images, ctx):
+    """An image model outside the registry, read from its own hidden states: token states (batch, tokens, d) give one
+    vector per token, those in front of the patch grid special (``_prefix_tokens``), as ``_vit``; stage maps
+    (batch, C, H, W) one flattened vector per image, as ``_cnn``."""
+    pixels = _pixel_values(loaded, images)
+    hs = _pixels(loaded, images, ctx, pixels).hidden_states
+    if all(h.ndim == 4 for h in hs):
+        return [("stages", [h.reshape(h.shape[0], 1, -1) for h in hs], None)]
+    if not all(h.ndim == 3 for h in hs):
+        raise ValueError(f"{loaded.spec.name}: hidden states of shapes {sorted({tuple(h.shape) for h in hs})}; "
+                         f"an image model's must all be token states (batch, tokens, d) or all stage maps")
+    keep = torch.ones(hs[0].shape[:2], dtype=torch.bool)
+    if not ctx["keep_special"]:
+        keep[:, : _prefix_tokens(loaded.model.config, hs[0].shape[1], pixels)] = False
+    return [("layers", hs, keep)]
+
+
+def _hidden_states(loaded, examples, ctx):
+    """The model's own ``output_hidden_states``, read as its modality's: tokens of text (``_text``), tokens or stage
+    maps of images (``_image_states``)."""
+    return (_image_states if loaded.spec.modality == "vision" else _text)(loaded, examples, ctx)
+
+
+_LAYOUT_FN = {"hidden_states": _hidden_states, "encoder-decoder": _encoder_decoder, "canine": _canine,
               "character-bert": _character_bert, "manta": _manta,
               "speech-encoder": _speech_encoder, "whisper": _whisper, "vit": _vit, "spatial-stages": _spatial_stages,
               "cnn": _cnn}

@@ -118,7 +118,8 @@ class ModelSpec:
 
 
 _LAYOUT_WORDS = {
-    "hidden_states": "layer 0 = embeddings, then one layer per Transformer block",
+    "hidden_states": "layer 0 = embeddings, then one layer per Transformer block (an image model outside the "
+                     "registry: its own hidden states, tokens as a vision transformer's or stage maps as a CNN's)",
     "encoder-decoder": "encoder embeddings and blocks, then decoder embeddings and blocks (decoder fed the input "
                        "shifted right)",
     "canine": "character part (embeddings + initial character encoder), downsampled part (molecules: deep stack "
