@@ -47,7 +47,8 @@ def _first_moments(x, mask, unit=False, total=False) -> dict:
     t, keep = as_rows(x, mask)
     d = t.shape[1]
     dev = device_for(t)
-    n, n_bad, s_norm = 0, 0, 0.0
+    n, n_bad = 0, 0
+    s_norm = torch.zeros((), dtype=torch.float64, device=dev)  # where the rows are: no wait for the device per chunk
     s_unit = torch.zeros(d, dtype=torch.float64, device=dev) if unit else None
     s_tot = torch.zeros(d, dtype=torch.float64, device=dev) if total else None
     with one_thread():
@@ -61,8 +62,8 @@ def _first_moments(x, mask, unit=False, total=False) -> dict:
                 s_unit += (ch.norms.reciprocal() @ ch.rows).double()
             if total:
                 s_tot += ch.rows.sum(dim=0).double()
-            s_norm += float(ch.norms.double().sum())
-    return {"n": n, "n_excluded": n_bad, "sum_unit": s_unit, "sum": s_tot, "sum_norm": s_norm}
+            s_norm += ch.norms.double().sum()
+    return {"n": n, "n_excluded": n_bad, "sum_unit": s_unit, "sum": s_tot, "sum_norm": float(s_norm)}
 
 
 def mean_cosine_from_sums(sum_unit: torch.Tensor | np.ndarray, n: int) -> float:
