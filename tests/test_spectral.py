@@ -230,6 +230,10 @@ def test_identical_checkpoints_are_detected(tmp_path, texts, monkeypatch):
         loaded.preprocessor.save_pretrained(folders[name])
     fps = {k: spectral.weights_fingerprint(registry.load(v).model) for k, v in folders.items()}
     assert fps["a"] == fps["b"] != fps["c"]
+
+    def refuse(model):
+        raise AssertionError("the weights were hashed on the host where their files give a digest")
+    monkeypatch.setattr(spectral, "weights_fingerprint", refuse)  # a folder's files are hashed instead
     store = results.Store(tmp_path / "results")
     entries = [{"model": str(folders[k]), "step": s, "label": "tiny"} for k, s in (("a", 0), ("b", 10), ("c", 20))]
     frame, skipped = spectral.series(entries, n_texts=48, batch_size=64, n_batches=1, store=store)
