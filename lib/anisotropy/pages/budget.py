@@ -353,10 +353,11 @@ def metric_bytes(batch: int, width: int) -> int:
 
 def layer_stats_bytes(widths, reservoir: int) -> int:
     """Bytes of the ``measure.metrics.LayerStats`` state of one measurement, one accumulator per width in ``widths``:
-    the float64 d x d scatter (8 d^2), the float64 sum of unit vectors and mean (16 d), and the full reservoir of
-    float32 rows (4 x reservoir x d), whatever the number of rows fed (the transient products of one update are left
-    out). For 33 states of d = 2560 with a reservoir of 2048: 2.4e9 bytes. Units: bytes."""
-    return int(sum(8 * d * d + 16 * d + 4 * reservoir * d for d in widths))
+    the float64 d x d scatter (8 d^2), the float64 sum of unit vectors and mean (16 d), the float64 sum of norms kept
+    beside them on the device (8), and the full reservoir of float32 rows (4 x reservoir x d), whatever the number of
+    rows fed (the transient products of one update are left out). For 33 states of d = 2560 with a reservoir of 2048:
+    2.4e9 bytes. Units: bytes."""
+    return int(sum(8 * d * d + 16 * d + 8 + 4 * reservoir * d for d in widths))
 
 
 def per_example_bytes(examples: int, widths, n_boot: int | None = None) -> int:
