@@ -373,7 +373,26 @@ def plan(chapter: str, params: dict, profile: str = "paper") -> Plan:
     out = Plan(chapter, profile=profile)
     if chapter in CHAPTERS:
         CHAPTERS[chapter](params, out)
+    _drop_unloadable(out)
     return out
+
+
+def _drop_unloadable(plan: Plan) -> None:
+    """Leave out the checkpoints of models the installed transformers cannot load (VAN under transformers 5): the
+    chapter skips them in one line and downloads nothing for them; a note names them."""
+    from anisotropy.models import registry
+
+    dropped = set()
+    for c in plan.checkpoints:
+        if not registry.known(c.model):
+            continue
+        try:
+            registry.check_transformers(registry.spec(c.model))
+        except registry.ModelUnavailableError:
+            dropped.add(c.model)
+    if dropped:
+        plan.checkpoints = [c for c in plan.checkpoints if c.model not in dropped]
+        plan.notes.append(f"not planned: {', '.join(sorted(dropped))} (this runtime's transformers cannot load them)")
 
 
 # ---- sizes and time -----------------------------------------------------------------------------------------------
