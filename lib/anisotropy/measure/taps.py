@@ -255,6 +255,16 @@ def _text(loaded, texts, ctx):
     return [("layers", out.hidden_states, _content_mask(enc, ctx["keep_special"]))]
 
 
+def decoder_start(model) -> int:
+    """The token an encoder-decoder's decoder starts from: its config's ``decoder_start_token_id``, else its generation
+    config's (transformers 5 keeps it there unless the config names it), else the padding id (T5's convention)."""
+    for source in (model.config, getattr(model, "generation_config", None)):
+        start = getattr(source, "decoder_start_token_id", None)
+        if start is not None:
+            return start
+    return model.config.pad_token_id
+
+
 def _shift_right(ids: torch.Tensor, start: int) -> torch.Tensor:
     return torch.cat([torch.full_like(ids[:, :1], start), ids[:, :-1]], dim=1)
 
@@ -269,9 +279,7 @@ def _encoder_decoder(loaded, texts, ctx):
     if ctx["part"] == "encoder":
         out = model.get_encoder()(input_ids=ids.to(device), attention_mask=attn.to(device), output_hidden_states=True)
         return [("encoder", out.hidden_states, enc_keep)]
-    start = model.config.decoder_start_token_id
-    start = model.config.pad_token_id if start is None else start
-    dec_ids = _shift_right(ids, start)
+    dec_ids = _shift_right(ids, decoder_start(model))
     dec_keep = _decoder_keep(enc, ctx["keep_special"])
     out = model(input_ids=ids.to(device), attention_mask=attn.to(device), decoder_input_ids=dec_ids.to(device),
                 decoder_attention_mask=attn.to(device), output_hidden_states=True)
@@ -328,8 +336,7 @@ def _manta(loaded, texts, ctx):
     has no padding, every block is content and the decoder's positions are its bytes shifted right (start token
     special, as for ByT5)."""
     model, device = loaded.model, ctx["device"]
-    start = model.config.decoder_start_token_id
-    start = model.config.pad_token_id if start is None else start
+    start = decoder_start(model)
     enc_states, dec_states, dec_keep = [], [], []
     for text in texts:
         enc = _tokenize(loaded.preprocessor, [text], ctx["max_length"])
@@ -395,7 +402,7 @@ def _whisper(loaded, examples, ctx):
     tok = loaded.tokenizer
     dec = tok([t or "" for t in texts], padding=True, truncation=True, max_length=ctx["max_length"] - 1,
               return_tensors="pt", return_special_tokens_mask=True, padding_side="right")
-    start = model.config.decoder_start_token_id
+    start = decoder_start(model)
     ids, special, attn = dec["input_ids"], dec["special_tokens_mask"], dec["attention_mask"]
     if ids.shape[1] == 0 or not bool((ids[:, 0] == start).all()):
         ones = torch.ones_like(attn[:, :1])

@@ -37,7 +37,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from anisotropy import devices, hub
+from anisotropy import compat, devices, hub
 from anisotropy.errors import ModelTooLargeError
 from anisotropy.models.character_indexer import CharacterIndexer
 from anisotropy.models.offline_tokenizers import OFFLINE_TOKENIZERS, offline_tokenizer
@@ -185,6 +185,21 @@ def out_of_memory(name: str, dtype=None, batch_size: int | None = None) -> Model
 # ---------------------------------------------------------------------------------------------------------------------
 
 
+def check_transformers(s: ModelSpec) -> None:
+    """Raise ``ModelUnavailableError`` (one line) when the installed transformers is not one that can load ``s``
+    (its ``transformers`` specifier: VAN and the remote-code models need transformers 4)."""
+    if not s.transformers:
+        return
+    import transformers
+    from packaging.specifiers import SpecifierSet
+
+    if transformers.__version__ not in SpecifierSet(s.transformers):
+        raise ModelUnavailableError(
+            f"{s.name} needs transformers {s.transformers} ({s.transformers_why}), and this runtime has "
+            f"{transformers.__version__}: measure it where transformers 4.57 is installed (the book's own "
+            f"environment, `make book`)")
+
+
 def _class(name: str):
     import transformers
 
@@ -210,6 +225,13 @@ def _build_preprocessor(s: ModelSpec, variant: str):
                   else s.preprocessor_kwargs)
     if s.preprocessor.endswith("Tokenizer") and not kwargs:
         return _fileless_tokenizer(s.preprocessor)
+    if s.preprocessor.endswith("ImageProcessor"):
+        try:
+            return compat.image_processor(s.preprocessor)(**kwargs)
+        except ImportError as err:  # transformers 5's SegFormer processors need torchvision, even the PIL one
+            why = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
+            raise ModelUnavailableError(f"{s.name}: its image processor cannot be built here: "
+                                        f"{why.split('. ')[0]}") from None
     return _class(s.preprocessor)(**kwargs)
 
 
@@ -236,7 +258,7 @@ def _match_special_ids(config, tokenizer) -> None:
     for key, value in ids.items():
         if value is not None and hasattr(config, key):
             setattr(config, key, value)
-    if hasattr(config, "decoder_start_token_id") and config.model_type in ("t5", "whisper"):
+    if config.model_type in ("t5", "whisper"):  # transformers 5's T5Config has no such attribute until it is set
         config.decoder_start_token_id = tokenizer.pad_token_id if config.model_type == "t5" else ids["bos_token_id"]
 
 
@@ -297,15 +319,18 @@ def _pretrained(s: ModelSpec, revision, device, dtype, attn_implementation):
         pre = hub.load(AutoTokenizer.from_pretrained, repo, git_rev, gated, trust_remote_code=True)
         return model, pre, repo
     model = hub.load(_class(s.architecture).from_pretrained, repo, git_rev, gated, **kwargs)
+    options = {}
     if s.modality == "text":
         from transformers import AutoTokenizer as auto
     elif s.modality == "speech":
         from transformers import AutoFeatureExtractor as auto
     else:
         from transformers import AutoImageProcessor as auto
+
+        options = compat.image_processor_options()
     if s.tokenizer_repo is not None:  # the checkpoint's repository has no tokenizer files
-        return model, hub.load(auto.from_pretrained, s.tokenizer_repo, None, gated), repo
-    return model, hub.load(auto.from_pretrained, repo, git_rev, gated), repo
+        return model, hub.load(auto.from_pretrained, s.tokenizer_repo, None, gated, **options), repo
+    return model, hub.load(auto.from_pretrained, repo, git_rev, gated, **options), repo
 
 
 def load(name_or_path: str | os.PathLike, variant: str = "pretrained", revision: str | None = None,
@@ -329,6 +354,8 @@ def load(name_or_path: str | os.PathLike, variant: str = "pretrained", revision:
     if str(name_or_path) not in MODELS and path.is_dir():
         return load_folder(path, device=device, dtype=dtype, attn_implementation=attn_implementation)
     s = spec(str(name_or_path))
+    if variant == "pretrained" or not s.remote_code:  # a remote-code model has no other variant under any version
+        check_transformers(s)
     tokenizer = None
     if variant == "pretrained" and s.converter:
         if revision is not None:
@@ -440,10 +467,11 @@ def _folder_preprocessor(folder: Path, base: ModelSpec):
 
         return AutoTokenizer.from_pretrained(str(folder))
     if (folder / "preprocessor_config.json").is_file():
-        from transformers import AutoFeatureExtractor, AutoImageProcessor
+        from transformers import AutoFeatureExtractor
 
-        auto = AutoImageProcessor if base.modality == "vision" else AutoFeatureExtractor
-        return auto.from_pretrained(str(folder))
+        if base.modality == "vision":
+            return compat.image_processor_from(folder)
+        return AutoFeatureExtractor.from_pretrained(str(folder))
     warnings.warn(f"{folder} has no tokenizer or preprocessor files: using {base.untrained_tokenizer}", stacklevel=3)
     return _build_preprocessor(base, "untrained")
 
