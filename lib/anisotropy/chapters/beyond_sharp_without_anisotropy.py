@@ -20,7 +20,7 @@ def spread(by_variant: pd.DataFrame, variant: str, column: str, n_seeds: int, fm
 
 def paper_runs() -> dict:
     """The `paper` profile's runs of this page in words, from its block of ``profiles/paper.yml``: ``shape``
-    ("8-layer, 512-wide"), ``training`` ("sequence 128, batch 128, 20,000 updates"), ``corpus``, ``n_seeds``,
+    ("8-layer, 512-wide"), ``training`` ("sequence 128, batch 128, 10,000 updates"), ``corpus``, ``n_seeds``,
     ``n_variants``."""
     from anisotropy import profiles
 
@@ -29,6 +29,27 @@ def paper_runs() -> dict:
     return {"shape": f"{r.get('depth')}-layer, {r.get('width')}-wide", "corpus": r.get("corpus", "its corpus"),
             "training": f"sequence {r.get('seq_len')}, batch {r.get('batch_size')}, {r.get('steps', 0):,} updates",
             "n_seeds": len(block.get("seeds", [])), "n_variants": len(block.get("variants", []))}
+
+
+def paper_budget() -> str:
+    """What the `paper` profile's runs of this page cost, in words, from its plan (``plan`` under ``paper``): the
+    runs, the tokens each reads and how many passes over its corpus that is, one run's time on a T4 in its precision
+    (its corpus's preparation included), and the whole page's over several sessions."""
+    from anisotropy import profiles
+    from anisotropy.chapters import plans
+
+    params = profiles.chapter_parameters("paper", "beyond_sharp_without_anisotropy")
+    p = plans.plan("beyond_sharp_without_anisotropy", params, "paper")
+    recipe = {"kind": "char-mlm", **params["recipe"]}
+    tokens = recipe["steps"] * recipe["batch_size"] * recipe["seq_len"]
+    passes = tokens / budget.corpus_tokens(recipe["corpus"], recipe["kind"])
+    runs = [part for part in budget.parts(p) if part.kind == "train"]
+    run = max(part.minutes[budget.FREE_GPU] for part in runs)
+    over = "one pass" if 0.95 <= passes < 1.05 else f"{passes:.1f} passes"
+    return (f"{len(runs)} runs of {tokens / 1e6:.0f}M tokens each (about {over} over its corpus), "
+            f"each about {budget.minutes_text(run)} on a T4 in {budget.precision(recipe)} with its corpus's "
+            f"preparation, and {budget.minutes_text(budget.estimate(p)['gpu_minutes'])} for the whole page with its "
+            f"measurements, over several sessions")
 
 
 def measuring_bytes(recipe: dict, n_texts: int, max_length: int) -> float:

@@ -758,8 +758,8 @@ def estimate(p: Plan, gpu: str = FREE_GPU) -> dict:
     flops = {c: forward_flops(c) for c in p.checkpoints}
     metric = [(checkpoint_metric_flops(c), c.on_cpu) for c in p.checkpoints]
 
-    def minutes(kind: str, which: str | None = None) -> float:
-        return sum(part.minutes[kind] for part in found if which is None or part.kind == which)
+    def minutes(kind: str) -> float:
+        return sum(part.minutes[kind] for part in found)
 
     def metric_minutes(kind: str) -> float:
         return sum((f32 + f64) / (CPU_TFLOPS * 1e12 * EFFICIENCY) if on_cpu else
@@ -771,7 +771,9 @@ def estimate(p: Plan, gpu: str = FREE_GPU) -> dict:
             "gpu_gib": max([part.gpu_gib for part in found] or [0.0]),
             "ram_gib": max([part.ram_gib for part in found] or [RUNTIME_GIB]), "gpu": gpu,
             "gpu_minutes": minutes(gpu), "minutes_by_gpu": {kind: minutes(kind) for kind in GPUS},
-            "training_minutes": minutes(gpu, "train"), "forward_tflop": sum(flops.values()) / 1e12,
+            "training_minutes": sum(training_seconds(r.recipe, gpu if _on_gpu(r.recipe) else None)
+                                    for r in p.runs) / 60,
+            "forward_tflop": sum(flops.values()) / 1e12,
             "metric_minutes": metric_minutes(gpu),
             "metric_tflop": sum(f32 + f64 for (f32, f64), _ in metric) / 1e12,
             "training_tflop": p.training_flops / 1e12, "work_tflop": sum(w.cpu_flops + w.device_flops
@@ -840,8 +842,12 @@ def _checkpoint_part(chapter: str, c: Checkpoint) -> Part:
                 {kind: minutes(kind) for kind in GPUS}, 1, c.sized_by)
 
 
+def _on_gpu(recipe: dict) -> bool:
+    return str(recipe.get("device", "cpu")).startswith("cuda")
+
+
 def _training_part(chapter: str, run: Training) -> Part:
-    on_gpu = str(run.recipe.get("device", "cpu")).startswith("cuda")
+    on_gpu = _on_gpu(run.recipe)
     device = run.at_once * training_gpu_bytes(run.recipe) / GIB
     host = RUNTIME_GIB + training_host_bytes(run) / GIB
     return Part(chapter, run.name, run.group, "train", 0.0,
