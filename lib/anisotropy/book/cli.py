@@ -99,14 +99,13 @@ def _plan(profile: str, names: list[str]) -> int:
           f"{budget.FREE_GPU}; in all: every part's, one after another.")
     with pd.option_context("display.width", 250, "display.max_rows", None, "display.max_colwidth", 48):
         print(table.to_string(index=False))
-    lines = [(name, line) for name in chosen
-             for line in plans.problems(name, profiles.chapter_parameters(profile, name), profile)]
+    lines = [(name, line) for name in chosen for line in plans.problems(name, plans.parameters(name, profile), profile)]
     if not lines:
         print(f"every part of {len(chosen)} chapter(s) fits.")
         return 0
     print(f"{len(lines)} problem(s): these parts do not fit.")
     for name, line in lines:
-        print(f"  {name}: {line}")
+        print(f"  - {name}: {line}")
     return 1
 
 

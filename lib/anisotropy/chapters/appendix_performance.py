@@ -147,7 +147,7 @@ def paper_plan(profile: str = "paper") -> dict:
     found = plans.profile_plans(profile, order)
     rt = budget.runtime(profile)
     return {"table": budget.plan_table(found, rt), "rows": budget.plan_rows(found, rt),
-            "problems": {p.chapter: plans.problems(p.chapter, profiles.chapter_parameters(profile, p.chapter), profile)
+            "problems": {p.chapter: plans.problems(p.chapter, plans.parameters(p.chapter, profile), profile)
                          for p in found},
             "runtime": plans.runtime_words(profile)}
 

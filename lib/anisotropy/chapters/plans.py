@@ -156,11 +156,17 @@ def colab_budget(run: Run):
     return report.colab_budget(plan(run.chapter, params, profile))
 
 
+def parameters(chapter: str, profile: str) -> dict:
+    """``chapter``'s parameters under ``profile`` as its page resolves them (``profiles.apply``): the profile's
+    values, and for every parameter it does not set, the parameters cell's (the ``local`` profile's)."""
+    return {**profiles.chapter_parameters(profiles.DEFAULT, chapter), **profiles.chapter_parameters(profile, chapter)}
+
+
 def profile_plans(profile: str, chapters=None) -> list[budget.Plan]:
     """The plan of every chapter of ``chapters`` (default: the chapters ``profile`` sets, in its order) under
-    ``profile``'s parameters."""
+    ``profile`` (``parameters``)."""
     names = list(chapters) if chapters is not None else list(profiles.load(profile)["notebooks"])
-    return [plan(name, profiles.chapter_parameters(profile, name), profile) for name in names]
+    return [plan(name, parameters(name, profile), profile) for name in names]
 
 
 def runtime_words(profile: str) -> str:
