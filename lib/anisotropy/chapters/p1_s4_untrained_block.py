@@ -19,21 +19,22 @@ def block_shape() -> dict:
     return {"d": config.hidden_size, "heads": config.num_attention_heads, "intermediate": config.intermediate_size}
 
 
-def forward_bytes(n_sequences: int, seq_len: int, n_rows: int, causal: bool = False) -> float:
+def forward_bytes(n_sequences: int, seq_len: int, n_rows: int, gpt2: bool = False) -> float:
     """Peak bytes of one forward of the block with its statistics (``experiments.block.block_statistics``), B =
-    ``n_sequences`` sequences of S = ``seq_len`` tokens, in float32 unless said:
+    ``n_sequences`` sequences of S = ``seq_len`` tokens, in float32:
 
-    - attention, eager: the scores and the probabilities the hooks keep (B x heads x S^2 each), and for a causal
-      block the masked copy ``attention_statistics`` takes of them, 4 bytes each;
-    - per token: about ten d-wide float32 tensors (inputs, queries, keys, values, attention output, projections, norms,
-      output), the float64 unit vectors of two of them at a time (inputs and outputs, then queries and keys), and the
-      MLP's two tensors of its width: 40 d + 16 d + 8 i bytes;
+    - attention, eager: the scores and the probabilities the hooks keep, 2 x 4 x B x heads x S^2;
+    - per token, as many d-wide float32 tensors as are alive at once: inputs, queries, keys, values, the attention
+      output and projections, the MLP's product and activation (four d wide each), and the statistics' float64 unit
+      vectors: 12 for BERT's blocks, 24 for GPT-2's (``gpt2``: its tanh GELU in five element-wise passes), x 4 d bytes;
     - the row statistics on ``n_rows`` query positions: the selected scores and probabilities, 2 x 4 x B x heads x
-      R x S.  Bytes."""
+      R x S.
+
+    Checked against torch's allocations at small sizes (tests/test_plan_measured.py: within 1.5x). Bytes."""
     s = block_shape()
-    attention = 4.0 * n_sequences * s["heads"] * seq_len**2 * (3 if causal else 2)
+    attention = 2 * 4.0 * n_sequences * s["heads"] * seq_len**2
     rows = 2 * 4.0 * n_sequences * s["heads"] * min(n_rows, seq_len) * seq_len
-    return attention + n_sequences * seq_len * (56.0 * s["d"] + 8.0 * s["intermediate"]) + rows
+    return attention + 4.0 * n_sequences * seq_len * s["d"] * (24 if gpt2 else 12) + rows
 
 
 def forward_flops(n_sequences: int, seq_len: int) -> float:
@@ -53,10 +54,10 @@ def plan(p: dict, out: budget.Plan) -> None:
     references are downloaded."""
     on_cpu = p.get("device", "cpu") == "cpu"
     b, s, rows = p["n_sequences"], p["seq_len"], p["n_rows"]
-    causal = "gpt2" in p["variants"]
+    gpt2 = "gpt2" in p["variants"]
     forwards = p["n_seeds"] * len(p["variants"]) * len(p["bias_norms"])
     sizes = ("n_sequences", "seq_len")
-    out.work.append(budget.Work("block sweep", device_bytes=forward_bytes(b, s, rows, causal),
+    out.work.append(budget.Work("block sweep", device_bytes=forward_bytes(b, s, rows, gpt2),
                                 device_flops=forwards * forward_flops(b, s), on_cpu=on_cpu,
                                 sized_by=sizes + ("n_rows",)))
     out.work.append(budget.Work("inputs at N = 0", device_bytes=forward_bytes(b, s, rows),
