@@ -1,21 +1,35 @@
-"""What a chapter will ask of a Colab runtime: the cost model. A chapter's requests under given parameters (a
-``Plan``: ``Checkpoint`` and data sources, and the training the chapter does) are written by the chapter itself, in
-its module's ``plan(p, out)`` (``chapters.plans.plan(chapter, params, profile)`` finds it by name); this module turns
-them into estimates of download, disk, GPU and CPU memory and time on a Colab GPU (a T4 unless another kind of
-``GPUS`` is named), computed from the registry's parameter counts and the chapter's sample sizes (never typed by hand).
+"""What a chapter will ask of a runtime: the cost model. A chapter's requests under given parameters (a ``Plan``:
+``Checkpoint`` measurements and data sources, ``Training`` runs, and ``Work`` it computes itself) are written by the
+chapter itself, in its module's ``plan(p, out)`` (``chapters.plans.plan(chapter, params, profile)`` finds it by
+name); this module turns them into estimates of download, disk, GPU and host memory and time on a Colab GPU (a T4
+unless another kind of ``GPUS`` is named), computed from the registry's parameter counts, the recipes' sizes and the
+chapter's sample sizes (never typed by hand).
 
-``estimate(plan, gpu)`` gives the sizes and minutes on that kind of GPU, with the minutes on every kind beside;
-``table`` is what a chapter page shows, ``describe`` and ``summary`` its sentences, and ``problems`` says what would
-not fit a free Colab runtime (``COLAB``: a T4, 12.7 GiB of host memory, two vCPUs) with the largest setting that does.
-The estimates are rough by design (stated on the page): the download assumes ``HUB_MB_PER_S``, the compute a fixed
-share of the GPU's peak rate.
+**Parts.** A part is what one session runs before the chapter can resume: the unit whose results are stored when it
+ends. One checkpoint's measurement (a model, or one revision of a series: each is stored under its own key as it
+ends), one training run (read once complete), or one piece of the chapter's own work. A chapter run again after a
+disconnect reads every finished part from its store and goes on with the next, so a chapter may span sessions while
+each part must fit one. ``parts(plan)`` derives them from the plan (``Part``: download, disk, GPU and host memory,
+minutes on every kind of GPU); ``part_problems`` and ``fit`` say what does not fit a ``Runtime``, the machine a
+profile assumes (``runtime(profile)``, its ``runtime:`` line: ``RUNTIMES``, Colab's limits written once in
+``COLAB``); ``plan_rows`` and ``plan_table`` are what ``python -m anisotropy plan`` prints and the performance appendix
+shows.
 
-Host memory (``host_ram_bytes``) counts what the measuring code holds on the CPU side, derived from what it allocates:
-Paper 2's per-layer pools (``measure.batches.BatchedLayer``: ``pool_bytes``) and Section 3's per-example sums with their
-bootstrap interval (``experiments.layerwise.FirstMoments``: ``per_example_bytes``). Disk counts hf-xet's chunk cache
-(``xet_chunk_cache_gib``). A model whose size the registry does not know is listed as unknown, never counted as 0.
+``estimate(plan, gpu)`` gives a chapter's sizes and minutes on that kind of GPU, its parts one after another in one
+runtime, with the minutes on every kind beside; ``table`` is what a chapter page shows, ``describe`` and ``summary``
+its sentences, and ``problems`` says what would not fit a free Colab runtime, part by part. The estimates are rough by
+design (stated on the page): the download assumes ``HUB_MB_PER_S``, the compute a fixed share of the GPU's peak rate
+(``EFFICIENCY``) at the dtype's rate (a training recipe's ``precision``: float16 autocast on CUDA by default).
+
+GPU memory counts the weights, one forward pass's activations (``forward_bytes``) and what a measurement keeps where
+the model is; a training run's weights, gradients, optimiser state and activations (``training_gpu_bytes``). Host
+memory counts what the measuring code holds on the CPU side, derived from what it allocates: Paper 2's per-layer pools
+(``measure.batches.BatchedLayer``: ``pool_bytes``) and Section 3's per-example sums with their bootstrap interval
+(``experiments.layerwise.FirstMoments``: ``per_example_bytes``), and a training run's data preparation
+(``preparation_bytes``). tests/test_plan_measured.py checks these formulas against what the code allocates at real
+sizes. Disk counts hf-xet's chunk cache (``xet_chunk_cache_gib``) and a training run's checkpoints. A model whose size
+the registry does not know is listed as unknown, never counted as 0.
 """
-
 from __future__ import annotations
 
 import dataclasses
