@@ -974,12 +974,17 @@ def _local(model: str) -> bool:
 
 def problems(p: Plan, e: dict | None = None) -> list[str]:
     """What would not fit a free Colab runtime (``RUNTIMES["colab-t4"]``) with the estimate's kind of GPU, part by
-    part (``fit``), with the largest model that fits where a model is too large for the GPU, and the models of
-    unknown size."""
+    part (``fit``; parts of one group with the same problem in one line, naming the others), with the largest model
+    that fits where a model is too large for the GPU, and the models of unknown size."""
     e = e or estimate(p)
     kind = GPUS[e["gpu"]]
-    out = []
+    out, like = {}, {}
     for part, line in fit(p, RUNTIMES["colab-t4"], e["gpu"]):
+        key = (part.group if part is not None else None, line.split(":", 1)[0])
+        if key in out:  # a part like one already named (a series' revisions, a suite's seeds): named, not repeated
+            like[key].append(part.name)
+            continue
+        like[key] = []
         if line.startswith("GPU memory") and part is not None and part.kind == "measure":
             c = next(c for c in p.checkpoints if _checkpoint_part(p.chapter, c).name == part.name)
             fits = [x.model for x in p.checkpoints if _gpu_gib(x) <= kind.memory_gib]
@@ -994,12 +999,13 @@ def problems(p: Plan, e: dict | None = None) -> list[str]:
                      if c.per_example and host_ram_bytes(c) > _params(c.model) * BYTES.get(c.dtype, 4)
                      else ": it loads its weights: use dtype float16 or a smaller model")
         elif line.startswith("host memory") and part is not None and part.kind == "train":
-            line += ": it tokenizes its whole corpus at once (training.tasks)"
-        out.append(line)
+            line += f": {hint(part, line)}"
+        out[key] = line
+    lines = [line + (f" (so do {', '.join(like[key])})" if like[key] else "") for key, line in out.items()]
     if e["unknown"]:
-        out.append(f"size unknown: {', '.join(e['unknown'])} (the registry records no parameter count); download, "
-                   f"disk and memory leave {'it' if len(e['unknown']) == 1 else 'them'} out")
-    return out
+        lines.append(f"size unknown: {', '.join(e['unknown'])} (the registry records no parameter count); download, "
+                     f"disk and memory leave {'it' if len(e['unknown']) == 1 else 'them'} out")
+    return lines
 
 
 def table(p: Plan):
@@ -1082,11 +1088,16 @@ def summary(p: Plan) -> str:
     """One sentence for the narrative: what the chapter of plan ``p`` downloads, how long it takes on a T4 (training
     included; on the other kinds of ``GPUS`` in brackets) and its host memory, or why it does not fit."""
     e = estimate(p)
-    if not p.checkpoints and not p.training_flops:
-        return "it downloads no model" + (f" ({p.notes[0]})" if p.notes else "")
+    if not p.checkpoints and not p.runs:
+        issues = problems(p, e)
+        return ("it downloads no model" + (f" ({p.notes[0]})" if p.notes else "")
+                + (f"; it does not fit a free Colab as set ({'; '.join(issues)})" if issues else ""))
     t4 = f"about {minutes_text(e['gpu_minutes'])}"
-    if not p.checkpoints:
+    if not p.checkpoints and not p.work:
         text = f"{t4} of training on a Colab T4 ({other_gpus(e)}) and {_gib(e['download_gib'])} of data"
+    elif not p.checkpoints:
+        text = (f"{t4} on a Colab T4 ({other_gpus(e)}), {minutes_text(e['training_minutes'])} of it training, "
+                f"the rest its own computations, and {_gib(e['download_gib'])} of data")
     else:
         training = f", {minutes_text(e['training_minutes'])} of it training" if e["training_minutes"] else ""
         text = (f"{t4} on a Colab T4 ({other_gpus(e)}){training}, {e['checkpoints']} checkpoint"
