@@ -2,6 +2,7 @@
 of a chapter whose part does not fit (before any download, naming the parameter and the largest value that fits), the
 ``plan`` command, and the book's table of the paper profile's plan."""
 
+import dataclasses
 import re
 
 import pandas as pd
@@ -56,8 +57,7 @@ def test_the_paper_plan_fits_a_free_t4_but_for_whole_corpus_tokenization():
     # ... and only for that: with the corpus prepared a chunk at a time, the same plans fit
     for chapter in READS_WIKITEXT:
         p = plans.plan(chapter, plans.parameters(chapter, "paper"), "paper")
-        for run in p.runs:
-            p.runs[p.runs.index(run)] = run.__class__(**{**run.__dict__, "chunk_chars": 1 << 20})
+        p.runs = [dataclasses.replace(run, chunk_chars=1 << 20) for run in p.runs]
         assert budget.fit(p, budget.RUNTIMES["colab-t4"]) == [], chapter
 
 
