@@ -883,13 +883,14 @@ def _work_part(chapter: str, w: Work) -> Part:
 
 def parts(p: Plan) -> list[Part]:
     """The plan's parts (``Part``): its training runs, its own work, then its checkpoints. The chapter's data are
-    downloaded by the first part."""
+    downloaded by the first part that reads them (a training run or a measurement; else the first)."""
     found = ([_training_part(p.chapter, r) for r in p.runs] + [_work_part(p.chapter, w) for w in p.work]
              + [_checkpoint_part(p.chapter, c) for c in p.checkpoints])
     data_gib = _data_gib(p)
     if found and data_gib:
-        first = found[0]
-        found[0] = dataclasses.replace(first, download_gib=first.download_gib + data_gib,
+        i = next((i for i, part in enumerate(found) if part.kind != "compute"), 0)
+        first = found[i]
+        found[i] = dataclasses.replace(first, download_gib=first.download_gib + data_gib,
                                        disk_gib=first.disk_gib + data_gib,
                                        minutes={k: m + data_gib * 1024 / HUB_MB_PER_S / 60
                                                 for k, m in first.minutes.items()})
