@@ -85,9 +85,12 @@ $(STAMP):
 # The tests' own packages, not needed to build the book: pytest and its parallel runner, a browser driver for the
 # rendered pages, pyflakes (every name a chapter uses is imported), ruff (the lint the tests run, pyproject's
 # [tool.ruff]; pre-commit runs the same binary), moto's server (the local S3 the store's tests write to) and the peers the measurements are checked
-# against (scikit-dimension, dadapy: they compile against the numpy already installed, so they come in a second step).
+# against (scikit-dimension, dadapy: they compile against the numpy already installed, so they come in a second step),
+# and setuptools, which builds the wheel that the installation test installs (offline, without build isolation; a
+# Python 3.12 venv has no setuptools of its own).
 $(TEST_STAMP): $(STAMP)
-	$(UV) -c constraints.txt "pytest>=7,<9" "pytest-xdist>=3.5" "playwright>=1.40" "moto[server]==5.2.5" "pyflakes>=3" "ruff"
+	$(UV) -c constraints.txt "pytest>=7,<9" "pytest-xdist>=3.5" "playwright>=1.40" "moto[server]==5.2.5" "pyflakes>=3" "ruff" \
+	  "setuptools>=77"
 	$(UV) -c constraints.txt "scikit-dimension>=0.3" "dadapy>=0.3"
 	touch $@
 

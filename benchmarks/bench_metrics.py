@@ -33,6 +33,7 @@ import pandas as pd
 import torch
 
 from anisotropy.measure import metrics as M
+from anisotropy.measure import twonn  # the owners of the private helpers tested
 
 HERE = Path(__file__).resolve().parent
 SPHERE_DIM = 12  # TwoNN's data lie on a sphere of this dimension (SPHERE_DIM + 1 coordinates), its true dimension
@@ -137,7 +138,7 @@ def hidden_state_like(n: int, d: int, seed: int) -> np.ndarray:
 def gram_bound(x: torch.Tensor) -> None:
     """One float32 n x n x d product, in the same row blocks as ours (the blocks keep memory bounded)."""
     n = x.shape[0]
-    block = max(1, min(n, M._GRAM_BLOCK_ENTRIES // n))
+    block = max(1, min(n, twonn._GRAM_BLOCK_ENTRIES // n))
     for s in range(0, n, block):
         x[s:s + block] @ x.T
 

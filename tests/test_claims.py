@@ -62,7 +62,7 @@ def test_the_ledger_refuses_a_paper_claim_without_quote_and_a_reading_without_re
     import yaml
 
     raw = yaml.safe_load(claims.LEDGER.read_text())
-    entry = next(e for e in raw["claims"] if e["id"] == "p1-s5-dot-grows")
+    entry = next(e for e in raw["claims"] if e["id"] == "p1-s3.2-speech-above-0.2")  # the paper's own threshold
     entry.update(change)
     if entry.get("quote") is None:
         entry.pop("quote")
@@ -76,7 +76,7 @@ def test_the_ledger_refuses_a_paper_claim_without_quote_and_a_reading_without_re
     finally:
         monkeypatch.undo()
         claims._read_ledger.cache_clear()
-    assert claims.claim("p1-s5-dot-grows").quote  # the real ledger is back
+    assert claims.claim("p1-s3.2-speech-above-0.2").quote  # the real ledger is back
 
 
 def test_a_books_reading_says_so_and_why_in_the_claims_table():
@@ -408,6 +408,10 @@ def test_section_3_reread_rules_name_their_exceptions():
     assert p1_s3.not_correlated(corr([("hubert", "speech", 0.9, 0.001)])).holds is False
     assert p1_s3.tests_disagree(pearson_frame([("gpt2", "token-level", 0.8, 0.2, 0.9, 0.001)])).holds
     assert p1_s3.tests_disagree(pearson_frame([("gpt2", "token-level", 0.8, 0.2, 0.9, 0.3)])).holds is False
+    # Appendix A's "for some models": the two tests agree for the others (GPT-2 apart, BERT and ViT agree)
+    assert p1_s3.tests_mostly_agree(pearson_frame([("gpt2", "token-level", 0.8, 0.2, 0.9, 0.001),
+                                                   ("bert", "token-level", 0.9, 0.001, 0.9, 0.001),
+                                                   ("vit", "vision-transformer", 0.1, 0.6, 0.1, 0.7)])).holds
     assert p2.consistent_across_models(profiles_frame({"a": ("encoder", FLAT), "b": ("encoder", [0.2] * 5)})).holds
     assert p2.consistent_across_models(profiles_frame({"a": ("encoder", FLAT), "b": ("encoder", [0.3] * 5)})).holds \
         is False
@@ -985,6 +989,9 @@ CASES = {  # rule: (holds, does not hold, not testable or None), each a tuple of
     "first_layers_sharper": ((qk().assign(entropy=lambda f: 1.0 + 0.5 * f["layer"]),),
                              (qk().assign(entropy=lambda f: 3.0 - 0.5 * f["layer"]),),
                              (qk(runs=("s0",)).assign(entropy=lambda f: 1.0 + 0.5 * f["layer"]),)),
+    "tests_mostly_agree": ((pearson_frame(_PEARSON[:1] + [("t5", "token-level", 0.9, 0.001, 0.8, 0.01),
+                                                          ("vit2", "vision-transformer", 0.1, 0.5, 0.2, 0.4)]),),
+                           (pearson_frame(),), (pearson_frame(_PEARSON[:1]),)),
     "qk_anisotropy_emerges": ((qk().assign(q_cosine=lambda f: 0.1 + f["step"] / 2500, k_cosine=lambda f: 0.2 + f["step"] / 5000),),
                               (qk().assign(q_cosine=lambda f: 0.1 + f["step"] / 2500, k_cosine=0.2),),
                               (qk(runs=("s0",)).assign(q_cosine=lambda f: 0.1 + f["step"] / 2500, k_cosine=0.2),)),

@@ -62,7 +62,7 @@ def repo(tmp_path_factory):
 
 def test_fingerprints_follow_the_import_graph():
     assert "measure.metrics" in fingerprint.closure("experiments.layerwise") and "measure.taps" in fingerprint.closure("experiments.layerwise")
-    for never in ("pages.plots", "pages.report", "book.runner", "book.kernels", "book.sweeps", "results", "hub"):
+    for never in ("pages.plots", "pages.plots.style", "pages.report", "book.runner", "book.kernels", "book.sweeps", "results", "hub"):
         assert never not in fingerprint.closure("experiments.layerwise", "experiments.spectral", "experiments.qk_dynamics", "experiments.block", "training.trainer")
     # A measurement does not depend on the trainer's code (a self-trained checkpoint carries its own key) ...
     measurements = ("experiments.layerwise", "experiments.spectral", "experiments.qk_dynamics", "experiments.ablation", "claims.rules.p1_s5", "book.machine")
@@ -304,10 +304,10 @@ def test_a_changed_metric_changes_the_numbers(repo, tmp_path):
         import shutil
 
         shutil.copytree(root / folder, copy / folder)
-    _edit(copy, "measure/metrics.py", "    return float((s @ s - n) / (n * (n - 1)))", "    return 0.5 * float((s @ s - n) / (n * (n - 1)))")
+    _edit(copy, "measure/statistics.py", "    return float((s @ s - n) / (n * (n - 1)))", "    return 0.5 * float((s @ s - n) / (n * (n - 1)))")
     again = _build(copy)
     assert float(again["glued"]["top_peak"]) == pytest.approx(float(first["glued"]["top_peak"]) / 2, abs=0.006)
-    assert again["runs"] == first["runs"]  # metrics.py does not change what the trainer computes
+    assert again["runs"] == first["runs"]  # statistics.py does not change what the trainer computes
     new = set(again["results"]) - set(first["results"])
     assert len(new) == sum(1 for v in first["results"].values() if v["chapter"] == "p1_layerwise")
 
@@ -320,7 +320,7 @@ def test_a_changed_plot_reruns_no_measurement_and_no_training(repo, tmp_path):
 
     for folder in ("results", ".cache", "book"):
         shutil.copytree(root / folder, copy / folder, dirs_exist_ok=True)
-    _edit(copy, "pages/plots.py", "def use_style(", "# an edit that changes no number\ndef use_style(")
+    _edit(copy, "pages/plots/style.py", "def use_style(", "# an edit that changes no number\ndef use_style(")
     again = _build(copy)
     assert "reused" not in again["stdout"]  # the notebook's stamp holds the library's code: executed again
     assert again["results"] == first["results"]  # the same stored results, none recomputed

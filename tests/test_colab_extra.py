@@ -61,6 +61,22 @@ def test_a_checkout_without_jupytext_reads_the_parameters_from_the_committed_ipy
         profiles._inspect_source.cache_clear()
 
 
+def test_outside_a_checkout_a_value_out_of_range_stops_in_one_line(monkeypatch):
+    """On Colab (no checkout, no chapter source) the packaged ``allowed.yml`` still checks what a reader set in the
+    parameters cell: a negative sample size stops in ``profiles.apply``, not inside a measurement."""
+    import pytest
+
+    from anisotropy import paths, profiles
+
+    monkeypatch.setattr(paths, "project_root", lambda: None)
+    monkeypatch.delenv("ANISOTROPY_RUNNER", raising=False)
+    assert profiles.checkout() is None
+    resolved = profiles.apply("appendix_b_isotropic", {"profile": "smoke", "n_pairs": 40000})
+    assert resolved.values["n_pairs"] == profiles.chapter_parameters("smoke", "appendix_b_isotropic")["n_pairs"]
+    with pytest.raises(profiles.ProfileError, match=r"parameter 'n_pairs': -5 is below the allowed range \(at least 1\)"):
+        profiles.apply("appendix_b_isotropic", {"profile": "smoke", "n_pairs": -5})
+
+
 def test_glue_without_myst_nb_records_what_myst_nb_would(monkeypatch):
     """Where only the colab extra is installed (no myst-nb), report.glue still records each value, in the very output
     myst-nb's glue writes, so that a Colab run's notebook holds the book's numbers (runner.glued_values)."""

@@ -1,9 +1,12 @@
 """A paper-sim chapter killed mid-way (a Colab runtime that disconnects) continues from the results store when run
 again, against the local Hub stand-in. Apart from tests/test_paper_profile.py, whose module-scoped book makes its
-tests one long chain of one worker."""
+tests one long chain of one worker. Trained suites and their snapshots live beside a moved results store: a second
+runtime finds them (and the results) instead of training, and resumes a run cut off."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import signal
 import subprocess
@@ -11,8 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
-from conftest import CHAPTER_S, PYTHON, communicate_guarded, copy_repo, run_cli, wait_for
+from conftest import CHAPTER_S, PYTHON, book_env, communicate_guarded, copy_repo, run_cli, run_guarded, wait_for
 from test_paper_profile import PROFILE, _client_env
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -88,3 +92,125 @@ def test_a_chapter_run_with_results_dir_stores_there(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert list((there / "appendix_b_isotropic").glob("*.parquet")), "the chapter stored its results there"
     assert not (root / "results" / "appendix_b_isotropic").exists(), "and not in the default store"
+
+
+# ---- trained suites beside the results: a second runtime trains nothing ----------------------------------------------
+
+def test_checkpoints_follow_a_moved_results_store_and_keep_their_keys(tmp_path, monkeypatch):
+    """The suites live in the cache unless the results store was moved to a folder of its own; a checkpoint's results
+    key names it ``cache:checkpoints/...`` in either place, so moving the suites re-measures nothing."""
+    from anisotropy import paths, results
+
+    monkeypatch.setenv("ANISOTROPY_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("ANISOTROPY_RESULTS", raising=False)
+    assert paths.checkpoints_dir() == tmp_path / "cache" / "checkpoints"
+    monkeypatch.setenv("ANISOTROPY_RESULTS", str(paths.results_dir()))  # the default folder, named: no move
+    assert paths.checkpoints_dir() == tmp_path / "cache" / "checkpoints"
+    monkeypatch.setenv("ANISOTROPY_RESULTS", "s3://bucket/book")  # a URL store cannot hold model folders
+    assert paths.checkpoints_dir() == tmp_path / "cache" / "checkpoints"
+    keys = []
+    for results_env, root in ((None, tmp_path / "cache" / "checkpoints"), (str(tmp_path / "drive"), tmp_path / "drive" / "checkpoints")):
+        if results_env:
+            monkeypatch.setenv("ANISOTROPY_RESULTS", results_env)
+        else:
+            monkeypatch.delenv("ANISOTROPY_RESULTS")
+        assert paths.checkpoints_dir() == root
+        folder = root / "mlm" / "abc" / "seed-0" / "step-8"
+        folder.mkdir(parents=True)
+        (folder / "training_state.json").write_text(json.dumps({"step": 8, "seconds": 1.0}))
+        keys.append(results.checkpoint_key(folder))
+    assert keys[0] == keys[1] == {"folder": "cache:checkpoints/mlm/abc/seed-0/step-8", "training_state": keys[0]["training_state"]}
+
+
+_RESUME = """
+import json, sys
+from anisotropy.training import checkpoints, trainer
+from anisotropy.training.recipes import Recipe
+
+recipe = Recipe(**json.loads(sys.argv[1]))
+run = checkpoints.run_dir(recipe)
+before = checkpoints.resumable(run)
+updates = []
+make = trainer.task_for
+
+def counting(r):  # the updates this process runs: each draws its batch once
+    task = make(r)
+    batch = task.batch
+    task.batch = lambda step: updates.append(step) or batch(step)
+    return task
+
+trainer.task_for = counting
+trainer.train(recipe, progress=False, threads=1, stop_after=int(sys.argv[2]) or None)
+print(json.dumps({"run": str(run), "resumed_from": before and before.name, "updates": updates}))
+"""
+
+
+def test_a_run_cut_off_resumes_in_a_new_runtime_from_its_snapshot_under_results_dir(tmp_path, monkeypatch):
+    """Two processes ("runtimes") share only the results folder, each with its own fresh cache: the first trains 7 of
+    12 updates and stops (a disconnect), its snapshot under <results>/checkpoints; the second resumes from that
+    snapshot, runs updates 8-12 only, and ends bit-identical to an uninterrupted run."""
+    from anisotropy.training import trainer
+    from anisotropy.training.recipes import Recipe
+
+    spec = dict(suite="tiny-char-mlm", kind="char-mlm", width=32, depth=2, heads=2, seq_len=32, batch_size=8,
+                steps=12, warmup=4, lr=3e-3, n_checkpoints=5, eval_every=0, eval_size=16)
+    drive = tmp_path / "drive"
+
+    def runtime(n: int, stop_after: int) -> dict:
+        env = {**os.environ, "ANISOTROPY_RESULTS": str(drive), "ANISOTROPY_CACHE": str(tmp_path / f"cache-{n}"),
+               "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1] / "lib"),
+                                              os.environ.get("PYTHONPATH", "")])}
+        proc = run_guarded([PYTHON, "-c", _RESUME, json.dumps(spec), str(stop_after)], expected_s=60,
+                           capture_output=True, text=True, env=env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    first = runtime(1, stop_after=7)
+    run = Path(first["run"])
+    assert run.is_relative_to(drive / "checkpoints") and first["resumed_from"] is None
+    assert first["updates"] == list(range(1, 8)) and (run / "resume-7" / "optimizer.pt").is_file()
+    second = runtime(2, stop_after=0)
+    assert second["run"] == first["run"] and second["resumed_from"] == "resume-7"
+    assert second["updates"] == list(range(8, 13))
+    assert not (tmp_path / "cache-1" / "checkpoints").exists() and not (tmp_path / "cache-2" / "checkpoints").exists()
+
+    monkeypatch.setenv("ANISOTROPY_CACHE", str(tmp_path / "cache-here"))
+    straight = trainer.train(Recipe(**spec), out_dir=tmp_path / "straight", progress=False, threads=1)
+    from safetensors.torch import load_file
+
+    a, b = (load_file(str(folder / "step-12" / "model.safetensors")) for folder in (straight[-1].path.parent, run))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def _files(folder: Path) -> dict[str, int]:
+    """Every file under ``folder`` but the claims' verdict rows (records rewritten on every run, not computations),
+    with its modification time (ns)."""
+    return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in folder.rglob("*")
+            if p.is_file() and not p.relative_to(folder).parts[0].startswith("claims")}
+
+
+@pytest.mark.slow
+def test_a_training_chapter_in_a_second_runtime_trains_nothing_and_recomputes_nothing(tmp_path):
+    """p1_s5_qk_training under smoke trains three suites (mlm, vit, clm) and measures their checkpoints. Run again in
+    a second "runtime" (a fresh copy of the repository, a fresh cache) sharing only results_dir with the first, it
+    finds the suites under results_dir/checkpoints and the measurements in the store: no training line, no
+    measuring line, no file under results_dir written (but the verdict rows every run records), nothing cached."""
+    chapter, drive = "p1_s5_qk_training", tmp_path / "drive"
+
+    def runtime(n: int) -> str:
+        root = copy_repo(tmp_path / f"runtime-{n}")
+        env = book_env(root, ANISOTROPY_CACHE=str(tmp_path / f"cache-{n}"))
+        proc = run_cli(root, "run", chapter, "--profile", "smoke", "-p", f"results_dir={drive}", env=env)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert (root / "book" / "executed" / f"{chapter}.ipynb").is_file()
+        return proc.stdout
+
+    trained, measured = re.compile(r"\] training \S+ seed \d+: update"), re.compile(r"\] \S+ seed \d+: checkpoint at step")
+    first = runtime(1)
+    assert trained.search(first) and measured.search(first), first  # the patterns see the work when it is done
+    assert {p.split("/")[1] for p in _files(drive) if p.startswith("checkpoints/")} == {"mlm", "vit", "clm"}
+    written = _files(drive)
+    second = runtime(2)
+    assert not trained.search(second) and not measured.search(second), second
+    assert _files(drive) == written, "nothing trained, stored or rewritten under results_dir"
+    assert not (tmp_path / "cache-2" / "checkpoints").exists()

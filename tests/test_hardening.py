@@ -23,8 +23,8 @@ import pytest
 
 from conftest import (CHAPTER_S, PYTHON, SMOKE_BUILD_S, book_env, communicate_guarded, copy_repo, hang_guard, run_cli, run_guarded, wait_for)
 
-# A chapter-shaped notebook that exists only in the tests' copies of the repository: two declared ranges and a
-# parameter value that makes a cell raise.
+# A chapter-shaped notebook that exists only in the tests' copies of the repository: two parameters with what they
+# allow (PROBE_ALLOWED, added to the copy's allowed.yml) and a parameter value that makes a cell raise.
 PROBE = "hardening_probe"
 PROBE_SOURCE = '''---
 jupytext:
@@ -36,8 +36,8 @@ kernelspec: {display_name: Python 3, language: python, name: python3}
 ```{code-cell} ipython3
 :tags: [parameters]
 profile = "local"
-n = 3  # repetitions; allowed: at least 1
-mode = "ok"  # allowed: one of "ok", "fail", "die"
+n = 3  # repetitions
+mode = "ok"  # "fail": the next cell raises, "die": its kernel is killed
 ```
 
 ```{code-cell} ipython3
@@ -57,8 +57,13 @@ if mode == "die":  # as the kernel of a run that exhausts the memory: killed by 
 '''
 
 
+PROBE_ALLOWED = f"{PROBE}:\n  n: {{at_least: 1}}\n  mode: {{one_of: [ok, fail, die]}}\n"
+
+
 def add_probe(root: Path) -> Path:
     (root / "notebooks" / f"{PROBE}.md").write_text(PROBE_SOURCE)
+    with open(root / "lib" / "anisotropy" / "profiles" / "allowed.yml", "a") as fh:
+        fh.write(PROBE_ALLOWED)
     return root
 
 
@@ -496,25 +501,80 @@ def test_convertible_input_is_converted(case, monkeypatch, model_cache):
 
 # ---- parameter rules ------------------------------------------------------------------------------------------------
 
-def test_allowed_declarations_are_read_from_the_parameters_cell(probe_repo, monkeypatch):
-    from anisotropy import paths, profiles
+def test_allowed_ranges_are_read_from_allowed_yml_and_refuse_what_they_say(probe_repo, tmp_path):
+    from anisotropy import profiles
 
-    monkeypatch.chdir(probe_repo)
-    paths.project_root.cache_clear()
-    try:
-        rules = profiles.parameter_rules(PROBE)
-    finally:
-        paths.project_root.cache_clear()
-    assert rules["n"].low == 1 and rules["n"].low_inclusive and rules["n"].high is None
-    assert rules["mode"].choices == ("ok", "fail", "die")
-    interval = profiles.Rule.parse("a share; allowed: in [0, 1]")
+    rules = profiles.read_allowed(probe_repo / "lib" / "anisotropy" / "profiles" / "allowed.yml")[PROBE]
+    assert rules == {"n": profiles.Rule(at_least=1), "mode": profiles.Rule(one_of=("ok", "fail", "die"))}
+    assert rules["mode"].violation("maybe") == "'maybe' is not one of 'ok', 'fail', 'die'"
+    interval = profiles.Rule(at_least=0, at_most=1)
+    assert interval.text == "in [0, 1]"
     assert interval.violation(1) is None and interval.violation([0.0, 0.5]) is None
-    assert "above" in interval.violation([0.5, 1.5]) and "below" in interval.violation(-0.1)
-    open_interval = profiles.Rule.parse("allowed: > 0, < 1")
+    assert interval.violation([0.5, 1.5]) == "1.5 is above the allowed range (in [0, 1])"
+    assert interval.violation(-0.1) == "-0.1 is below the allowed range (in [0, 1])"
+    open_interval = profiles.Rule(above=0, below=1)
+    assert open_interval.text == "> 0, < 1"
     assert open_interval.violation(0) and open_interval.violation(1) and open_interval.violation(0.5) is None
-    assert profiles.Rule.parse("no declaration, > 5 is just prose") is None
-    at_least = profiles.Rule.parse("allowed: ≥ 2")
-    assert at_least.violation([2, 16]) is None and "below" in at_least.violation([16, 1])
+    at_least = profiles.Rule(at_least=2)
+    assert at_least.violation([2, 16]) is None and at_least.violation([16, 1]) == "1 is below the allowed range (at least 2)"
+    assert at_least.violation(True) is None and at_least.violation(float("nan")) is None  # bounds are for numbers
+    # A wrong entry is one line naming it, never a rule that quietly checks nothing.
+    wrong = {"n: {at_lest: 1}": r"x\.n\.at_lest: unknown key; a rule holds at_least, at_most, above, below and one_of\.",
+             "n: {at_least: 1, above: 0}": r"x\.n: at_least and above both bound the same side; give one\.",
+             "n: {at_least: 5, at_most: 1}": r"x\.n: the range is empty \(in \[5, 1\]\)\.",
+             "n: {}": r"x\.n: a rule gives at_least, at_most, above, below or one_of\.",
+             "n: {at_least: many}": r"x\.n\.at_least: Input should be a valid number.*\(got 'many'\)\."}
+    for i, (entry, message) in enumerate(wrong.items()):
+        path = tmp_path / str(i) / "allowed.yml"
+        path.parent.mkdir()
+        path.write_text(f"x:\n  {entry}\n")
+        with pytest.raises(profiles.ProfileError, match=rf"^allowed\.yml: {message}$"):
+            profiles.read_allowed(path)
+
+
+# What people type for a number, and what Python's float() and int() make of it (the truth the parser is held to).
+NUMBERS_READ = ["0", "1e3", "2e4", "+3", ".5", "-1", "1_000", "2.5e3", "1.0", "5e-2", "1E3", "-0.25", "3.", "017",
+                "1_000.5", "1e1_0", " 7 "]
+NUMBERS_PYTHON_ONLY = ["inf", "nan", "-Infinity", "1e400", "\u0661\u0662"]  # float() reads them; no parameter means them
+NOT_NUMBERS = ["1e", "e3", "1.2.3", "--1", "+-1", "1_", "_1", "1__0", "0x10", "1,5", "", "1 000", ".", "1e3.5", "abc"]
+
+
+def _reads(parse, text):
+    try:
+        return parse(text)
+    except ValueError:
+        return None
+
+
+def test_one_number_parser_reads_numbers_as_python_does():
+    from anisotropy import profiles
+
+    for text in NUMBERS_READ:
+        value, as_int = profiles.number(text), _reads(int, text)
+        assert value == float(text), text
+        # an int where int() reads one, and where an exponent writes a whole number (1e3: a count, as people write one)
+        assert isinstance(value, int) == (as_int is not None or ("e" in text.lower() and float(text).is_integer())), text
+    for text in NUMBERS_PYTHON_ONLY:
+        assert _reads(float, text) is not None and profiles.number(text) is None, text
+    for text in NOT_NUMBERS:
+        assert _reads(float, text) is None and _reads(int, text) is None, text  # Python refuses them too
+        assert profiles.number(text) is None, text
+
+
+def test_the_command_line_and_the_profiles_read_a_number_alike():
+    """``-p name=value`` (``cli._parse_assignments``) and a YAML file of the profiles (``profiles.read_yaml``: the
+    profiles and allowed.yml) give the same value as ``profiles.number`` for every spelling, where YAML 1.1 alone
+    reads 1e3 as a word and 017 as octal 15; a word stays a word."""
+    from anisotropy import profiles
+    from anisotropy.book.cli import _parse_assignments
+
+    for text in (t.strip() for t in NUMBERS_READ):
+        value = profiles.number(text)
+        assert _parse_assignments([f"x={text}"]) == {"x": value} == profiles.read_yaml(f"x: {text}"), text
+        assert type(_parse_assignments([f"x={text}"])["x"]) is type(value) is type(profiles.read_yaml(f"x: {text}")["x"])
+    assert _parse_assignments(["x=1e3,2e3"], as_grid=True) == {"x": [1000, 2000]} == profiles.read_yaml("x: [1e3, 2e3]")
+    for word in ("1:30", "inf", "0x10", "1_", "post_ln"):
+        assert _parse_assignments([f"x={word}"]) == {"x": word} == profiles.read_yaml(f"x: {word}"), word
 
 
 # ---- one report for a failing cell, and the build goes on ------------------------------------------------------------

@@ -292,7 +292,7 @@ def test_a_model_with_an_empty_layer_is_skipped_and_the_reason_is_stored(store, 
         if loaded.spec.name != "resnet-50":
             return extract(loaded, *args, **kwargs)
         calls.append(1)
-        raise ValueError("resnet-50: no vector was kept in layers [3, 4] of 4 examples: 8 vectors were zero")
+        raise taps.NoVectorKept("resnet-50: no vector was kept in layers [3, 4] of 4 examples: 8 vectors were zero")
 
     monkeypatch.setattr(taps, "extract", empty_layer)
     refs = [layerwise.ModelRef("resnet-50", "tiny"), layerwise.ModelRef("vit-base", "tiny")]

@@ -16,6 +16,7 @@ from scipy import special, stats
 from scipy.spatial.distance import cdist
 
 from anisotropy.measure import metrics as M
+from anisotropy.measure import statistics, twonn  # the owners of the private helpers tested
 
 D_MODEL = 768
 
@@ -196,8 +197,8 @@ def sphere_twonn_law(d: int, n: int, discard: float = 0.1, draws: int = 400_000,
     u1 = g.beta(1, n - 1, draws)
     u2 = u1 + (1 - u1) * g.beta(1, n - 2, draws)
     log_mu = np.log(np.sin(angle(u2) / 2) / np.sin(angle(u1) / 2))
-    expected = M._twonn_fit(log_mu, discard)[0]
-    spread = np.std([M._twonn_fit(log_mu[i:i + n], discard)[0] for i in range(0, draws - n + 1, n)])
+    expected = twonn._twonn_fit(log_mu, discard)[0]
+    spread = np.std([twonn._twonn_fit(log_mu[i:i + n], discard)[0] for i in range(0, draws - n + 1, n)])
     return expected, spread
 
 
@@ -242,7 +243,7 @@ def twonn_reference(x: np.ndarray, discard: float = 0.1) -> float:
     dist = cdist(x64, x64, "sqeuclidean")
     np.fill_diagonal(dist, np.inf)
     two = np.sort(dist, axis=1)[:, :2]
-    return M._twonn_fit(0.5 * np.log(two[:, 1] / two[:, 0]), discard)[0]
+    return twonn._twonn_fit(0.5 * np.log(two[:, 1] / two[:, 0]), discard)[0]
 
 
 def test_twonn_survives_large_drift():
@@ -261,7 +262,7 @@ def test_twonn_survives_large_drift():
     with np.errstate(invalid="ignore", divide="ignore"):
         log_mu = 0.5 * np.log(two[:, 1] / two[:, 0])
     broken = ~np.isfinite(log_mu)
-    assert broken.any() or abs(M._twonn_fit(log_mu, 0.1)[0] - reference) > 0.2 * reference
+    assert broken.any() or abs(twonn._twonn_fit(log_mu, 0.1)[0] - reference) > 0.2 * reference
 
 
 def test_grouped_smallest_k_equals_topk():
@@ -269,7 +270,7 @@ def test_grouped_smallest_k_equals_topk():
     g[3, 17] = float("inf")
     g[4, :300] = -5.0  # ties spanning several groups
     for cols in (1000, 1024, 130, 7):
-        values, idx = M._smallest_k(g[:, :cols].contiguous(), 4)
+        values, idx = twonn._smallest_k(g[:, :cols].contiguous(), 4)
         expected = torch.topk(g[:, :cols], 4, dim=1, largest=False, sorted=True).values
         assert torch.equal(values, expected)
         assert torch.equal(torch.gather(g[:, :cols], 1, idx), expected)
@@ -283,7 +284,7 @@ def test_two_nearest_distances_with_many_ties():
     dist = cdist(x64.numpy(), x64.numpy(), "sqeuclidean")
     np.fill_diagonal(dist, np.inf)
     expected = np.sort(dist, axis=1)[:, :2]
-    assert M._two_nearest_sq(x64).numpy() == pytest.approx(expected, rel=1e-12)
+    assert twonn._two_nearest_sq(x64).numpy() == pytest.approx(expected, rel=1e-12)
     with pytest.raises(ValueError, match="equidistant"):
         M.twonn_dimension(grid)  # unrotated, every mu is exactly 1: the slope is undefined
 
@@ -302,9 +303,9 @@ def test_two_nearest_distances_beside_a_few_massive_rows(monkeypatch):
     np.fill_diagonal(dist, np.inf)
     expected = np.sort(dist, axis=1)[:, :2]
     remeasured = []
-    exact_sq = M._exact_sq
-    monkeypatch.setattr(M, "_exact_sq", lambda rows, who, cand: remeasured.append(len(who)) or exact_sq(rows, who, cand))
-    assert M._two_nearest_sq(torch.from_numpy(x)).numpy() == pytest.approx(expected, rel=1e-12)
+    exact_sq = twonn._exact_sq
+    monkeypatch.setattr(twonn, "_exact_sq", lambda rows, who, cand: remeasured.append(len(who)) or exact_sq(rows, who, cand))
+    assert twonn._two_nearest_sq(torch.from_numpy(x)).numpy() == pytest.approx(expected, rel=1e-12)
     assert remeasured[0] == len(x) and sum(remeasured[1:]) <= 15  # redone with a float64 Gram: at most the massive
 
 
@@ -511,7 +512,7 @@ def test_bootstrap_mean_cosine():
     assert M.bootstrap_mean_cosine(x, n_boot=400, level=0.9, seed=5) == ci  # seeded: reproducible
     # Each replicate, by brute force: the mean cosine over pairs of draws that are different rows.
     counts = rng(6).multinomial(300, np.full(300, 1 / 300), size=3)
-    fast = M._resampled_mean_cosine(torch.from_numpy(u.astype(np.float32)), counts)
+    fast = statistics._resampled_mean_cosine(torch.from_numpy(u.astype(np.float32)), counts)
     for k in range(3):
         idx = np.repeat(np.arange(300), counts[k])
         c = u[idx] @ u[idx].T

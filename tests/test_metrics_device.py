@@ -14,6 +14,7 @@ import torch
 from scipy.spatial.distance import cdist
 
 from anisotropy.measure import metrics as M
+from anisotropy.measure import statistics, streaming, twonn  # the owners of the steps patched and tested
 
 CPU = torch.device("cpu")
 DEVICES = [CPU] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
@@ -57,8 +58,9 @@ def no_cpu_reference(monkeypatch):
     """Inside the device path the CPU reference's numpy/scipy steps must not run: make them fail if called."""
     def refuse(*args, **kwargs):
         raise AssertionError("the device path called a CPU-reference step")
-    for name in ("_sigma1_share_from_scatter", "_exact_sq", "_unique_rows"):
-        monkeypatch.setattr(M, name, refuse)
+    for module, name in ((statistics, "sigma1_share_from_scatter"), (streaming, "sigma1_share_from_scatter"),
+                         (twonn, "_exact_sq"), (twonn, "_unique_rows")):
+        monkeypatch.setattr(module, name, refuse)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -138,9 +140,9 @@ def test_twonn_neighbours_and_dimension_match_the_reference_and_brute_force(name
     rows = x.float() if x.dtype != torch.float64 else x
     brute = brute_two_nearest_sq(rows)
     with M.on_device(device):
-        r_dev = M._two_nearest_sq(rows.to(device)).cpu().numpy()
+        r_dev = twonn._two_nearest_sq(rows.to(device)).cpu().numpy()
         est = M.twonn_estimate(x.to(device))
-    r_cpu = M._two_nearest_sq(rows).numpy()
+    r_cpu = twonn._two_nearest_sq(rows).numpy()
     # The same two nearest rows on both paths and in brute force: their squared distances agree to rounding.
     np.testing.assert_array_less(np.abs(r_dev - r_cpu), M.DEVICE_TWONN_SQ_REL * r_cpu)
     np.testing.assert_array_less(np.abs(r_dev - brute), M.DEVICE_TWONN_SQ_REL * brute)

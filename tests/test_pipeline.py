@@ -264,6 +264,17 @@ def test_smoke_book_has_every_chapter_with_provenance_and_colab_link(smoke_book)
         assert "measured by the book runner" not in html, f"{name}: wall time was not filled in"
 
 
+@pytest.mark.slow
+def test_smoke_book_shows_no_folder_of_the_build_root(smoke_book):
+    # a published book would show the build machine's (the CI runner's) paths: no page, page source or search index
+    # of the rendered book may name the folder it was built in (its cache and results store are inside it)
+    roots = {str(smoke_book).encode(), str(smoke_book.resolve()).encode()}
+    html = smoke_book / "_build" / "html"
+    named = sorted(str(path.relative_to(html)) for path in html.rglob("*")
+                   if path.is_file() and any(root in path.read_bytes() for root in roots))
+    assert len(list(html.rglob("*.html"))) > len(runner.chapters()) and named == []
+
+
 def _glued(notebook: Path) -> dict[str, str]:
     """Every text a notebook glued (myst-nb's scrapbook outputs), by name."""
     found = {}

@@ -22,8 +22,37 @@ def commands(section: str) -> list[list[str]]:
     return [shlex.split(line.split("  #", 1)[0]) for line in block.splitlines() if line.strip()]
 
 
+def published_url(repository_url: str) -> str:
+    """Where GitHub Pages publishes the book of the repository at ``repository_url`` (publish.yml deploys there)."""
+    owner, name = repository_url.removeprefix("https://github.com/").split("/")
+    return f"https://{owner.lower()}.github.io/{name}/"
+
+
 def test_the_readme_fits_on_two_screens():
     assert len(README.splitlines()) <= 120
+
+
+def test_the_first_screen_links_the_book_the_badges_and_make_env_all_derived_from_config():
+    """Every URL of the README is one that ``report.repository()`` (``_config.yml``, the one place that says where
+    the book lives) derives: the published book, the two workflows' badges, Colab on the first chapter, pip's source."""
+    from anisotropy import profiles
+    from anisotropy.pages import report
+
+    url, branch = report.repository()
+    first = profiles.chapters()[0]
+    expected = {
+        published_url(url),
+        *(f"{url}/actions/workflows/{flow}{badge}" for flow in ("ci.yml", "publish.yml")
+          for badge in ("", f"/badge.svg?branch={branch}")),
+        "https://colab.research.google.com/assets/colab-badge.svg", report.colab_url(first),
+        f"git+{url}",
+    }
+    assert set(re.findall(r"(?:git\+)?https://[^\s)>\"]+", README)) == expected
+    first_screen = "\n".join(README.splitlines()[:12])
+    assert all(link in first_screen for link in expected - {f"git+{url}"})
+    assert all((ROOT / ".github" / "workflows" / flow).is_file() for flow in ("ci.yml", "publish.yml"))
+    assert (ROOT / "notebooks" / f"{first}.ipynb").is_file()
+    assert "`make env`" in README and re.search(r"^env:", (ROOT / "Makefile").read_text(), flags=re.M)
 
 
 def test_the_two_commands_are_the_makefile_targets():

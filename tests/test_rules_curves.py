@@ -1,6 +1,7 @@
 """Rules about training and layer profiles see the whole curve: a plateau is no bell, a rise that falls back is no
 growth, a jump from random initialisation is no growth; and each threshold is tested just above and just below the
-value its claim gives it in claims.yml (so a threshold changed without its reason fails here)."""
+value its claim gives it in claims.yml. The thresholds are read from claims.yml, so these tests follow an edited
+threshold; a threshold edited without its quote or its reading_why fails tests/test_quotes.py."""
 
 from __future__ import annotations
 

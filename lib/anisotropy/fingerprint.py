@@ -15,7 +15,7 @@ docstring). Two kinds of edges are not followed:
   self-trained checkpoint enters a measurement as an input with its own key (its recipe hash and training record
   hold the trainer's fingerprint, ``trainer()``), so measuring it does not depend on the trainer's code.
 
-So an edit to ``measure/metrics.py`` changes the fingerprint of every measurement, an edit to ``pages/plots.py``
+So an edit to ``measure/statistics.py`` changes the fingerprint of every measurement, an edit to ``pages/plots/``
 changes none, and an edit to any trainer module (``training/recipes.py``, say) changes the trained checkpoints (hence
 the measurements of those checkpoints only).
 ``package()`` covers every module: what an executed notebook shows depends on all of them. A computation defined
@@ -39,8 +39,9 @@ NOT_NUMERIC = frozenset({"profiles", "paths", "hub", "results", "fingerprint", "
 # (runner, kernels, sweeps, cli; machine calibrates, it measures no result) and the chapter modules, which word numbers.
 NOT_NUMERIC_PACKAGES = frozenset({"pages", "book", "chapters"})
 # The trainer: the modules whose code decides a self-trained checkpoint's weights (the loop, the recipes with their
-# tokenizers and models, the tasks with their loss, the checkpoints on disk with the training record).
-TRAINER = frozenset({"training.trainer", "training.recipes", "training.tasks", "training.checkpoints"})
+# tokenizers and models, the tasks with their loss, the token arrays, the checkpoints on disk with the training record).
+TRAINER = frozenset({"training.trainer", "training.recipes", "training.tasks", "training.checkpoints",
+                     "training.tokens"})
 # Data files that are part of a module's code: a changed entry of the model table changes registry's fingerprint; a
 # changed Hub manifest changes hub's, hence ``package()`` and every executed page's stamp (a paper page names the
 # manifest's unverified facts), though no measurement (hub is not numeric).

@@ -1,9 +1,9 @@
-"""Where the project keeps things: the repository root, the results store and the cache of trained checkpoints.
+"""Where the project keeps things: the repository root, the results store, the cache and the trained checkpoints.
 
 Environment variables override the defaults: ``ANISOTROPY_RESULTS`` (results store: a folder, or any fsspec URL such
 as ``s3://bucket/prefix``; a chapter's ``results_dir`` parameter sets it, ``use_results``) and ``ANISOTROPY_CACHE``
-(self-trained checkpoints, tokenizers). Outside a checkout (e.g. a pip install on Colab) both fall back to
-``~/.cache/anisotropy``.
+(tokenizers, token arrays, conversions; self-trained checkpoints unless ``checkpoints_dir`` puts them beside a moved
+results store). Outside a checkout (e.g. a pip install on Colab) both fall back to ``~/.cache/anisotropy``.
 ``atomic_folder`` and ``write_folder_once`` write a folder of the cache (a tokenizer, a checkpoint; a conversion) so
 that it appears whole or not at all.
 """
@@ -65,6 +65,19 @@ def use_results(location: str) -> None:
 
 def cache_dir() -> Path:
     return Path(os.environ.get("ANISOTROPY_CACHE") or _default(".cache"))
+
+
+def checkpoints_dir() -> Path:
+    """The root of the self-trained suites and their resumable snapshots: ``<results folder>/checkpoints`` when the
+    results store was moved to a folder of its own (``ANISOTROPY_RESULTS``, a chapter's ``results_dir``: Google Drive
+    on Colab), so that they outlive the runtime as the results do; else ``cache_dir()/checkpoints`` (the default store,
+    or a URL store, which cannot hold a ``save_pretrained`` folder)."""
+    given = os.environ.get("ANISOTROPY_RESULTS") or ""
+    if given and ("://" not in given or given.startswith("file://")):
+        folder = results_dir()
+        if folder.resolve() != _default("results").resolve():
+            return folder / "checkpoints"
+    return cache_dir() / "checkpoints"
 
 
 def atomic_folder(folder: Path, write) -> bool:

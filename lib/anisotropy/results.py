@@ -95,12 +95,15 @@ WALL_CLOCK_FIELDS = ("seconds", "cpu_seconds", "threads")
 
 def checkpoint_key(folder: str | Path) -> dict:
     """What identifies a self-trained checkpoint folder in a results key: its path relative to the checkpoint cache
-    (absolute outside it) and its training record without wall-clock fields, so the same recipe, seed and step give
-    the same key on any machine or checkout, and a retrained folder gets a new one."""
+    (``cache:checkpoints/...`` wherever ``paths.checkpoints_dir`` puts the suites; absolute outside it) and its
+    training record without wall-clock fields, so the same recipe, seed and step give the same key on any machine or
+    checkout, and a retrained folder gets a new one."""
     folder = Path(folder).resolve()
-    try:
-        where = "cache:" + folder.relative_to(paths.cache_dir().resolve()).as_posix()
-    except ValueError:
+    for root, prefix in ((paths.checkpoints_dir(), "cache:checkpoints/"), (paths.cache_dir(), "cache:")):
+        if folder.is_relative_to(root.resolve()):
+            where = prefix + folder.relative_to(root.resolve()).as_posix()
+            break
+    else:
         where = str(folder)
     state_file = folder / "training_state.json"
     state = json.loads(state_file.read_text()) if state_file.is_file() else {}

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
-import re
 import signal
 import sys
 from pathlib import Path
@@ -18,26 +17,12 @@ from anisotropy.book import checkout, runner, sweeps
 from anisotropy.errors import UserError
 
 
-_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
-
-
-def _numbers(value):
-    """``value`` with every string that Python reads as a number turned into one: YAML 1.1 reads ``5e-2`` and ``1E3``
-    as strings (it wants ``5.0e-2``), people do not."""
-    if isinstance(value, list):
-        return [_numbers(v) for v in value]
-    if isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
-        number = float(value)
-        # 1e3 and 2.5e3 count like 1000 and 2500 (a count is what an integral exponent form usually means)
-        return int(number) if number.is_integer() and ("." not in value or "e" in value.lower()) else number
-    return value
-
-
 def _read(key: str, text: str, shown: str | None = None):
-    """One value as YAML (JSON is YAML too), numbers in any spelling Python accepts; one line naming the parameter
-    (and ``shown``, what the user typed) when it cannot be read."""
+    """One value as YAML (JSON is YAML too), numbers in any spelling Python's ``float()`` reads (``profiles.read_yaml``:
+    the profiles' own reading); one line naming the parameter (and ``shown``, what the user typed) when it cannot be
+    read."""
     try:
-        return _numbers(yaml.safe_load(text))
+        return profiles.read_yaml(text)
     except yaml.YAMLError as exc:
         problem = getattr(exc, "problem", None) or type(exc).__name__
         raise runner.RunnerError(f"parameter {key!r}: cannot read {shown or text!r} as a value ({problem}); write a "

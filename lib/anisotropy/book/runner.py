@@ -212,6 +212,18 @@ def _hide_parameter_cells(nb) -> None:
             tags.append("remove-cell")
 
 
+def _forget_paths(nb, name: str, output) -> None:
+    """papermill records where it read and wrote the notebook: here a temporary file and a path of this machine (the
+    build root, which a published notebook must not show). What stays is the chapter's source and the output relative
+    to the checkout."""
+    record = nb.metadata.get("papermill", {})
+    record["input_path"] = f"notebooks/{name}.md"
+    output, root_ = str(output), paths.project_root()
+    if root_ is not None and not results.is_url(output) and Path(output).resolve().is_relative_to(root_.resolve()):
+        output = Path(output).resolve().relative_to(root_.resolve()).as_posix()
+    record["output_path"] = output
+
+
 def first_line(text) -> str:
     lines = re.sub(r"\x1b\[[0-9;]*m", "", str(text)).strip().splitlines()
     return lines[0].strip() if lines else ""
@@ -339,6 +351,7 @@ def run_job(job: Job) -> Outcome:
         nb = nbformat.read(partial, as_version=4)
         _fill_wall_time(nb, seconds)
         _hide_parameter_cells(nb)
+        _forget_paths(nb, job.name, job.output)
         peaks = [p for p in kernel_peak if p is not None]
         nb.metadata["anisotropy"] = {**nb.metadata.get("anisotropy", {}), "stamp": job.stamp, "complete": True,
                                      "seconds": round(seconds, 2), "cpu_seconds": cpu_seconds,

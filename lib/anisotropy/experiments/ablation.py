@@ -12,9 +12,9 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from anisotropy.measure import metrics
+from anisotropy.measure import statistics
 from anisotropy.experiments import qk_dynamics
-from anisotropy.models import registry
+from anisotropy.models.session import session
 from anisotropy import progress as progress_lines, results
 from anisotropy.training import trainer, checkpoints, recipes as training_recipes
 
@@ -31,21 +31,27 @@ def recipes(variants, seeds, **recipe) -> list[training_recipes.Recipe]:
 
 
 def held_out_texts(n: int, corpus: str = "prose") -> list[str]:
-    """The first ``n`` validation paragraphs of the training corpus (never trained on)."""
-    return training_recipes.split_paragraphs(corpus)[1][:n]
+    """The first ``n`` validation paragraphs of the training corpus (never trained on), read a batch at a time: the
+    validation split alone, never WikiText-103's 540 MB train split."""
+    texts = []
+    for batch in training_recipes.paragraph_batches(corpus, "validation"):
+        texts += batch[:n - len(texts)]
+        if len(texts) == n:
+            break
+    return texts
 
 
 def checkpoint_statistics(folder, texts: list[str], max_length: int = 64, batch_size: int = 8) -> pd.DataFrame:
     """Tidy rows for one checkpoint: ``what`` = "head" (layer, head, entropy, entropy_uniform, cos_qk) or "hidden"
     (layer, mean_cosine, sigma1_share)."""
-    loaded = registry.load(folder, attn_implementation="eager")
-    body = qk_dynamics.model_body(loaded)
-    with torch.no_grad():
+    per_layer: dict[int, list[torch.Tensor]] = {}
+    with session(folder, batch_size=batch_size, attn_implementation="eager") as loaded, torch.no_grad():
+        body = qk_dynamics.model_body(loaded)
         heads = qk_dynamics.head_statistics(body, qk_dynamics.batches(loaded, texts, batch_size, max_length))
-        per_layer: dict[int, list[torch.Tensor]] = {}
         for inputs, valid in qk_dynamics.batches(loaded, texts, batch_size, max_length):
             for layer, h in enumerate(body(**inputs, output_hidden_states=True).hidden_states):
                 per_layer.setdefault(layer, []).append(h[valid])
+        del body  # a name still holding the model would keep it past the session's end
     # cos(Q̄, K̄) of means that are zero up to rounding (the centred variant's) is noise: reported as NaN
     rows = [{"what": "head", "layer": int(r.layer), "head": int(r.head), "entropy": r.entropy,
              "entropy_uniform": r.entropy_uniform, "q_norm": r.q_norm, "k_norm": r.k_norm,
@@ -53,8 +59,8 @@ def checkpoint_statistics(folder, texts: list[str], max_length: int = 64, batch_
             for r in heads.itertuples()]
     for layer, parts in sorted(per_layer.items()):
         x = torch.cat(parts)
-        rows.append({"what": "hidden", "layer": layer, "mean_cosine": metrics.mean_cosine(x),
-                     "sigma1_share": metrics.sigma1_share(x)})
+        rows.append({"what": "hidden", "layer": layer, "mean_cosine": statistics.mean_cosine(x),
+                     "sigma1_share": statistics.sigma1_share(x)})
     return pd.DataFrame(rows)
 
 

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from anisotropy import progress as progress_lines
-from anisotropy.measure import attention, metrics
+from anisotropy.measure import attention, statistics
 
 VARIANTS = ("post_ln", "pre_ln", "gpt2")
 VARIANT_LABELS = {
@@ -176,8 +176,8 @@ def attention_statistics(cap: attention.AttentionCapture, n_rows: int | None = 6
     out = {}
     for name, vectors in (("query", q), ("key", k)):
         flat = vectors.transpose(1, 2).reshape(-1, heads * d_k)
-        out[f"{name}_cosine"] = metrics.mean_cosine(flat.double())  # float64: see block_statistics
-        out[f"{name}_norm"] = metrics.mean_norm(flat)
+        out[f"{name}_cosine"] = statistics.mean_cosine(flat.double())  # float64: see block_statistics
+        out[f"{name}_norm"] = statistics.mean_norm(flat)
 
     device = p.device
     rows = _row_positions(seq, n_rows).to(device)
@@ -229,9 +229,9 @@ def block_statistics(block: Block, x: torch.Tensor, n_rows: int | None = 64) -> 
     # input and output are within 1e-7 of 1 and differ by less (1 - cos ~ ||x||^2 / N^2), so float32 rounding
     # decided which one was higher.
     row = {
-        "input_cosine": metrics.mean_cosine(flat_in.double()), "output_cosine": metrics.mean_cosine(flat_out.double()),
-        "input_norm": metrics.mean_norm(flat_in), "output_norm": metrics.mean_norm(flat_out),
-        "input_drift_norm": metrics.drift_norm(flat_in), "output_drift_norm": metrics.drift_norm(flat_out),
+        "input_cosine": statistics.mean_cosine(flat_in.double()), "output_cosine": statistics.mean_cosine(flat_out.double()),
+        "input_norm": statistics.mean_norm(flat_in), "output_norm": statistics.mean_norm(flat_out),
+        "input_drift_norm": statistics.drift_norm(flat_in), "output_drift_norm": statistics.drift_norm(flat_out),
     }
     row.update(attention_statistics(caps[0], n_rows=n_rows))
     return {k: float(v) for k, v in row.items()}
@@ -399,26 +399,27 @@ def _output_layer_norms(model: nn.Module) -> list[nn.LayerNorm] | None:
 def reference_norms(models, n_texts: int = 256, max_length: int = 128, seed: int = 0, variant: str = "pretrained",
                     batch_size: int = 16, device="cpu") -> pd.DataFrame:
     """Hidden states of trained models, per layer (layer 0 = embeddings), on the offline prose, each model loaded on
-    ``device`` (its statistics measured there too: ``measure.metrics``' device path): ``mean_norm``,
+    ``device`` (its statistics measured there too: ``measure.rows``' device path): ``mean_norm``,
     ``drift_norm`` (||mean||, the trained analogue of the bias norm N), ``mean_cosine``, ``hidden_size`` and, for
     post-LN BERT-family models, ``layer_norm_norm`` = ``analytic_output_norm`` of the LayerNorm that outputs the
     layer."""
     from anisotropy.data import prose
-    from anisotropy.models import registry
+    from anisotropy.models.session import session
     from anisotropy.measure import taps
 
     texts = prose.text_samples(n_texts, seed=seed)
     frames = []
     for name in models:
-        loaded = registry.load(name, variant=variant, device=device)
-        stats = taps.extract(loaded, texts, batch_size=batch_size, max_length=max_length, seed=seed)
-        norms = _output_layer_norms(loaded.model)
-        if norms is not None and len(norms) != len(stats):
-            norms = None
-        frames.append(pd.DataFrame([
-            {"model": name, "label": loaded.label, "layer": layer, "hidden_size": int(loaded.model.config.hidden_size),
-             "mean_norm": s.mean_norm, "drift_norm": s.drift_norm, "mean_cosine": s.mean_cosine,
-             "layer_norm_norm": analytic_output_norm(norms[layer]) if norms is not None else float("nan")}
-            for layer, s in sorted(stats.items())]))
-        del loaded
+        with session(name, batch_size=batch_size, variant=variant, device=device) as loaded:
+            stats = taps.extract(loaded, texts, batch_size=batch_size, max_length=max_length, seed=seed)
+            norms = _output_layer_norms(loaded.model)
+            if norms is not None and len(norms) != len(stats):
+                norms = None
+            frames.append(pd.DataFrame([
+                {"model": name, "label": loaded.label, "layer": layer,
+                 "hidden_size": int(loaded.model.config.hidden_size), "mean_norm": s.mean_norm,
+                 "drift_norm": s.drift_norm, "mean_cosine": s.mean_cosine,
+                 "layer_norm_norm": analytic_output_norm(norms[layer]) if norms is not None else float("nan")}
+                for layer, s in sorted(stats.items())]))
+            del norms  # the model's own LayerNorm modules: they must not outlive the session
     return pd.concat(frames, ignore_index=True)

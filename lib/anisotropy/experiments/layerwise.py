@@ -11,7 +11,6 @@ holds everything that determines them, so a rebuild reuses them and several chap
 
 from __future__ import annotations
 
-import gc
 import time
 import warnings
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ import pandas as pd
 import torch
 
 from anisotropy.measure import baseline, metrics
+from anisotropy.measure.streaming import FirstMoments, LayerStats  # FirstMoments: importable from here too
 from anisotropy import devices, progress, results
 from anisotropy.models.identity import identity
 
@@ -121,133 +121,23 @@ def self_trained_refs(suites: Sequence[str], profile: str = "local", train_missi
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# An O(d) accumulator for layers too wide for LayerStats
+# The accumulators: measure.streaming's FirstMoments, LayerStats for layers narrow enough for its d x d scatter
 # ---------------------------------------------------------------------------------------------------------------------
 
 
 BOOTSTRAP = metrics.BOOTSTRAP  # the bands of Figures 1-4, defined where they are computed
 
 
-class FirstMoments:
-    """Streaming n, sum of unit vectors, sum of vectors and sum of norms, in float64: ``mean_cosine`` =
-    (||sum_i u_i||^2 - n) / (n (n - 1)) over ordered pairs i != j, ``drift_norm`` = ||mean||, ``mean_norm``.
-
-    Memory O(d), for layers such as CNN maps flattened to C*H*W where ``LayerStats``' d x d scatter cannot be held,
-    plus one sum of unit vectors per example (text, clip, image) when ``update`` is told which example each row comes
-    from (``groups``; ``measure.taps.extract`` does): those give the mean cosine's confidence interval by resampling examples
-    (``measure.metrics.grouped_bootstrap_mean_cosine``; ``BOOTSTRAP``), columns ``mean_cosine_low``/``_high``.
-    Zero, NaN and inf rows are excluded and counted, as in ``measure.metrics``. ``sigma1_share`` and TwoNN are not available.
-    Beside them: ``nonnegative`` (every coordinate seen is >= 0, as after a ReLU) and ``null_support``, the mean cosine
-    of vectors drawn with the layer's own pooled distribution of values (``measure.baseline.support_null_cosine``),
-    the isotropic reference a non-negative layer is read against.
-    """
-
-    wants_groups = True  # taps.extract passes each row's example index
-
-    def __init__(self, dim: int, seed: int = 0):
-        self.dim = int(dim)
-        self.seed = int(seed)
-        self.n = 0
-        self.n_excluded = 0
-        self._sum_unit = torch.zeros(self.dim, dtype=torch.float64)
-        self._sum = torch.zeros(self.dim, dtype=torch.float64)
-        self._sum_norm = 0.0
-        self._sum_squares = 0.0  # sum of squared norms, for the support-fitting null
-        self._min = float("inf")  # smallest coordinate seen: non-negative outputs (post-ReLU) need their own null
-        self._groups: dict[int, list] = {}  # example -> [sum of its unit vectors (float32), count]
-        self._ungrouped = False
-
-    def update(self, batch, mask=None, groups=None) -> "FirstMoments":
-        rows = torch.as_tensor(batch).detach().reshape(-1, self.dim)
-        if groups is not None:
-            groups = torch.as_tensor(groups).reshape(-1).to(rows.device)
-        else:
-            self._ungrouped = True
-        if mask is not None:
-            keep = torch.as_tensor(mask).reshape(-1).to(device=rows.device).bool()
-            rows = rows[keep]
-            groups = groups[keep] if groups is not None else None
-        # On a GPU the batch is reduced where it lies, in float32 (a batch's sums lose nothing that matters), and
-        # only d-vectors travel; on the CPU everything is float64. Across batches the sums are float64.
-        rows = rows.to(torch.float64 if rows.device.type == "cpu" else torch.float32)
-        norms = torch.linalg.vector_norm(rows, dim=1)
-        valid = torch.isfinite(norms) & (norms > 0)
-        self.n_excluded += int((~valid).sum())
-        rows, norms = rows[valid], norms[valid]
-        self.n += rows.shape[0]
-        unit = rows / norms[:, None]
-        self._sum_unit += unit.sum(dim=0).to("cpu", torch.float64)
-        self._sum += rows.sum(dim=0).to("cpu", torch.float64)
-        self._sum_norm += float(norms.double().sum())
-        self._sum_squares += float((norms.double() ** 2).sum())
-        if rows.shape[0]:
-            self._min = min(self._min, float(rows.min()))
-        if groups is not None and rows.shape[0]:
-            ids, where = torch.unique(groups[valid], return_inverse=True)
-            sums = torch.zeros(len(ids), self.dim, dtype=unit.dtype, device=unit.device).index_add_(0, where, unit)
-            sizes = torch.bincount(where, minlength=len(ids))
-            for e, total, size in zip(ids.tolist(), sums.to("cpu", torch.float32), sizes.tolist()):
-                if e in self._groups:
-                    self._groups[e][0] += total
-                    self._groups[e][1] += size
-                else:
-                    self._groups[e] = [total, size]
-        return self
-
-    def interval(self):
-        """The mean cosine's ``measure.metrics.ConfidenceInterval`` from resampling examples, or None (rows fed without
-        their examples, or fewer than 2 examples)."""
-        if self._ungrouped or len(self._groups) < 2 or self.n < 2:
-            return None
-        keys = sorted(self._groups)
-        sums = torch.stack([self._groups[k][0] for k in keys]).double()
-        return metrics.grouped_bootstrap_mean_cosine((sums @ sums.T).numpy(), [self._groups[k][1] for k in keys],
-                                                     seed=self.seed, **BOOTSTRAP)
-
-    @property
-    def mean_cosine(self) -> float:
-        if self.n < 2:
-            raise ValueError(f"mean_cosine needs at least 2 valid rows, got {self.n}")
-        return metrics.mean_cosine_from_sums(self._sum_unit.numpy(), self.n)
-
-    @property
-    def drift_norm(self) -> float:
-        if self.n < 1:
-            raise ValueError("drift_norm needs at least 1 valid row")
-        return float(torch.linalg.vector_norm(self._sum / self.n))
-
-    @property
-    def mean_norm(self) -> float:
-        if self.n < 1:
-            raise ValueError("mean_norm needs at least 1 valid row")
-        return self._sum_norm / self.n
-
-    def as_dict(self) -> dict:
-        row: dict = {"n": self.n, "n_excluded": self.n_excluded, "n_sample": 0}
-        for name in ("mean_cosine", "drift_norm", "mean_norm"):
-            try:
-                row[name] = getattr(self, name)
-            except ValueError:
-                row[name] = float("nan")
-        row.update(sigma1_share=float("nan"), twonn_dimension=float("nan"), twonn_n_duplicates=0)
-        ci = self.interval()
-        row.update(mean_cosine_low=ci.low if ci else float("nan"), mean_cosine_high=ci.high if ci else float("nan"),
-                   n_examples=len(self._groups), nonnegative=bool(self.n and self._min >= 0),
-                   null_support=baseline.support_null_cosine(float(self._sum.sum()), self._sum_squares, self.n,
-                                                             self.dim))
-        return row
-
-
 def stats_factory(stats: str = "moments", reservoir_size: int = 0, seed: int = 0):
     """``dim -> accumulator`` for ``measure.taps.extract``. ``stats="moments"``: ``FirstMoments`` (mean cosine, drift norm,
-    mean norm; all Section 3 needs, and half the cost); ``"full"``: ``measure.metrics.LayerStats`` (adds sigma1_share and,
+    mean norm; all Section 3 needs, and half the cost); ``"full"``: ``measure.streaming.LayerStats`` (adds sigma1_share and,
     with a reservoir, TwoNN) for layers up to ``FULL_STATS_MAX_DIM`` wide, ``FirstMoments`` beyond."""
     if stats not in STATS:
         raise ValueError(f"stats must be one of {STATS}, got {stats!r}")
 
     def make(dim: int):
         if stats == "full" and dim <= FULL_STATS_MAX_DIM:
-            return metrics.LayerStats(dim, reservoir_size=reservoir_size, seed=seed)
+            return LayerStats(dim, reservoir_size=reservoir_size, seed=seed)
         return FirstMoments(dim, seed=seed)
 
     return make
@@ -342,7 +232,7 @@ def measure(ref: ModelRef, examples, *, source: str, n: int, seed: int = 0, max_
     """One model's rows, from the store if present; ``examples`` is a zero-argument callable returning the examples
     (called only when the rows must be computed). Untrained weights are seeded with ``seed``."""
     from anisotropy.data import sources
-    from anisotropy.models import registry
+    from anisotropy.models.session import out_of_memory, session
     from anisotropy import results
     from anisotropy.measure import taps
 
@@ -356,39 +246,26 @@ def measure(ref: ModelRef, examples, *, source: str, n: int, seed: int = 0, max_
         dev = devices.resolve(device)
         start = time.perf_counter()
         progress.say(f"measuring {ref.label or ref.name} ({ref.variant}) on {n} examples of {source}")
-        if ref.is_folder:
-            loaded = registry.load(ref.name, device=dev, dtype=_dtype(dtype))
-        else:
-            loaded = registry.load(ref.name, variant=ref.variant, revision=ref.revision, device=dev,
-                                   dtype=_dtype(dtype), seed=seed)
-        length = max_length or 1
-        if ref.is_folder and max_length:  # small self-trained models know fewer positions than the registry's
-            config = loaded.model.config
-            limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
-            length = min(max_length, limit) if limit else max_length
-        try:
-            extraction = taps.extract(loaded, examples(), batch_size=batch_size, max_length=length,
-                                      keep_special=keep_special, seed=seed, device=dev, part=part,
-                                      stats_factory=stats_factory(stats, reservoir_size, seed))
-            return frame_of(extraction, loaded, ref.label, time.perf_counter() - start, ref.family)
-        except torch.cuda.OutOfMemoryError:
-            torch.cuda.empty_cache()
-            raise registry.out_of_memory(ref.name, _dtype(dtype), batch_size) from None
-        except ValueError as exc:
-            # taps refuses a model with a layer where no vector survives (e.g. an untrained CNN whose activations
-            # underflow to exactly zero): a property of these weights, stored so that a rebuild does not redo it.
-            if "no vector was kept" in str(exc):
+        options = {} if ref.is_folder else {"variant": ref.variant, "revision": ref.revision, "seed": seed}
+        with session(ref.name, batch_size=batch_size, device=dev, dtype=_dtype(dtype), **options) as loaded:
+            length = max_length or 1
+            if ref.is_folder and max_length:  # small self-trained models know fewer positions than the registry's
+                config = loaded.model.config
+                limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+                length = min(max_length, limit) if limit else max_length
+            try:
+                extraction = taps.extract(loaded, examples(), batch_size=batch_size, max_length=length,
+                                          keep_special=keep_special, seed=seed, device=dev, part=part,
+                                          stats_factory=stats_factory(stats, reservoir_size, seed))
+                return frame_of(extraction, loaded, ref.label, time.perf_counter() - start, ref.family)
+            except taps.NoVectorKept as exc:
+                # taps refuses a model with a layer where no vector survives (e.g. an untrained CNN whose activations
+                # underflow to exactly zero): a property of these weights, stored so that a rebuild does not redo it.
                 return pd.DataFrame({SKIPPED_COLUMN: [str(exc).splitlines()[0]]})
-            if not loaded.spec.remote_code:
-                raise
-            raise remote_failure(loaded.spec, exc) from None
-        except Exception as exc:  # noqa: BLE001 - only code of the model's Hub repository fails into a skip
-            if not loaded.spec.remote_code:
-                raise
-            raise remote_failure(loaded.spec, exc) from None
-        finally:
-            del loaded
-            gc.collect()
+            except Exception as exc:  # noqa: BLE001 - only code of the model's Hub repository fails into a skip
+                if not loaded.spec.remote_code or out_of_memory(exc):
+                    raise  # the library's own error; out of GPU memory is the session's to word
+                raise remote_failure(loaded.spec, exc) from None
 
     frame = store.cached(STORE_CHAPTER, key, compute)
     if SKIPPED_COLUMN in frame.columns:

@@ -21,7 +21,6 @@ per paragraph when it has blank lines. Inputs that cannot be profiled stop with 
 
 from __future__ import annotations
 
-import gc
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +34,7 @@ from anisotropy.errors import ModelTooLargeError, UserError
 from anisotropy.experiments import layerwise, spectral
 from anisotropy.measure.batches import BATCH_SIZE, BatchedLayer
 from anisotropy.models.identity import identity
+from anisotropy.models.session import session
 
 STORE_CHAPTER = "model_profile"  # results/<STORE_CHAPTER>/: one frame per model, data and settings
 MIN_VECTORS = 64  # fewer vectors in some layer: no bootstrap, TwoNN or sigma_1 share worth reading
@@ -206,14 +206,13 @@ def profile(model: str, *, text: str | Path | None = None, source: str = "prose"
     def compute() -> pd.DataFrame:
         measured.append(True)
         progress.say(f"profiling {target.shown} on {len(texts)} examples")
-        loaded = load(target, device, dtype, variant)
         try:
-            frame = measure(loaded, texts, max_length=max_length, extraction_batch=extraction_batch, seed=seed,
-                            device=devices.resolve(device))
-        finally:
-            del loaded
-            gc.collect()
-        return frame
+            with session(target.name, batch_size=extraction_batch, dtype=getattr(torch, dtype) if dtype else None,
+                         load=lambda: load(target, device, dtype, variant)) as loaded:
+                return measure(loaded, texts, max_length=max_length, extraction_batch=extraction_batch, seed=seed,
+                               device=devices.resolve(device))
+        except ModelTooLargeError as exc:  # out of GPU memory, loading or measuring: the session's one line
+            raise ProfileInputError(f"{target.shown}: {exc}") from None
 
     frame = store.cached(STORE_CHAPTER, key, compute)
     frame["model"] = target.shown

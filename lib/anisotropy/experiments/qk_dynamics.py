@@ -29,6 +29,7 @@ from anisotropy.measure import attention, metrics
 from anisotropy.data import sources
 from anisotropy.models import registry
 from anisotropy.models.identity import identity
+from anisotropy.models.session import session
 from anisotropy import devices, hub, progress as progress_lines, results
 
 CHAPTER = "p1_s5_qk_training"
@@ -289,19 +290,13 @@ def _per_stage(stages: list[Stage], what: dict, extra_key: dict, measure, datase
     def computation(stage: Stage) -> Callable[[], pd.DataFrame]:
         def compute():
             progress_lines.say(f"{stage.run}: checkpoint at step {stage.step:,} ({what.get('what', 'measured')})")
-            loaded = stage.load(device, release=release)
-            size = _image_size(loaded)
-            if size not in inputs:
-                inputs[size] = examples(dataset, n_samples, sample_seed, size)
-            try:
+            with session(stage.source, batch_size=batch_size,
+                         load=lambda: stage.load(device, release=release)) as loaded:
+                size = _image_size(loaded)
+                if size not in inputs:
+                    inputs[size] = examples(dataset, n_samples, sample_seed, size)
                 with torch.no_grad():
-                    frame = measure(model_body(loaded), batches(loaded, inputs[size], batch_size, max_length, device))
-            except torch.cuda.OutOfMemoryError:
-                del loaded
-                torch.cuda.empty_cache()
-                raise registry.out_of_memory(stage.source, None, batch_size) from None
-            del loaded
-            return frame
+                    return measure(model_body(loaded), batches(loaded, inputs[size], batch_size, max_length, device))
 
         return compute
 

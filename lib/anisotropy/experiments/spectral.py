@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import gc
 import hashlib
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
@@ -211,7 +210,7 @@ def profile(model: str | Path, variant: str = "pretrained", revision: str | None
     vectors, which the protocol leaves out (``measure.taps``); it enters the key only when True.
     """
     from anisotropy.data import sources
-    from anisotropy.models import registry
+    from anisotropy.models.session import session
     from anisotropy import results
 
     metric_names = tuple(metric_names)
@@ -228,45 +227,35 @@ def profile(model: str | Path, variant: str = "pretrained", revision: str | None
         dev = devices.resolve(device)
         progress.say(f"measuring {(extra or {}).get('label') or model}" + (f" at {revision}" if revision else "")
                      + (f" ({part})" if part else "") + f", {n_texts} texts of {source}")
-        loaded = (registry.load(folder, device=dev, dtype=_torch_dtype(dtype)) if is_folder else
-                  registry.load(model, variant=variant, revision=revision, device=dev, dtype=_torch_dtype(dtype),
-                                seed=model_seed, release=revision is not None))
-        try:
+        options = {} if is_folder else {"variant": variant, "revision": revision, "seed": model_seed,
+                                        "release": revision is not None}
+        with session(folder if is_folder else model, batch_size=extraction_batch, device=dev,
+                     dtype=_torch_dtype(dtype), **options) as loaded:
             fingerprint = weights_fingerprint(loaded.model)
-            base = getattr(loaded.model, "base_model", loaded.model)
-            if base is not loaded.model:
-                # A self-trained checkpoint is saved with its LM head; the hidden states are the base model's, and
-                # computing logits over the vocabulary for every token would only cost time.
-                loaded.model = base
+            # A self-trained checkpoint is saved with its LM head; the hidden states are the base model's, and
+            # computing logits over the vocabulary for every token would only cost time.
+            loaded.model = getattr(loaded.model, "base_model", loaded.model)
             texts = sources.load(source, n_texts, seed=data_seed, **dict(data_options or {}))
             if all(isinstance(t, str) for t in texts):
                 texts = by_length_within(texts, 8 * extraction_batch)
             together = ONE_PASS_PARTS.get(loaded.spec.layout, ())
             parts = together if shuffle and part in together else (part,)
-            try:
-                frames = measure_parts(loaded, texts, parts, batch_size=batch_size, n_batches=n_batches,
-                                       metric_names=metric_names, max_length=max_length,
-                                       extraction_batch=extraction_batch, split_final_norm=split_final_norm,
-                                       keep_special=keep_special, device=dev,
-                                       shuffle_seed=data_seed if shuffle else None)
-            except torch.cuda.OutOfMemoryError:
-                torch.cuda.empty_cache()
-                raise registry.out_of_memory(str(model), _torch_dtype(dtype), extraction_batch) from None
+            frames = measure_parts(loaded, texts, parts, batch_size=batch_size, n_batches=n_batches,
+                                   metric_names=metric_names, max_length=max_length,
+                                   extraction_batch=extraction_batch, split_final_norm=split_final_norm,
+                                   keep_special=keep_special, device=dev, shuffle_seed=data_seed if shuffle else None)
             head = {"model": results.checkpoint_key(folder)["folder"] if is_folder else str(model),
                     "label": loaded.label,
                     "display": loaded.spec.display,
                     "variant": loaded.variant, "revision": revision or "", "stack": loaded.spec.stack}
-            for frame in frames.values():
-                for i, (column, value) in enumerate(head.items()):
-                    frame.insert(i, column, value)
-                frame["fingerprint"] = fingerprint
-            for other in parts:
-                if other != part:  # what a call for that stack would store, under its own key
-                    store.cached(STORE_CHAPTER, dict(key, part=other), lambda f=frames[other]: f)
-            return frames[part]
-        finally:
-            del loaded
-            gc.collect()
+        for frame in frames.values():
+            for i, (column, value) in enumerate(head.items()):
+                frame.insert(i, column, value)
+            frame["fingerprint"] = fingerprint
+        for other in parts:
+            if other != part:  # what a call for that stack would store, under its own key
+                store.cached(STORE_CHAPTER, dict(key, part=other), lambda f=frames[other]: f)
+        return frames[part]
 
     frame = store.cached(STORE_CHAPTER, key, compute)
     for column, value in (extra or {}).items():

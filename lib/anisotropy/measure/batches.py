@@ -9,18 +9,21 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from anisotropy.measure import metrics
+from anisotropy.measure.rows import device_for
+from anisotropy.measure.statistics import drift_norm, mean_cosine, mean_norm, sigma1_share
+from anisotropy.measure.streaming import Accumulator
+from anisotropy.measure.twonn import twonn_dimension
 
 BATCH_SIZE = 4096  # the paper's batch of token vectors
 
 #: Per-batch statistics: name -> function of an (n, d) array. Paper 2: sigma1_share, twonn_dimension; Paper 1:
 #: mean_cosine, drift_norm; and the scale they are read against (mean_norm).
 BATCH_METRICS: dict[str, Callable] = {
-    "sigma1_share": metrics.sigma1_share,
-    "twonn_dimension": metrics.twonn_dimension,
-    "mean_cosine": metrics.mean_cosine,
-    "drift_norm": metrics.drift_norm,
-    "mean_norm": metrics.mean_norm,
+    "sigma1_share": sigma1_share,
+    "twonn_dimension": twonn_dimension,
+    "mean_cosine": mean_cosine,
+    "drift_norm": drift_norm,
+    "mean_norm": mean_norm,
 }
 DEFAULT_METRICS = ("sigma1_share", "mean_cosine", "drift_norm", "mean_norm")
 
@@ -45,10 +48,10 @@ def robust_metrics(batch: torch.Tensor, first: torch.Tensor) -> dict[str, float]
 
     def measured(fn, rows):
         return float(fn(rows)) if rows.shape[0] >= 2 else float("nan")
-    return {"sigma1_share_no_first": measured(metrics.sigma1_share, rest),
-            "mean_cosine_no_first": measured(metrics.mean_cosine, rest),
-            "sigma1_share_no_top_norms": measured(metrics.sigma1_share, kept),
-            "mean_cosine_no_top_norms": measured(metrics.mean_cosine, kept),
+    return {"sigma1_share_no_first": measured(sigma1_share, rest),
+            "mean_cosine_no_first": measured(mean_cosine, rest),
+            "sigma1_share_no_top_norms": measured(sigma1_share, kept),
+            "mean_cosine_no_top_norms": measured(mean_cosine, kept),
             "first_norm_ratio": ratio}
 
 
@@ -75,7 +78,7 @@ def shuffle_order(n: int, seed: int) -> np.ndarray:
 POOL_TRIM_AT = 1.25
 
 
-class BatchedLayer:
+class BatchedLayer(Accumulator):
     """One layer's batches. Valid rows are buffered in stream order.
 
     With ``shuffle_seed`` (the second paper's protocol, its Section 2.2: vectors are shuffled before they are split
@@ -91,13 +94,14 @@ class BatchedLayer:
     reaches ``POOL_TRIM_AT`` times that, so a layer holds at most that many float32 rows plus one incoming chunk.
 
     Without ``shuffle_seed``: each time ``batch_size`` rows are there, the batch is measured and dropped (memory: one
-    batch plus one incoming chunk). After ``n_batches`` batches further rows are only counted.
+    batch plus one incoming chunk). After ``n_batches`` batches further rows are only counted (``n`` counts them).
 
-    Valid rows: kept by ``mask`` (nonzero = keep), finite and not all zero (the rows ``measure.metrics`` would exclude), so a
-    batch holds exactly ``batch_size`` vectors. Every metric in ``metric_names`` is computed on each batch, and with
-    ``sigma1_share`` among them, ``ROBUST_METRICS`` too unless ``robust`` is False (``first``: which rows are their
-    sequence's first position, as ``taps.extract`` passes it; the robust readings cost two more sigma_1 shares per
-    batch, which a caller that does not read them need not pay). Usable as ``taps.extract(..., stats_factory=lambda dim: BatchedLayer(dim, ...))``.
+    Valid rows: kept by ``mask`` (nonzero = keep), finite and not all zero (the rows ``measure.statistics`` would
+    exclude, counted in ``n_excluded``), so a batch holds exactly ``batch_size`` vectors. Every metric in
+    ``metric_names`` is computed on each batch, and with ``sigma1_share`` among them, ``ROBUST_METRICS`` too unless
+    ``robust`` is False (``first``: which rows are their sequence's first position, as ``taps.extract`` passes it;
+    the robust readings cost two more sigma_1 shares per batch, which a caller that does not read them need not pay).
+    An ``measure.streaming.Accumulator``: ``taps.extract(..., stats_factory=lambda dim: BatchedLayer(dim, ...))``.
     """
 
     wants_first = True  # taps.extract passes which rows are at their sequence's first position
@@ -119,24 +123,20 @@ class BatchedLayer:
         self._first: list[torch.Tensor] = []  # per buffered row: at its sequence's first position
         self._buffered = 0
         self._n = 0
+        self._n_excluded = 0
         self._pooled = False  # shuffled mode: the pool has been shuffled and measured
         # shuffled mode: the pool's keys (``shuffle_keys``, one per valid row in stream order) and their generator
         self._keys: list[np.ndarray] = []
         self._rng = np.random.default_rng(shuffle_seed) if shuffle_seed is not None else None
         # Where the rows came from when not the CPU (the model's GPU): the pool waits in host memory (every layer's
         # pool on the GPU would not fit beside the model), and each batch goes back there to be measured
-        # (``metrics``' device path; one batch is 4096 d float32, a few ms over PCIe).
+        # (``measure.rows``' device path; one batch is 4096 d float32, a few ms over PCIe).
         self._device: torch.device | None = None
 
     def __repr__(self) -> str:
         done = len(self.values[self.metric_names[0]]) if self.metric_names else 0
         return (f"BatchedLayer(dim={self.dim}, n={self._n}, batches={done}/{self.n_batches} of {self.batch_size}"
                 f"{', shuffled' if self.shuffle_seed is not None else ''})")
-
-    @property
-    def n(self) -> int:
-        """Valid rows offered so far (including those beyond the last batch)."""
-        return self._n
 
     @property
     def pool_size(self) -> int:
@@ -192,7 +192,7 @@ class BatchedLayer:
         rows = rows.reshape(-1, rows.shape[-1])
         if rows.shape[1] != self.dim:
             raise ValueError(f"BatchedLayer(dim={self.dim}) got rows of dimension {rows.shape[1]}")
-        if metrics.device_for(rows) is not None:
+        if device_for(rows) is not None:
             self._device = rows.device
         flags = (torch.zeros(rows.shape[0], dtype=torch.bool) if first is None
                  else torch.as_tensor(first).reshape(-1).to(device="cpu", dtype=torch.bool))
@@ -201,6 +201,7 @@ class BatchedLayer:
             rows, flags = rows[keep.to(rows.device)], flags[keep.cpu()]
         rows = rows.to(device="cpu", dtype=torch.float32)
         valid = torch.isfinite(rows).all(dim=1) & (rows != 0).any(dim=1)
+        self._n_excluded += rows.shape[0] - int(valid.sum())
         rows, flags = rows[valid], flags[valid]
         self._n += rows.shape[0]
         if self.full or not rows.shape[0]:

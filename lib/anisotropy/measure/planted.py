@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from anisotropy.measure import metrics
+from anisotropy.measure import statistics
 from anisotropy.measure.batches import BATCH_SIZE
 
 
@@ -47,6 +47,6 @@ def planted_measures(n: int, d: int, seed: int = 0, steps: int = 13) -> pd.DataF
                                 ("one dominant direction", "spike_share", np.linspace(0.05, 0.95, steps))):
         for knob in knobs:
             x = planted_cloud(n, d, seed=seed, **{option: float(knob)})
-            rows.append({"case": case, "knob": float(knob), "mean_cosine": metrics.mean_cosine(x),
-                         "sigma1_share": metrics.sigma1_share(x)})
+            rows.append({"case": case, "knob": float(knob), "mean_cosine": statistics.mean_cosine(x),
+                         "sigma1_share": statistics.sigma1_share(x)})
     return pd.DataFrame(rows)

@@ -46,7 +46,8 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 import torch
 
-from anisotropy.measure.metrics import LayerStats
+from anisotropy.measure.streaming import LayerStats
+from anisotropy.measure.streaming import Tee as Tee  # importable from here, where it was first
 
 SAMPLING_RATE = 16_000
 _MIN_SAMPLES = 400  # receptive field of the wav2vec 2.0 / HuBERT feature encoder (25 ms)
@@ -54,6 +55,11 @@ _CANINE_PARTS = ("character", "downsampled", "upsampled")
 _PARTS = {"encoder-decoder": ("encoder", "decoder"), "whisper": ("encoder", "decoder"), "canine": _CANINE_PARTS,
           "manta": ("encoder", "decoder")}
 _DEFAULT_SOURCE = {"text": "prose", "speech": "synthetic-speech", "vision": "synthetic-shapes"}
+
+
+class NoVectorKept(ValueError):
+    """``extract`` kept no vector in some layer (every position padding or special, or every vector zero, NaN or
+    inf): a property of the model's weights and of the examples, not a failure of the code."""
 
 
 class Extraction(dict):
@@ -76,42 +82,6 @@ class Extraction(dict):
             out[layer] = fn(stats)
         out.parts, out.layer_in_part, out.n_masked = dict(self.parts), dict(self.layer_in_part), dict(self.n_masked)
         return out
-
-
-class Tee:
-    """One layer's accumulator that feeds several (``extract(..., stats_factory=lambda dim: Tee(a(dim), b(dim)))``),
-    so one forward pass serves measures that would otherwise each read the text again. Each member gets exactly the
-    keywords it would get alone: ``groups`` only if it ``wants_groups``, ``first`` only if it ``wants_first``.
-    ``n`` and ``n_excluded`` (which ``extract`` checks for empty layers) are the first member's."""
-
-    def __init__(self, *members):
-        if not members:
-            raise ValueError("Tee needs at least one accumulator")
-        self.members = tuple(members)
-        self.dim = members[0].dim
-        self.wants_groups = any(getattr(m, "wants_groups", False) for m in members)
-        self.wants_first = any(getattr(m, "wants_first", False) for m in members)
-
-    @property
-    def n(self) -> int:
-        return self.members[0].n
-
-    @property
-    def n_excluded(self) -> int:
-        return getattr(self.members[0], "n_excluded", 0)
-
-    def update(self, batch, mask=None, groups=None, first=None) -> "Tee":
-        for member in self.members:
-            extra = {}
-            if groups is not None and getattr(member, "wants_groups", False):
-                extra["groups"] = groups
-            if first is not None and getattr(member, "wants_first", False):
-                extra["first"] = first
-            if mask is None:  # as ``_feed`` calls an accumulator alone: no mask keyword where every row counts
-                member.update(batch, **extra)
-            else:
-                member.update(batch, mask=mask, **extra)
-        return self
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -543,11 +513,12 @@ def extract(loaded, examples: Iterable, batch_size: int = 8, max_length: int = 1
     (H, W, 3) arrays or PIL images (vision). ``max_length`` caps tokens (characters for CANINE, bytes for ByT5, decoder
     tokens for Whisper). ``part``: see the module docstring. Every layer's accumulator is
     ``LayerStats(dim, reservoir_size, seed)`` (the same seed for every layer, so the reservoirs of all layers keep the
-    same positions) unless ``stats_factory(dim)`` is given: ``LayerStats`` holds a d x d float64 scatter matrix, which
-    flattened CNN maps (d = C*H*W, e.g. 802,816 for ResNet-50's first stage at 224 px) cannot afford, so give those a
-    lighter accumulator. ``device``: where the forward passes run (default: the model's device; the model is moved
-    there). Hidden states enter the accumulators in float32 whatever the model's dtype, on the model's device
-    (``LayerStats`` then accumulates there: ``measure.metrics``' device path).
+    same positions) unless ``stats_factory(dim)`` is given (any ``measure.streaming.Accumulator``): ``LayerStats``
+    holds a d x d float64 scatter matrix, which flattened CNN maps (d = C*H*W, e.g. 802,816 for ResNet-50's first
+    stage at 224 px) cannot afford, so give those a lighter accumulator. ``device``: where the forward passes run
+    (default: the model's device; the model is moved there). Hidden states enter the accumulators in float32 whatever
+    the model's dtype, on the model's device (``LayerStats`` then accumulates there: ``measure.rows``' device path).
+    A layer where no vector is kept raises ``NoVectorKept``.
     """
     spec = loaded.spec
     if batch_size < 1 or max_length < 1:
@@ -599,7 +570,7 @@ def extract(loaded, examples: Iterable, batch_size: int = 8, max_length: int = 1
     if not result or empty:
         what = "padding or special tokens" if spec.modality == "text" else "padding"
         zeros = sum(result[layer].n_excluded for layer in empty)
-        raise ValueError(
+        raise NoVectorKept(
             f"{spec.name}: no vector was kept{f' in layers {empty}' if empty else ''} of {n_examples} examples: "
             f"{sum(result.n_masked.get(layer, 0) for layer in empty)} positions were {what} "
             f"(keep_special={keep_special}) and {zeros} vectors were zero, NaN or inf")

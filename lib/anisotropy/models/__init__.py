@@ -1,6 +1,7 @@
 """Models: the papers' models as data (``registry`` and its table ``models.yml``), the model identity of a stored result
-(``identity``: the same dict for the same model in every chapter), where real pretrained weights come from
-(``weights``), their conversion from other formats (``conversion``, one module per format in ``formats``), the
+(``identity``: the same dict for the same model in every chapter), one model session (``session``: load, measure,
+free; out of GPU memory worded once), where real pretrained weights come from (``weights``), their conversion from
+other formats (``conversion``, one module per format in ``formats``), the
 offline tokenizers, CharacterBERT's character indexer, the attention variants, and the checks of converted weights against their reference runtimes
 (``checks``, with the references in ``references``).
 

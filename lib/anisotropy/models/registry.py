@@ -165,7 +165,7 @@ def check_fits(s: ModelSpec, device="cpu", dtype=None) -> None:
 
 def out_of_memory(name: str, dtype=None, batch_size: int | None = None) -> ModelTooLargeError:
     """The one line for a model that ran out of GPU memory: its name, its weights' size in the dtype it ran in, and
-    the settings to change."""
+    the settings to change (raised by ``models.session``)."""
     import torch
 
     s = spec(name) if name in MODELS else None
@@ -315,10 +315,10 @@ def load(name_or_path: str | os.PathLike, variant: str = "pretrained", revision:
     needed. The model is returned in eval mode on ``device`` ("auto": the GPU when there is one) in ``dtype``.
     ``release=True`` (a checkpoint of a series, measured for the last time): once the model is in memory, its files
     leave the Hub cache if this process downloaded them (``hub.release``), unless ``ANISOTROPY_KEEP_CHECKPOINTS=1``
-    (a series of 145 MultiBERTs checkpoints would otherwise fill a Colab disk).
+    (a series of 145 MultiBERTs checkpoints would otherwise fill a Colab disk). A model loaded to be measured is
+    loaded in a model session (``models.session``), which frees it afterwards and words a GPU running out of memory,
+    here or while measuring (``out_of_memory``).
     """
-    import torch
-
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
     device = devices.resolve(device)
@@ -358,12 +358,7 @@ def load(name_or_path: str | os.PathLike, variant: str = "pretrained", revision:
         source = f"{s.hub_id} config ({variant})"
     for t in (pre, tokenizer):
         _ensure_pad(t)
-    try:
-        model = model.to(device=device, **({"dtype": dtype} if dtype is not None else {}))
-    except torch.cuda.OutOfMemoryError:
-        del model
-        torch.cuda.empty_cache()
-        raise out_of_memory(s.name, dtype) from None
+    model = model.to(device=device, **({"dtype": dtype} if dtype is not None else {}))
     model.eval()
     return Loaded(model, pre, s, variant, revision, source, tokenizer)
 

@@ -631,7 +631,7 @@ def metric_bytes(batch: int, width: int) -> int:
       batch's float32 product: 50 x d^2 + 4 x batch x d;
     - ``twonn_dimension``: the augmented float32 copies of the centred batch (two), ``numpy.unique``'s sorted copy and
       the float64 recomputation of the candidates (about six float32 copies in all), and the float32 Gram block of
-      at most ``measure.metrics._GRAM_BLOCK_ENTRIES`` (32 Mi) entries with its top-k temporaries (about four):
+      at most ``measure.twonn._GRAM_BLOCK_ENTRIES`` (32 Mi) entries with its top-k temporaries (about four):
       24 x batch x d + 16 x min(batch^2, 32 Mi).
 
     An upper bound, checked against the allocations at small sizes (``tests/test_budget.py``). Units: bytes."""

@@ -1,5 +1,6 @@
 """What every chapter page shows besides its figures: the provenance box, the Colab badge, glued numbers, and the
-one reader of where the book is published (``repository``).
+one reader of where the book is published (``repository``). The box names no folder of the machine that built the
+page (``measured``, ``portable``): a published book would otherwise show the build machine's paths.
 
 The runner sets ``ANISOTROPY_FIGURES`` (a folder where glued figures are also saved as PNG, for people to look at) in
 the kernel's environment, and afterwards fills the wall time into the box from papermill's own record.
@@ -11,6 +12,7 @@ import datetime as _dt
 import html
 import os
 import platform
+import re
 import subprocess
 from functools import lru_cache
 from pathlib import Path
@@ -101,6 +103,46 @@ def _format_value(value) -> str:
     return str(value)
 
 
+# A self-trained checkpoint's folder, <cache>/checkpoints/<suite>/<recipe hash>/seed-<k>/step-<n>
+# (training.checkpoints.run_dir), wherever the cache is
+_CHECKPOINT = re.compile(r"[^\s(),;]*checkpoints/(?P<suite>[\w.-]+)/(?P<recipe>[0-9a-f]+)/seed-(?P<seed>\d+)/"
+                         r"step-(?P<step>\d+)")
+_STEPS = "\0steps\0"  # where a line's checkpoint steps go once the lines of one run are merged
+
+
+def _steps(steps: list[int]) -> str:
+    steps = sorted(set(steps))
+    return f"step {steps[0]:,}" if len(steps) == 1 else \
+        f"{len(steps)} checkpoints, steps {steps[0]:,} to {steps[-1]:,}"
+
+
+def portable(text: str) -> str:
+    """``text`` with this machine's own folders written as a reader of any machine reads them: the cache as
+    ``<cache>``, the checkout as ``<checkout>``, the home folder as ``~`` (the deepest first: the cache is usually
+    inside the checkout)."""
+    roots = [(paths.cache_dir(), "<cache>"), (paths.project_root(), "<checkout>"), (Path.home(), "~")]
+    found = {}
+    for folder, name in roots:
+        for form in {str(folder), str(Path(folder).resolve())} if folder is not None else ():
+            if len(Path(form).parts) > 1:  # never "/" itself
+                found.setdefault(form.rstrip("/"), name)
+    for form in sorted(found, key=len, reverse=True):
+        text = re.sub(re.escape(form) + r"(?![\w.-])", lambda _, name=found[form]: name, text)
+    return text
+
+
+def measured(models) -> list[str]:
+    """The provenance box's "measured" lines: a self-trained checkpoint's folder becomes its run (suite, recipe hash,
+    seed); lines that then differ only in the checkpoint become one line with the steps' range ("10 checkpoints,
+    steps 0 to 800"); any other folder of this machine is written as ``portable`` writes it."""
+    merged: dict[str, list[int]] = {}
+    for line in map(str, models):
+        steps = [int(m["step"]) for m in _CHECKPOINT.finditer(line)]
+        key = _CHECKPOINT.sub(lambda m: f"suite {m['suite']}, recipe {m['recipe']}, seed {m['seed']}, {_STEPS}", line)
+        merged.setdefault(portable(key), []).extend(steps)
+    return [line.replace(_STEPS, _steps(steps)) if steps else line for line, steps in merged.items()]
+
+
 def provenance(resolved, models=(), described: dict | None = None):
     """Display the provenance box: profile, what was measured, every parameter with where its value came from,
     code (package version and fingerprint, package versions), commit, machine, date, wall time.
@@ -108,8 +150,9 @@ def provenance(resolved, models=(), described: dict | None = None):
     ``resolved`` is the chapter's run (``chapters.plans.apply(...)``: its parameters and, under a paper-like profile,
     its plan); a plain ``profiles.apply(...)`` result does elsewhere. ``models`` is a list of strings that say what was
     measured, e.g. "bert-base-uncased (untrained, true size)". ``described`` maps a parameter to the text shown
-    instead of its raw value (e.g. a data source with its description). Returns the IPython HTML object (displayed
-    when it is the cell's last expression).
+    instead of its raw value (e.g. a data source with its description). ``models`` are summarised (``measured``) and
+    no folder of this machine is shown (``portable``). Returns the IPython HTML object (displayed when it is the
+    cell's last expression).
     """
     from IPython.display import HTML
 
@@ -128,9 +171,10 @@ def provenance(resolved, models=(), described: dict | None = None):
         warning += f'<p class="hub-unverified">{html.escape(unverified)}</p>'
     rows = [
         ("profile", html.escape(profile)),
-        ("measured", html.escape("; ".join(models) if models else "nothing (no model is measured on this page)")),
+        ("measured", html.escape("; ".join(measured(models)) if models else
+                                 "nothing (no model is measured on this page)")),
         ("parameters", _parameter_table(resolved, described)),
-        *([("results store", html.escape(f"{resolved.results_dir} (results_dir, set in this run)"))]
+        *([("results store", html.escape(f"{portable(resolved.results_dir)} (results_dir, set in this run)"))]
           if getattr(resolved, "results_dir", "") else []),
         ("code", html.escape(f"anisotropy {__version__}, code fingerprint {fingerprint.package()} ("
                              + ", ".join(f"{k} {v}" for k, v in fingerprint.versions().items()) + ")")),
@@ -161,7 +205,7 @@ def _parameter_table(resolved, described: dict) -> str:
         return "none besides the profile"
     rows = "".join(
         f"<tr><td><code>{html.escape(name)}</code></td>"
-        f"<td>{html.escape(str(described.get(name, _format_value(value))))}</td>"
+        f"<td>{html.escape(portable(str(described.get(name, _format_value(value)))))}</td>"
         f"<td>{html.escape(resolved.origin_words(name))}</td></tr>"
         for name, value in resolved.values.items())
     return ("<table class='provenance-parameters'><tr><th>name</th><th>value</th><th>from</th></tr>"

@@ -1,5 +1,5 @@
-"""Profiles: named sets of chapter parameters shipped with the package, the rules a parameters cell declares, and how
-a chapter's parameters are resolved from a profile name (the one line a Colab user changes).
+"""Profiles: named sets of chapter parameters shipped with the package, what each parameter allows, and how a
+chapter's parameters are resolved from a profile name (the one line a Colab user changes).
 
 A profile is ``<name>.yml`` in this folder: ``description`` and ``notebooks`` (chapter -> parameters). A profile with
 ``base: <other>`` starts from the other profile and overrides some values (``paper-sim`` is ``paper`` with its sizes
@@ -7,8 +7,15 @@ shrunk; nested dicts such as a suite's recipe are merged key by key). The ``loca
 written in every chapter's parameters cell (a test keeps them equal), so inside a kernel a value that still equals
 the ``local`` one was not set by the user and is taken from the named profile (``apply``).
 
-Chapter sources (``notebooks/<name>.md``) are read here too, for their parameters cell: defaults and the ``allowed:``
-rules of its comments (``Rule``). That needs a checkout; on Colab the packaged profiles alone check kinds.
+What each chapter's parameters allow is ``allowed.yml`` in this folder (``Rule``: bounds and choices, validated by
+pydantic), so a value out of range stops in one line wherever a chapter runs, Colab included. Every number a reader
+writes, in a profile, in ``allowed.yml`` or on the command line (``-p n=1e3``), is read by one parser (``number``,
+through ``read_yaml``).
+
+Chapter sources (``notebooks/<name>.md``) are read here too, for their parameters cell: its names, defaults and
+comments. Outside a checkout (a pip install) the chapters and their parameters come from the copies a wheel carries
+(``PACKAGED``: ``_toc.yml`` and the committed ``notebooks/*.ipynb``, put there by setup.py); on Colab the packaged
+profiles stand for the defaults.
 
 May import: the foundation modules (it is one of them: the profiles are what every layer reads its parameters from).
 """
@@ -19,6 +26,7 @@ import ast
 import copy
 import difflib
 import hashlib
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -32,16 +40,65 @@ from anisotropy.errors import ProfileError, UserError  # noqa: F401 - ProfileErr
 
 FOLDER = Path(__file__).resolve().parent
 DEFAULT = "local"  # the profile whose values every parameters cell shows
+ALLOWED = FOLDER / "allowed.yml"  # what each chapter's parameters allow (``Rule``); not a profile
 # Parameters of every chapter that say where it runs, not what it measures: no profile sets them, a result's key and a
 # verdict's key leave them out, and ``apply`` acts on them. ``results_dir``: the results store ("" = the default).
 RUNTIME = ("profile", "results_dir")
 
 
+# ---- numbers: one reading, wherever a reader writes one -------------------------------------------------------------
+
+_DIGITS = r"[0-9](?:_?[0-9])*"  # Python's: an underscore only between two digits
+NUMBER = re.compile(rf"[+-]?(?:{_DIGITS}(?:\.(?:{_DIGITS})?)?|\.{_DIGITS})(?:[eE][+-]?{_DIGITS})?\Z")
+
+
+def number(text: str) -> int | float | None:
+    """The number ``text`` spells, None if it spells none: a decimal number as Python's ``float()`` reads it (a sign,
+    digits with ``_`` between two of them, a point, an exponent: ``1e3``, ``+3``, ``.5``, ``-1``, ``1_000``), finite
+    and in ASCII digits (``inf``, ``nan``, ``0x10`` and ``١٢`` stay words). An integral value written without a
+    point, or with an exponent (``1e3``, ``2.5e3``: a count, as people write one), is an int; ``1.0`` is a float."""
+    text = text.strip()
+    if not NUMBER.match(text):
+        return None
+    exponent = "e" in text.lower()
+    if "." not in text and not exponent:
+        return int(text)
+    value = float(text)
+    if not math.isfinite(value):  # 1e400
+        return None
+    return int(value) if exponent and value.is_integer() else value
+
+
+class _Reader(yaml.SafeLoader):
+    """YAML whose plain scalars that spell a number are read by ``number``: YAML 1.1's own int and float take
+    ``5e-2`` for a word, ``017`` for octal 15 and ``1:30`` for 90."""
+
+
+_Reader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_Reader.add_implicit_resolver("!number", NUMBER, list("+-.0123456789"))
+
+
+def _number_or_text(text: str):
+    value = number(text)
+    return text if value is None else value  # 1e400 stays the word it is
+
+
+_Reader.add_constructor("!number", lambda loader, node: _number_or_text(loader.construct_scalar(node)))
+
+
+def read_yaml(text: str):
+    """YAML (JSON is YAML too) with its numbers read by ``number``: the profiles, ``allowed.yml`` and the command
+    line's ``-p name=value`` read a number the same way."""
+    return yaml.load(text, Loader=_Reader)  # a SafeLoader: plain data only
+
+
 # ---- profiles -------------------------------------------------------------------------------------------------------
 
 def names() -> list[str]:
-    """The profiles shipped with the package."""
-    return sorted(p.stem for p in FOLDER.glob("*.yml"))
+    """The profiles shipped with the package (every ``*.yml`` here but ``allowed.yml``)."""
+    return sorted(p.stem for p in FOLDER.glob("*.yml") if p != ALLOWED)
 
 
 def _merge(base: dict, over: dict) -> dict:
@@ -91,12 +148,12 @@ def _validated(name: str, path: Path, raw) -> dict:
 @lru_cache(maxsize=None)
 def _load(name: str) -> dict:
     path = FOLDER / f"{name}.yml"
-    if not path.is_file():
+    if name not in names():
         known = names()
         close = difflib.get_close_matches(name, known, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
         raise ProfileError(f"Unknown profile {name!r}.{hint} Known profiles: {', '.join(known)}.")
-    profile = _validated(name, path, yaml.safe_load(path.read_text()) or {})
+    profile = _validated(name, path, read_yaml(path.read_text()) or {})
     profile.setdefault("notebooks", {})
     base = profile.pop("base", None)
     if base:
@@ -124,9 +181,13 @@ def chapter_parameters(profile: str, chapter: str) -> dict:
 EXECUTED = Path("book") / "executed"  # where the runner writes executed chapters (the toc's entries point there)
 
 
+# The book's _toc.yml and notebooks/*.ipynb as a wheel carries them (setup.py copies them here; a checkout has none)
+PACKAGED = Path(__file__).resolve().parent / "book"
+
+
 def chapters() -> list[str]:
     """Chapter names in ``_toc.yml`` order: every toc entry under ``book/executed/``."""
-    root = checkout()
+    root = checkout() or packaged()
     if root is None:
         raise ProfileError("The chapters' order needs a checkout of the book (a folder with _toc.yml).")
     return toc_chapters(root)
@@ -154,6 +215,11 @@ def toc_chapters(root: Path) -> list[str]:
 def checkout() -> Path | None:
     """The checkout holding ``notebooks/`` (None on a plain install, e.g. Colab)."""
     return paths.project_root()
+
+
+def packaged() -> Path | None:
+    """The folder of ``_toc.yml`` and ``notebooks/*.ipynb`` that an installed wheel carries, else None."""
+    return PACKAGED if (PACKAGED / "_toc.yml").is_file() else None
 
 
 def notebook_source(name: str) -> Path:
@@ -202,40 +268,56 @@ def _assignments(text: str) -> dict[str, dict]:
     return found
 
 
-def _parameters_cell(name: str) -> str | None:
-    """The source of the chapter's parameters cell: from its MyST source (jupytext, which only the book's stack
-    installs), else from its committed ``.ipynb`` copy (written from the source by ``make sync``, a test keeps them the
-    same), so that a checkout with only the ``colab`` extra installed checks a run's parameters too."""
+def _parameters_file(name: str) -> Path:
+    """Where the chapter's parameters cell is read: its MyST source (jupytext, which only the book's stack installs),
+    else its committed ``.ipynb`` copy (written from the source by ``make sync``, a test keeps them the same), so that
+    a checkout with only the ``colab`` extra installed checks a run's parameters too; outside a checkout, the copy a
+    wheel carries (``packaged``)."""
+    if checkout() is None and packaged() is not None:
+        copy_ = packaged() / "notebooks" / f"{name}.ipynb"
+        if not copy_.is_file():
+            close = difflib.get_close_matches(name, chapters(), n=1)
+            raise ProfileError(f"No chapter {name!r} in this installation." + (
+                f" Did you mean {close[0]!r}?" if close else ""))
+        return copy_
     try:
         import jupytext  # noqa: F401
     except ImportError:
         copy_ = notebook_source(name).with_suffix(".ipynb")
         if copy_.is_file():
-            import json
+            return copy_
+    return notebook_source(name)
 
-            cell = next((c for c in json.loads(copy_.read_text())["cells"] if c["cell_type"] == "code"
-                         and "parameters" in c.get("metadata", {}).get("tags", [])), None)
-            source = None if cell is None else cell["source"]
-            return "".join(source) if isinstance(source, list) else source
-    cell = next((c for c in read_notebook(name).cells
+
+def _parameters_cell(path: Path) -> str | None:
+    """The source of the parameters cell of ``path``, a chapter's MyST source or its ``.ipynb`` copy."""
+    if path.suffix == ".ipynb":
+        import json
+
+        cell = next((c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"
+                     and "parameters" in c.get("metadata", {}).get("tags", [])), None)
+        source = None if cell is None else cell["source"]
+        return "".join(source) if isinstance(source, list) else source
+    cell = next((c for c in read_notebook(path.stem).cells
                  if c.cell_type == "code" and "parameters" in c.metadata.get("tags", [])), None)
     return None if cell is None else cell.source
 
 
 @lru_cache(maxsize=64)
-def _inspect_source(name: str, digest: str) -> dict:
-    source = _parameters_cell(name)
+def _inspect_source(name: str, path: Path, digest: str) -> dict:
+    source = _parameters_cell(path)
     if source is None:
         return {}
     try:
         return _assignments(source)
     except SyntaxError as exc:
-        raise ProfileError(f"notebooks/{name}.md: the parameters cell is not plain Python ({exc.msg}, line "
+        raise ProfileError(f"notebooks/{path.name}: the parameters cell is not plain Python ({exc.msg}, line "
                            f"{exc.lineno} of the cell).") from None
 
 
 def _inspect(name: str) -> dict:
-    return _inspect_source(name, source_hash(name))
+    path = _parameters_file(name)
+    return _inspect_source(name, path, hashlib.sha256(path.read_bytes()).hexdigest()[:16])
 
 
 def notebook_parameters(name: str) -> dict:
@@ -243,65 +325,66 @@ def notebook_parameters(name: str) -> dict:
     return {pname: ast.literal_eval(info["default"]) for pname, info in _inspect(name).items()}
 
 
-_NUMBER = r"-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?"
-_BOUNDS = {">": ("low", False), "≥": ("low", True), "at least": ("low", True),
-           "<": ("high", False), "≤": ("high", True), "at most": ("high", True)}
+# ---- what each parameter allows (allowed.yml) -----------------------------------------------------------------------
 
-
-@dataclass
+@dataclass(frozen=True)
 class Rule:
-    """What a parameter's comment allows, e.g. ``n_pairs = 40000  # pairs per dimension; allowed: at least 100``.
+    """What a parameter allows, as ``allowed.yml`` writes it (``n_pairs: {at_least: 1}``): bounds ``at_least`` /
+    ``at_most`` (inclusive) and ``above`` / ``below`` (exclusive), and/or the values ``one_of``; for a list value
+    every element must satisfy them. pydantic validates the file against these fields (``read_allowed``)."""
 
-    After ``allowed:`` a comment may give bounds (``at least 2``, ``at most 1``, ``> 0``, ``< 1``, ``≥ 2``, ``≤ 1``,
-    ``in [0, 1]``) and/or choices (``one of "tiny", "untrained"``); for a list value every element must satisfy them.
-    No "=" in the comment: papermill's own parser (used by Colab and plain papermill) skips such lines.
-    """
+    __pydantic_config__ = {"extra": "forbid"}  # a misspelt key is an error, not a rule that checks nothing
 
-    low: float | None = None
-    low_inclusive: bool = True
-    high: float | None = None
-    high_inclusive: bool = True
-    choices: tuple = ()
-    text: str = ""
+    at_least: float | None = None
+    at_most: float | None = None
+    above: float | None = None
+    below: float | None = None
+    one_of: tuple[str, ...] = ()
 
-    @classmethod
-    def parse(cls, comment: str) -> "Rule | None":
-        match = re.search(r"allowed:\s*(.*)$", comment or "")
-        if not match:
-            return None
-        text = match.group(1).strip()
-        rule = cls(text=text)
-        for op, num in re.findall(rf"(at least|at most|[<>≤≥])\s*({_NUMBER})", text):
-            side, inclusive = _BOUNDS[op]
-            setattr(rule, side, float(num))
-            setattr(rule, f"{side}_inclusive", inclusive)
-        interval = re.search(rf"\bin\s*\[\s*({_NUMBER})\s*,\s*({_NUMBER})\s*\]", text)
-        if interval:
-            rule.low, rule.high = float(interval.group(1)), float(interval.group(2))
-            rule.low_inclusive = rule.high_inclusive = True
-        choices = re.search(r"one of:?\s*(.*)", text)
-        if choices:
-            rule.choices = tuple(a or b for a, b in re.findall(r'"([^"]*)"|\'([^\']*)\'', choices.group(1)))
-        return rule
+    def __post_init__(self):
+        for inclusive, exclusive in (("at_least", "above"), ("at_most", "below")):
+            if getattr(self, inclusive) is not None and getattr(self, exclusive) is not None:
+                raise ValueError(f"{inclusive} and {exclusive} both bound the same side; give one")
+        low, high = self.bounds().get("ge", self.above), self.bounds().get("le", self.below)
+        if low is not None and high is not None and low > high:
+            raise ValueError(f"the range is empty ({self.text})")
+        if not self.bounds() and not self.one_of:
+            raise ValueError("a rule gives at_least, at_most, above, below or one_of")
 
-    def validators(self):
-        """The rule as pydantic validators of one item: ``(choices, range)``, a ``TypeAdapter`` of ``Literal[...]``
-        and one of a float with its bounds (``Field(ge=...)`` and the like); None where the rule sets none."""
-        return _rule_validators(self.choices, self.low, self.low_inclusive, self.high, self.high_inclusive)
+    def bounds(self) -> dict:
+        """The bounds as pydantic's ``Field`` keywords (``ge``, ``le``, ``gt``, ``lt``)."""
+        pairs = (("ge", self.at_least), ("le", self.at_most), ("gt", self.above), ("lt", self.below))
+        return {key: value for key, value in pairs if value is not None}
+
+    @property
+    def text(self) -> str:
+        """The rule in words, as the one-line refusals and ``anisotropy chapters NAME`` show it: ``at least 1``,
+        ``in [1, 50]``, ``> 0, < 1``, ``one of "post_ln", "pre_ln"``."""
+        if self.at_least is not None and self.at_most is not None:
+            words = [f"in [{_shown(self.at_least)}, {_shown(self.at_most)}]"]
+        else:
+            words = [f"at least {_shown(self.at_least)}" if self.at_least is not None else "",
+                     f"> {_shown(self.above)}" if self.above is not None else "",
+                     f"at most {_shown(self.at_most)}" if self.at_most is not None else "",
+                     f"< {_shown(self.below)}" if self.below is not None else ""]
+        if self.one_of:
+            words.append("one of " + ", ".join(f'"{choice}"' for choice in self.one_of))
+        return ", ".join(w for w in words if w)
 
     def violation(self, value) -> str | None:
-        """Why ``value`` is not allowed (None when it is): each item (of a list value) goes through ``validators``;
-        the range applies to numbers only (not to bools)."""
+        """Why ``value`` is not allowed (None when it is): each item (of a list value) goes through pydantic, the
+        choices as a ``Literal`` and the bounds as a strict float's ``Field(ge=...)`` and the like; the bounds apply to
+        numbers only (not to bools)."""
         from pydantic import ValidationError
 
-        choices, bounds = self.validators()
+        choices, bounds = _rule_validators(self.one_of, tuple(sorted(self.bounds().items())))
         items = value if isinstance(value, (list, tuple)) else [value]
         for item in items:
             if choices is not None:
                 try:
                     choices.validate_python(item)
                 except ValidationError:
-                    return f"{item!r} is not one of {', '.join(map(repr, self.choices))}"
+                    return f"{item!r} is not one of {', '.join(map(repr, self.one_of))}"
             if bounds is None or isinstance(item, bool) or not isinstance(item, (int, float)) or item != item:
                 continue  # (item != item: NaN, which no bound refuses)
             try:
@@ -312,44 +395,56 @@ class Rule:
         return None
 
 
+def _shown(bound: float) -> str:
+    return str(int(bound)) if float(bound).is_integer() else repr(bound)  # "at least 1", not "at least 1.0"
+
+
 @lru_cache(maxsize=None)
-def _rule_validators(choices: tuple, low, low_inclusive: bool, high, high_inclusive: bool):
+def _rule_validators(choices: tuple, bounds: tuple):
     from typing import Annotated, Literal
 
     from pydantic import Field, TypeAdapter
 
-    bounds = {}
-    if low is not None:
-        bounds["ge" if low_inclusive else "gt"] = low
-    if high is not None:
-        bounds["le" if high_inclusive else "lt"] = high
     return (TypeAdapter(Literal[choices]) if choices else None,
-            TypeAdapter(Annotated[float, Field(strict=True, **bounds)]) if bounds else None)
+            TypeAdapter(Annotated[float, Field(strict=True, **dict(bounds))]) if bounds else None)
+
+
+@lru_cache(maxsize=None)
+def read_allowed(path: Path) -> dict[str, dict[str, Rule]]:
+    """``allowed.yml`` (chapter -> parameter -> ``Rule``), validated by pydantic; one ``ProfileError`` naming the entry
+    and the key when the file is wrong."""
+    from pydantic import TypeAdapter, ValidationError
+
+    try:
+        return TypeAdapter(dict[str, dict[str, Rule]]).validate_python(read_yaml(path.read_text()) or {})
+    except ValidationError as err:
+        e = err.errors()[0]
+        where = ".".join(str(part) for part in e["loc"])
+        if e["type"] in ("unexpected_keyword_argument", "extra_forbidden"):
+            problem = "unknown key; a rule holds at_least, at_most, above, below and one_of"
+        else:
+            problem = e["msg"].removeprefix("Value error, ")
+            problem += f" (got {e['input']!r})" if e["type"] != "value_error" else ""
+        raise ProfileError(f"{path.name}: {where}: {problem}.") from None
 
 
 def parameter_table(name: str, profile: str = DEFAULT) -> list[dict]:
     """One row per parameter of chapter ``name``: its name, kind (number, str, list...), what its comment says, what
-    it allows (``Rule``), its value in the parameters cell and under ``profile`` (what ``anisotropy chapters NAME``
-    prints)."""
-    values = chapter_parameters(profile, name)
+    it allows (``Rule.text``), its value in the parameters cell and under ``profile`` (what ``anisotropy chapters
+    NAME`` prints)."""
+    values, rules = chapter_parameters(profile, name), parameter_rules(name)
     rows = []
     for pname, info in _inspect(name).items():
         default = ast.literal_eval(info["default"])
-        comment = (info.get("help") or "").strip()
-        meaning, _, allowed = comment.partition("allowed:")
-        rows.append({"name": pname, "kind": _kind(default), "meaning": meaning.strip().rstrip(";").strip(),
-                     "allowed": allowed.strip(), "notebook": default, profile: values.get(pname, default)})
+        rows.append({"name": pname, "kind": _kind(default), "meaning": (info.get("help") or "").strip(),
+                     "allowed": rules[pname].text if pname in rules else "", "notebook": default,
+                     profile: values.get(pname, default)})
     return rows
 
 
 def parameter_rules(name: str) -> dict[str, Rule]:
-    """The ``allowed:`` declarations of the parameters cell's comments (see ``Rule``)."""
-    rules = {}
-    for pname, info in _inspect(name).items():
-        rule = Rule.parse(info.get("help") or "")
-        if rule is not None:
-            rules[pname] = rule
-    return rules
+    """What chapter ``name``'s parameters allow: its block of ``allowed.yml`` (parameter -> ``Rule``; may be empty)."""
+    return dict(read_allowed(ALLOWED).get(name, {}))
 
 
 def _kind(value) -> str:
@@ -364,7 +459,7 @@ def _kind(value) -> str:
 
 def check(name: str, given: dict, defaults: dict, rules: dict[str, Rule] | None = None) -> None:
     """Refuse unknown names, values whose kind differs from the notebook default (bool/number/str/list/dict), and
-    values outside what the parameter's comment allows (``rules``, see ``parameter_rules``)."""
+    values outside what the parameter allows (``rules``, see ``parameter_rules``)."""
     problems = []
     for pname, value in given.items():
         if pname not in defaults:
@@ -478,10 +573,10 @@ def apply(chapter: str, namespace: dict) -> Resolved:
     A parameter keeps its value when the user set it: papermill injected it (``-p``, the book runner's overrides) or
     it differs from the ``local`` value printed in the parameters cell (an edit on Colab). Every other parameter takes
     the named profile's value. The namespace is updated in place; outside the book runner the values are checked as
-    the runner checks them (kinds, and the ``allowed:`` rules where the chapter's source is at hand). From here on,
-    the failures a reader can fix show as one line (``one_line_errors``); a ``device`` of "cuda" on a machine
-    without a GPU stops here (``devices.NoGPUError``), and so does ``profile = "paper"`` on a Colab runtime without
-    one (``devices.check_runtime``). A ``results_dir`` moves this run's results store there (``paths.use_results``:
+    the runner checks them (kinds, and what ``allowed.yml`` allows: on Colab too). From here on, the failures a
+    reader can fix show as one line (``one_line_errors``); a ``device`` of "cuda" on a machine without a GPU stops
+    here (``devices.NoGPUError``), and so does ``profile = "paper"`` on a Colab runtime without one
+    (``devices.check_runtime``). A ``results_dir`` moves this run's results store there (``paths.use_results``:
     on Colab a folder of Google Drive, mounted if it is not), so a chapter run again after a disconnect continues
     from what it stored; like ``profile`` it is not among ``values``.
     """
@@ -514,7 +609,7 @@ def apply(chapter: str, namespace: dict) -> Resolved:
               {**runtime, **defaults})
         reference = notebook_parameters(chapter) if has_source else {"profile": DEFAULT, "results_dir": "", **defaults}
         check(chapter, {**{k: v for k, v in runtime.items() if k in reference}, **resolved.values}, reference,
-              parameter_rules(chapter) if has_source else {})
+              parameter_rules(chapter))
     if _in_kernel() and (profile == "paper" or "cuda" in str(resolved.values.get("device", ""))):
         from anisotropy import devices
 

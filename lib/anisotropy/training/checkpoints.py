@@ -1,7 +1,16 @@
 """Self-trained checkpoints on disk: one run's folder (``<suite>/<recipe-hash>/seed-<k>``), its checkpoints by step
 (``step-<n>``: a ``save_pretrained`` folder plus ``training_state.json``), the training record (``training_state``:
-step, recipe, loss curves so far, baselines, timings, the trainer's fingerprint), resumable snapshots (``resume-<n>``,
-``optimizer.pt``) and the runs no current recipe reaches (``stale_runs``).
+step, recipe with its precision, loss curves so far, baselines, timings, the trainer's fingerprint), resumable
+snapshots (``resume-<n>``, ``optimizer.pt``, ``grad_scaler.pt`` in float16) and the runs no current recipe reaches
+(``stale_runs``).
+
+Where the suites live (``root``, ``paths.checkpoints_dir``): beside the results store when the store was moved to a
+folder of its own (``ANISOTROPY_RESULTS``, or a chapter's ``results_dir``: ``<results_dir>/checkpoints``, on Colab
+Google Drive), so that a suite trained once, and a run cut off with its last snapshot, outlive the runtime as the
+results do: the next runtime's chapters find the suite before they would train it, and ``train`` resumes the run.
+Otherwise (the default store, a checkout's ``results/``, or a URL store) in ``cache_dir()/checkpoints``. A results key
+names a checkpoint ``cache:checkpoints/<suite>/...`` in either place (``results.checkpoint_key``). Tokenizers and token
+arrays stay in the cache: they are remade from the corpus, identically, in a new runtime.
 """
 
 from __future__ import annotations
@@ -13,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from anisotropy import fingerprint, paths
+from anisotropy import fingerprint, hub, paths
 from anisotropy.training.recipes import Recipe
 
 
@@ -30,29 +39,30 @@ class Checkpoint:
     loss: float
 
 
+def root(out_dir: str | Path | None = None) -> Path:
+    """The folder of the suites: ``out_dir`` if given, else ``paths.checkpoints_dir()`` (see the module's docstring)."""
+    return Path(out_dir) if out_dir is not None else paths.checkpoints_dir()
+
+
 def run_dir(recipe: Recipe, out_dir: str | Path | None = None) -> Path:
-    root = Path(out_dir) if out_dir is not None else paths.cache_dir() / "checkpoints"
-    return root / recipe.suite / recipe.hash / f"seed-{recipe.seed}"
+    return root(out_dir) / recipe.suite / recipe.hash / f"seed-{recipe.seed}"
 
 
 def stale_runs(out_dir: str | Path | None = None) -> list[Path]:
-    """Trained runs and tokenizers in the cache that no recipe of the current code reaches: their trainer
-    fingerprint (recorded in ``training_state.json``, or in a tokenizer folder's name) is not the current one."""
+    """Trained runs, tokenizers and token arrays that no recipe of the current code reaches: their trainer
+    fingerprint (recorded in ``training_state.json``, or at the end of a tokenizer's or token array's folder name) is
+    not the current one."""
     current = fingerprint.trainer()
-    root = Path(out_dir) if out_dir is not None else paths.cache_dir() / "checkpoints"
     stale = []
-    for run in sorted(root.glob("*/*")):  # <suite>/<recipe hash>
+    for run in sorted(root(out_dir).glob("*/*")):  # <suite>/<recipe hash>
         states = sorted(run.glob("seed-*/step-*/training_state.json"))
         trainer = json.loads(states[0].read_text()).get("versions", {}).get("trainer") if states else None
         if trainer != current:
             stale.append(run)
     if out_dir is None:
-        stale += [t for t in sorted((paths.cache_dir() / "tokenizers").glob("*")) if not t.name.endswith(f"-t{current}")]
+        stale += [t for kind in ("tokenizers", "tokens") for t in sorted((paths.cache_dir() / kind).glob("*"))
+                  if not t.name.endswith(f"-t{current}")]
     return stale
-
-
-def _step_of(folder: Path) -> int:
-    return int(folder.name.split("-", 1)[1])
 
 
 def checkpoints(recipe: Recipe, out_dir: str | Path | None = None) -> list[Checkpoint]:
@@ -60,7 +70,7 @@ def checkpoints(recipe: Recipe, out_dir: str | Path | None = None) -> list[Check
     found = []
     for folder in run_dir(recipe, out_dir).glob("step-*"):
         state_file = folder / "training_state.json"
-        if not folder.name.removeprefix("step-").isdigit() or not state_file.is_file():
+        if hub.step(folder.name) is None or not state_file.is_file():  # a finished step-<n>, not a partial write
             continue
         state = json.loads(state_file.read_text())
         found.append(Checkpoint(recipe.suite, recipe.seed, state["step"], folder, state["validation"][-1]["loss"]))
@@ -80,13 +90,16 @@ def training_state(checkpoint: Checkpoint | str | Path) -> dict:
 
 # ---- writing and resuming --------------------------------------------------------------------------------------------
 
-def save_checkpoint(folder: Path, model, task, state: dict, optimizer=None) -> None:
-    """Write ``folder`` at once (model, preprocessor, optional optimiser state, ``training_state.json`` last)."""
+def save_checkpoint(folder: Path, model, task, state: dict, optimizer=None, scaler=None) -> None:
+    """Write ``folder`` at once (model, preprocessor, optional optimiser and float16 gradient scaler states,
+    ``training_state.json`` last)."""
     def write(tmp: Path):
         model.save_pretrained(tmp)
         task.preprocessor.save_pretrained(tmp)
         if optimizer is not None:
             torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        if optimizer is not None and scaler is not None and scaler.is_enabled():
+            torch.save(scaler.state_dict(), tmp / "grad_scaler.pt")
         (tmp / "training_state.json").write_text(json.dumps(state, indent=1))  # written last: marks completeness
 
     if folder.exists() and folder.name.startswith("resume-"):
@@ -96,12 +109,10 @@ def save_checkpoint(folder: Path, model, task, state: dict, optimizer=None) -> N
 
 def resumable(run: Path) -> Path | None:
     """The newest folder (checkpoint or snapshot) holding model, optimiser and state."""
-    best = None
-    for folder in [*run.glob("step-*"), *run.glob("resume-*")]:
-        if (folder / "optimizer.pt").is_file() and (folder / "training_state.json").is_file():
-            if best is None or _step_of(folder) > _step_of(best):
-                best = folder
-    return best
+    found = [folder for folder in [*run.glob("step-*"), *run.glob("resume-*")]
+             if (folder / "optimizer.pt").is_file() and (folder / "training_state.json").is_file()]
+    # the update a folder was written at, as its record says (its name is only where it was put)
+    return max(found, key=lambda folder: training_state(folder)["step"], default=None)
 
 
 def drop_old_optimizer_states(run: Path, keep: Path) -> None:
@@ -111,8 +122,9 @@ def drop_old_optimizer_states(run: Path, keep: Path) -> None:
             continue
         if folder.name.startswith("resume-"):
             shutil.rmtree(folder, ignore_errors=True)
-        elif (folder / "optimizer.pt").is_file():
-            (folder / "optimizer.pt").unlink()
+        else:
+            for name in ("optimizer.pt", "grad_scaler.pt"):
+                (folder / name).unlink(missing_ok=True)
 
 
 def fresh_state(recipe: Recipe, task, threads: int) -> dict:

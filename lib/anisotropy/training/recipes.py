@@ -5,6 +5,8 @@ model at initialisation (or read back from a checkpoint folder).
 
 Kinds: ``mlm`` (BertForMaskedLM, WordPiece), ``clm`` (GPT2LMHeadModel, byte-level BPE), ``char-mlm`` (BertForMaskedLM
 over bytes), ``vit`` (ViTForImageClassification on ``data.images.synthetic_shapes``), ``cnn`` (ResNetForImageClassification).
+Precision: float32 throughout, or mixed (``precision``: the forward pass under autocast in float16, with a gradient
+scaler, or bfloat16; the weights and the optimiser in float32), float16 by default on CUDA.
 What a run optimises lives in ``training.tasks``, its checkpoints on disk in ``training.checkpoints``, the loop in
 ``training``.
 """
@@ -37,6 +39,9 @@ ATTENTION_VARIANTS = {"standard": "sdpa", "qk_norm": "eager", "centred": "eager"
 # Measured (issue 17, benchmarks/results/recipes.jsonl): with absolute positions the best subword encoder of the sweep
 # ended 0.64 nats below the unigram baseline after 2,400 updates; with relative ones, 1.3-1.7 nats below after 800.
 POSITIONS = ("absolute", "relative_key", "relative_key_query")
+# The dtype of the forward pass (autocast; "float32": none). "auto" is float16 on CUDA (a T4's tensor cores; no
+# bfloat16 there) and float32 elsewhere, so the CPU-trained suites stay in float32.
+PRECISIONS = ("float32", "float16", "bfloat16")
 VALIDATION_EVERY = 10  # every 10th prose paragraph is held out for the validation loss
 # Text corpora: the docstring prose of the installed packages (local profile: millions of tokens, offline, keyed by
 # its content hash), the Python reference's prose (50k tokens: small tests), or WikiText-103 (train / validation
@@ -58,7 +63,9 @@ class Recipe:
     ``eval_every`` updates, on ``eval_size`` held-out sequences (the held-out text, masked several times over for
     the masked kinds) or images. ``threads``: torch CPU threads (0 = every core this process may use); part of the
     recipe because the thread count changes how matrix products are summed, hence the weights' last bits, and one
-    thread is also the fastest choice on a loaded 2-core machine (two threads spin against each other there)."""
+    thread is also the fastest choice on a loaded 2-core machine (two threads spin against each other there).
+    ``precision``: ``PRECISIONS``, or "auto" (float16 when ``device`` is CUDA, else float32), resolved here, so a
+    recipe and its training record name the precision it trains in."""
 
     suite: str
     kind: str
@@ -87,8 +94,14 @@ class Recipe:
     device: str = "cpu"
     threads: int = 1
     attention_variant: str = "standard"
+    precision: str = "auto"
 
     def __post_init__(self):
+        if self.precision == "auto":
+            object.__setattr__(self, "precision", "float16" if str(self.device).startswith("cuda") else "float32")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"Recipe {self.suite!r}: precision must be one of {PRECISIONS} or 'auto', "
+                             f"got {self.precision!r}")
         if self.kind not in KINDS:
             raise ValueError(f"Recipe {self.suite!r}: kind must be one of {KINDS}, got {self.kind!r}")
         if self.attention_variant not in ATTENTION_VARIANTS:
@@ -123,10 +136,12 @@ class Recipe:
 
     @property
     def hash(self) -> str:
-        """12 hex digits identifying the weights-determining content (every field but ``suite`` and ``seed``), the
-        trainer's code (``fingerprint.trainer()``: the trainer's modules, what they compute with, package versions)
-        and the training data."""
-        content = {k: v for k, v in asdict(self).items() if k not in ("suite", "seed")}
+        """12 hex digits identifying the weights-determining content (every field but ``suite`` and ``seed``;
+        ``precision`` only when it is not float32, so the recipes from before mixed precision keep their content),
+        the trainer's code (``fingerprint.trainer()``: the trainer's modules, what they compute with, package
+        versions) and the training data."""
+        content = {k: v for k, v in asdict(self).items()
+                   if k not in ("suite", "seed") and (k, v) != ("precision", "float32")}
         payload = {"recipe": content, "trainer": fingerprint.trainer(),
                    "data": data_fingerprint(self.kind, self.image_size, self.corpus)}
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
@@ -183,6 +198,18 @@ def data_fingerprint(kind: str, image_size: int, corpus: str = "prose") -> str:
     return hashlib.sha256(blob).hexdigest()[:12]
 
 
+def paragraph_batches(corpus: str, split: str):
+    """The paragraphs of one split (``train`` or ``validation``) of ``corpus`` in ``split_paragraphs``'s order, a
+    list at a time: WikiText-103 streamed from its Arrow files (its train split is ~540 MB of text), the small corpora
+    in one list."""
+    if split not in ("train", "validation"):
+        raise ValueError(f"split must be 'train' or 'validation', got {split!r}")
+    if corpus == "wikitext-103":
+        yield from wikipedia.wikitext_line_batches(split)
+    else:
+        yield split_paragraphs(corpus)[split == "validation"]
+
+
 @lru_cache(maxsize=2)
 def split_paragraphs(corpus: str = "prose") -> tuple[list[str], list[str]]:
     """(train, validation) paragraphs. Prose: every ``VALIDATION_EVERY``-th distinct paragraph is held out.
@@ -205,7 +232,7 @@ def _build_tokenizer(kind: str, vocab_size: int, seq_len: int, corpus: str = "pr
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
-    train_text, _ = split_paragraphs(corpus)
+    train_text = (p for batch in paragraph_batches(corpus, "train") for p in batch)  # streamed
     if kind == "clm":
         tok = Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

@@ -1,6 +1,8 @@
 """What a training run optimises, update by update: the batch of update ``k`` (packed token windows, BERT-style
 masks, or fresh synthetic images), drawn from ``SeedSequence([seed, k])``; the loss, with the language models' output
-layer fused into the cross-entropy (``linear_cross_entropy``); and the validation loss and baselines of a run.
+layer fused into the cross-entropy (``linear_cross_entropy``, under autocast too); and the validation loss and
+baselines of a run. The token streams are ``training.tokens`` arrays on disk, prepared once per corpus, split and
+tokenizer (``prepare``), and read a window at a time.
 """
 
 from __future__ import annotations
@@ -10,43 +12,65 @@ import math
 import numpy as np
 import torch
 
+from anisotropy import fingerprint
 from anisotropy.data import images as data_images
-from anisotropy.training.recipes import TEXT_KINDS, Recipe, image_processor, pixel_values, split_paragraphs, tokenizer
+from anisotropy.training import tokens
+from anisotropy.training.recipes import (TEXT_KINDS, Recipe, data_fingerprint, image_processor, paragraph_batches,
+                                         pixel_values, tokenizer)
 
 _VALIDATION_TAG = 2**31 - 1  # seeds the validation masks and images, the same for every training seed
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
     """mean_i [logsumexp_v z_iv - z_i,y_i] with z = h W^T + b, computed ``chunk`` rows at a time and recomputed in
-    the backward pass (dz = softmax(z) - onehot(y)), so the (rows x vocabulary) logits never exist whole."""
+    the backward pass (dz = softmax(z) - onehot(y)), so the (rows x vocabulary) logits never exist whole. The products
+    run in ``dtype`` (autocast's, under autocast), the log-sum-exp, softmax and weight gradient sums in float32 (or
+    the inputs' wider dtype)."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, targets, chunk):
+    def forward(ctx, hidden, weight, bias, targets, chunk, dtype):
         n = hidden.shape[0]
-        lse, picked = hidden.new_empty(n), hidden.new_empty(n)
-        for i in range(0, n, chunk):
-            z = _logits(hidden[i:i + chunk], weight, bias)
-            lse[i:i + chunk] = torch.logsumexp(z, dim=-1)
-            picked[i:i + chunk] = z.gather(1, targets[i:i + chunk, None]).squeeze(1)
+        w, b, wide = _cast(weight, dtype), _cast(bias, dtype), _wide(dtype)
+        lse, picked = hidden.new_empty(n, dtype=wide), hidden.new_empty(n, dtype=wide)
+        with torch.autocast(hidden.device.type, enabled=False):  # the dtypes are set here, not by autocast
+            for i in range(0, n, chunk):
+                z = _cast(_logits(_cast(hidden[i:i + chunk], dtype), w, b), wide)
+                lse[i:i + chunk] = torch.logsumexp(z, dim=-1)
+                picked[i:i + chunk] = z.gather(1, targets[i:i + chunk, None]).squeeze(1)
         ctx.save_for_backward(hidden, weight, bias, targets, lse)
-        ctx.chunk = chunk
+        ctx.chunk, ctx.dtype = chunk, dtype
         return (lse - picked).mean()
 
     @staticmethod
     def backward(ctx, grad):
         hidden, weight, bias, targets, lse = ctx.saved_tensors
-        n, chunk = hidden.shape[0], ctx.chunk
+        n, chunk, dtype = hidden.shape[0], ctx.chunk, ctx.dtype
+        w, b, wide = _cast(weight, dtype), _cast(bias, dtype), _wide(dtype)
         d_hidden, d_weight = torch.empty_like(hidden), torch.zeros_like(weight)
         d_bias = torch.zeros_like(bias) if bias is not None else None
-        for i in range(0, n, chunk):
-            p = _logits(hidden[i:i + chunk], weight, bias).sub_(lse[i:i + chunk, None]).exp_()
-            p[torch.arange(len(p)), targets[i:i + chunk]] -= 1.0
-            p.mul_(grad / n)
-            d_hidden[i:i + chunk] = p @ weight
-            d_weight.addmm_(p.T, hidden[i:i + chunk])
-            if d_bias is not None:
-                d_bias += p.sum(0)
-        return d_hidden, d_weight, d_bias, None, None
+        with torch.autocast(hidden.device.type, enabled=False):
+            for i in range(0, n, chunk):
+                h = _cast(hidden[i:i + chunk], dtype)
+                p = _cast(_logits(h, w, b), wide).sub_(lse[i:i + chunk, None]).exp_()
+                p[torch.arange(len(p)), targets[i:i + chunk]] -= 1.0
+                p.mul_(grad / n)
+                low = _cast(p, dtype)
+                d_hidden[i:i + chunk] = low @ w
+                if low.dtype == d_weight.dtype:
+                    d_weight.addmm_(low.T, h)
+                else:  # a low-precision product per chunk, summed over the chunks in float32
+                    d_weight += low.T @ h
+                if d_bias is not None:
+                    d_bias += p.sum(0)
+        return d_hidden, d_weight, d_bias, None, None, None
+
+
+def _cast(tensor, dtype):
+    return tensor if tensor is None or tensor.dtype == dtype else tensor.to(dtype)
+
+
+def _wide(dtype):
+    return torch.promote_types(dtype, torch.float32)
 
 
 def _logits(hidden, weight, bias):
@@ -56,10 +80,13 @@ def _logits(hidden, weight, bias):
 def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                          targets: torch.Tensor, chunk: int = 256) -> torch.Tensor:
     """``F.cross_entropy(hidden @ weight.T + bias, targets)`` (mean over rows, natural log), with its gradients, in
-    blocks of ``chunk`` rows. Measured on a 2-core EPYC whose fresh memory pages cost ~10 us each: the GPT-2 recipe's
-    output layer and loss (2,048 rows x 4,096 tokens) took 0.30 s a step whole and 0.23 s in blocks, since the
-    32 MiB logits and their gradient never need new pages."""
-    return _LinearCrossEntropy.apply(hidden, weight, bias, targets, chunk)
+    blocks of ``chunk`` rows; under autocast the products run in its dtype and the loss is float32. Measured on a
+    2-core EPYC whose fresh memory pages cost ~10 us each: the GPT-2 recipe's output layer and loss (2,048 rows x
+    4,096 tokens) took 0.30 s a step whole and 0.23 s in blocks, since the 32 MiB logits and their gradient never need
+    new pages."""
+    device = hidden.device.type
+    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
+    return _LinearCrossEntropy.apply(hidden, weight, bias, targets, chunk, dtype)
 
 
 def _step_rng(seed: int, step: int) -> np.random.Generator:
@@ -78,15 +105,15 @@ class _TextTask:
         self.masked = recipe.kind != "clm"
         self.vocab_size = len(tok)
         self.special_ids = np.array(sorted(tok.all_special_ids))
-        joiner = tok.sep_token_id if self.masked else tok.eos_token_id
+        joiner = _joiner(recipe, tok)
         self.window = recipe.seq_len - 2 if self.masked else recipe.seq_len
-        train, held = split_paragraphs(recipe.corpus)
-        self.stream = self._stream(train, joiner)
-        held_stream = self._stream(held, joiner)
+        train, held = (self._tokens(split, joiner) for split in ("train", "validation"))
+        self.stream, self.counts = train.ids, train.counts  # the stream: a read-only memmap
+        held_stream = held.ids
         n = min(recipe.eval_size, len(held_stream) // self.window)
         if n < 1 or len(self.stream) <= self.window:
             raise ValueError(f"seq_len {recipe.seq_len} is too long for the {recipe.corpus} corpus")
-        windows = held_stream[: n * self.window].reshape(n, self.window)
+        windows = np.asarray(held_stream[: n * self.window], dtype=np.int64).reshape(n, self.window)
         if self.masked:  # a small held-out text is masked several times over, up to eval_size sequences
             windows = np.tile(windows, (max(1, recipe.eval_size // n), 1))
         rng = np.random.default_rng(np.random.SeedSequence([_VALIDATION_TAG]))
@@ -95,9 +122,9 @@ class _TextTask:
         self.sizes = {"train_tokens": int(len(self.stream)), "validation_tokens": int(len(held_stream)),
                       "validation_windows": int(n), "validation_sequences": int(len(windows))}
 
-    def _stream(self, paragraphs: list[str], joiner: int) -> np.ndarray:
-        encoded = self.preprocessor.backend_tokenizer.encode_batch(paragraphs, add_special_tokens=False)
-        return np.fromiter((t for para in encoded for t in (*para.ids, joiner)), dtype=np.int64)
+    def _tokens(self, split: str, joiner: int) -> tokens.TokenArray:
+        """The ``split``'s paragraphs as one token stream, each followed by ``joiner`` (``prepare``)."""
+        return corpus_tokens(self.recipe.corpus, split, self.preprocessor, joiner)
 
     def _assemble(self, windows: np.ndarray, rng: np.random.Generator) -> dict:
         if not self.masked:
@@ -117,12 +144,12 @@ class _TextTask:
     def batch(self, step: int) -> dict:
         rng = _step_rng(self.recipe.seed, step)
         starts = rng.integers(0, len(self.stream) - self.window + 1, size=self.recipe.batch_size)
-        return self._assemble(self.stream[starts[:, None] + np.arange(self.window)], rng)
+        return self._assemble(self.stream[starts[:, None] + np.arange(self.window)].astype(np.int64), rng)
 
     def _unigram_baseline(self) -> float:
         """Cross-entropy (nats) on the validation targets of the unigram distribution of the training stream
         (add-1/2 smoothed): what a model that ignores context can reach."""
-        counts = np.bincount(self.stream, minlength=self.vocab_size).astype(float) + 0.5
+        counts = self.counts.astype(float) + 0.5  # np.bincount of the stream, counted as it was written
         if self.masked:
             counts[self.special_ids] = 0.0  # masked targets are never special tokens
         with np.errstate(divide="ignore"):
@@ -196,3 +223,26 @@ class _ImageTask:
 def task_for(recipe: Recipe):
     """The recipe's training task (text windows or images): its preprocessor, batches, loss and validation."""
     return _TextTask(recipe) if recipe.kind in TEXT_KINDS else _ImageTask(recipe)
+
+
+def corpus_tokens(corpus: str, split: str, preprocessor, joiner: int) -> tokens.TokenArray:
+    """One split of a text corpus tokenized by ``preprocessor`` (a ``PreTrainedTokenizerFast``), each paragraph
+    followed by ``joiner``: a ``tokens`` array named by the corpus, its content, the tokenizer's own hash, the joiner
+    and the trainer's fingerprint (``checkpoints.stale_runs`` finds those of another trainer)."""
+    backend = preprocessor.backend_tokenizer
+    name = (f"{corpus}-{split}-{data_fingerprint('mlm', 0, corpus)}-k{tokens.tokenizer_fingerprint(backend)}"
+            f"-j{joiner}-t{fingerprint.trainer()}")
+    return tokens.token_array(name, lambda: paragraph_batches(corpus, split), backend, len(preprocessor), joiner)
+
+
+def prepare(recipe: Recipe) -> None:
+    """What a text recipe's runs share, made once before they start: its tokenizer and token arrays."""
+    if recipe.kind in TEXT_KINDS:
+        tok = tokenizer(recipe)
+        for split in ("train", "validation"):
+            corpus_tokens(recipe.corpus, split, tok, _joiner(recipe, tok))
+
+
+def _joiner(recipe: Recipe, tok) -> int:
+    """The token between two paragraphs of the stream: [SEP] for the masked kinds, <|endoftext|> for ``clm``."""
+    return tok.eos_token_id if recipe.kind == "clm" else tok.sep_token_id

@@ -2,12 +2,17 @@
 loop, the suites of a profile trained in parallel, and the tables the suites chapter shows. The module a chapter calls.
 
 A ``Recipe`` (``training.recipes``) fixes everything that determines the weights (kind, sizes, optimiser, steps, seed,
-attention variant). ``train(recipe)`` pretrains from scratch and saves checkpoints at log-spaced steps, step 0 (the
-initialisation) included, under ``paths.cache_dir()/checkpoints/<suite>/<recipe-hash>/seed-<k>/step-<n>``
-(``training.checkpoints``). Each checkpoint is a standard ``save_pretrained`` folder of a standard ``transformers``
-class with its tokenizer or image processor, so ``registry.load(path)`` reads it like a MultiBERTs or Pythia revision,
-plus ``training_state.json`` (step, recipe, loss curves so far, baselines). The newest checkpoint also holds
-``optimizer.pt`` for resuming.
+attention variant, precision). ``train(recipe)`` pretrains from scratch and saves checkpoints at log-spaced steps, step
+0 (the initialisation) included, under ``paths.checkpoints_dir()/<suite>/<recipe-hash>/seed-<k>/step-<n>``
+(``training.checkpoints``: the cache, or beside a results store moved to a folder of its own, such as Google Drive).
+Each checkpoint is a standard ``save_pretrained`` folder of a standard ``transformers`` class with its tokenizer or
+image processor, so ``registry.load(path)`` reads it like a MultiBERTs or Pythia revision, plus
+``training_state.json`` (step, recipe, loss curves so far, baselines). The newest checkpoint also holds
+``optimizer.pt`` for resuming (and ``grad_scaler.pt`` in float16).
+
+Precision: a float32 recipe trains as it always did; a mixed one (``Recipe.precision``, float16 by default on CUDA)
+runs the forward pass and the loss under ``torch.autocast`` in float16 with a gradient scaler (a step whose gradients
+overflow is skipped and the scale halved), or in bfloat16 without one; weights and optimiser stay float32.
 
 Determinism: the batch, the masking and the dropout of update ``k`` are drawn from ``SeedSequence([seed, k])``
 (``training.tasks``), so a run has no random state to carry across an interruption: weights + optimiser state at step
@@ -31,8 +36,8 @@ from anisotropy import executor, progress as progress_lines
 from anisotropy.training.checkpoints import (Checkpoint, checkpoints, drop_old_optimizer_states, fresh_state,
                                              is_trained, resumable, run_dir, save_checkpoint, training_state)
 from anisotropy.training.recipes import (BERT_KINDS, TEXT_KINDS, Recipe, build_model, data_fingerprint, load_model,
-                                         recipes, split_paragraphs, suite, tokenizer)
-from anisotropy.training.tasks import task_for
+                                         paragraph_batches, recipes, suite)
+from anisotropy.training.tasks import prepare, task_for
 
 
 # ---- the suites of a profile -----------------------------------------------------------------------------------------
@@ -64,12 +69,18 @@ def torch_threads(n: int | None):
         torch.set_num_threads(before)
 
 
+def autocast(recipe: Recipe, device: torch.device):
+    """The recipe's autocast context (none in float32)."""
+    dtype = getattr(torch, recipe.precision)
+    return torch.autocast(device.type, dtype=dtype, enabled=recipe.precision != "float32")
+
+
 def train(recipe: Recipe, out_dir: str | Path | None = None, progress: bool = True,
           snapshot_every_s: float = 300.0, threads: int | None = None, stop_after: int | None = None
           ) -> list[Checkpoint]:
     """Train ``recipe`` (or resume it, or reuse it if already trained) and return its checkpoints by step.
 
-    ``out_dir`` replaces ``cache_dir()/checkpoints`` as the root of the suites. Besides the checkpoints, a resumable
+    ``out_dir`` replaces ``paths.checkpoints_dir()`` as the root of the suites. Besides the checkpoints, a resumable
     snapshot is written every ``snapshot_every_s`` seconds of training. ``stop_after`` stops after that many updates
     (as an interruption would; for tests and for spreading a long run over sessions). ``threads`` defaults to
     ``recipe.threads``; another count trains correctly but not bit-identically to the recipe's (it is recorded in
@@ -85,12 +96,16 @@ def train(recipe: Recipe, out_dir: str | Path | None = None, progress: bool = Tr
     threads = threads or recipe.threads or executor.cores()
     with torch_threads(threads), torch.random.fork_rng(
             devices=[device] if device.type == "cuda" else []):
+        # float16's narrow range needs the loss scaled before the backward pass; disabled, the scaler passes through
+        scaler = torch.amp.GradScaler(device.type, enabled=recipe.precision == "float16")
         resume = resumable(run)
         if resume is not None:
             state = json.loads((resume / "training_state.json").read_text())
             model = load_model(recipe, resume).to(device)
             optimizer = make_optimizer(recipe, model)
             optimizer.load_state_dict(torch.load(resume / "optimizer.pt", map_location=device, weights_only=True))
+            if scaler.is_enabled():
+                scaler.load_state_dict(torch.load(resume / "grad_scaler.pt", weights_only=True))
         else:
             model = build_model(recipe, task).to(device)
             optimizer = make_optimizer(recipe, model)
@@ -107,14 +122,14 @@ def train(recipe: Recipe, out_dir: str | Path | None = None, progress: bool = Tr
 
         def validate(step: int) -> None:
             model.eval()
-            with torch.no_grad():
+            with torch.no_grad(), autocast(recipe, device):
                 state["validation"].append({"step": step, **task.evaluate(model, device)})
             model.train()
 
         if start == 0 and not state["validation"]:
             validate(0)
             folder = run / "step-0"
-            save_checkpoint(folder, model, task, checkpoint_state(0), optimizer)
+            save_checkpoint(folder, model, task, checkpoint_state(0), optimizer, scaler)
         last = recipe.steps if stop_after is None else min(recipe.steps, start + stop_after)
         bar = _progress_bar(recipe, start, progress)
         beat = progress_lines.Every(30.0)  # the build's console (the bar goes to the notebook, which drops it)
@@ -124,11 +139,14 @@ def train(recipe: Recipe, out_dir: str | Path | None = None, progress: bool = Tr
             for group in optimizer.param_groups:
                 group["lr"] = recipe.lr_at(step)
             batch = {k: v.to(device) for k, v in task.batch(step).items()}
-            loss = task.loss(model, batch)
-            loss.backward()
+            with autocast(recipe, device):
+                loss = task.loss(model, batch)
+            scaler.scale(loss).backward()
             if recipe.grad_clip > 0:
+                scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
                 torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
-            optimizer.step()
+            scaler.step(optimizer)
+            scaler.update()
             optimizer.zero_grad(set_to_none=True)
             state["train_loss"].append(float(loss.detach()))
             if step in eval_steps:
@@ -140,10 +158,10 @@ def train(recipe: Recipe, out_dir: str | Path | None = None, progress: bool = Tr
                              f"loss {np.mean(state['train_loss'][-20:]):.3f}", force=step == last)
             if step in ckpt_steps:
                 folder = run / f"step-{step}"
-                save_checkpoint(folder, model, task, checkpoint_state(step), optimizer)
+                save_checkpoint(folder, model, task, checkpoint_state(step), optimizer, scaler)
             elif step == last or time.perf_counter() - last_snapshot > snapshot_every_s:
                 folder = run / f"resume-{step}"
-                save_checkpoint(folder, model, task, checkpoint_state(step), optimizer)
+                save_checkpoint(folder, model, task, checkpoint_state(step), optimizer, scaler)
             else:
                 continue
             drop_old_optimizer_states(run, keep=folder)
@@ -173,15 +191,14 @@ def train_many(recipe_list, out_dir: str | Path | None = None, workers: int | No
     with its recipe's thread count), the costliest first; return ``{recipe: checkpoints}`` for all of them.
 
     A run's weights depend on its recipe only (the batch, masks and dropout of update k are drawn from (seed, k)), so
-    a parallel run ends bit-identical to a serial one (``tests/test_training.py``). What the runs share (the corpus,
-    the tokenizers) is prepared here first, once. ``workers`` defaults to the cores (``executor.cores()``); 1 trains
-    here, one run after another. ``progress`` prints one line per finished run (bars from several processes would
-    interleave)."""
+    a parallel run ends bit-identical to a serial one (``tests/test_training.py``). What the runs share (the
+    tokenizers, the token arrays of their corpora) is prepared here first, once. ``workers`` defaults to the cores
+    (``executor.cores()``); 1 trains here, one run after another. ``progress`` prints one line per finished run (bars
+    from several processes would interleave)."""
     recipe_list = list(recipe_list)
     todo = sorted((r for r in recipe_list if not is_trained(r, out_dir)), key=cost, reverse=True)
     for r in todo:
-        if r.kind in TEXT_KINDS:
-            tokenizer(r)  # trained once here rather than raced for by the workers
+        prepare(r)  # once here rather than raced for by the workers
     started = time.perf_counter()
 
     def done(job, found: list[Checkpoint]) -> None:
@@ -256,12 +273,12 @@ def corpus_summary(corpus: str) -> dict:
     """What a text corpus of the recipes is: ``description``, paragraphs, characters and (docstrings) documents of its
     train and validation splits, its ``content_hash`` (what the recipe hashes hold) and the ``packages`` it was read
     from (docstrings: name -> version)."""
-    train, held = split_paragraphs(corpus)
-    out = {"corpus": corpus, "description": sources.SOURCES[corpus].description if corpus in sources.SOURCES else corpus,
-           "train_paragraphs": len(train), "validation_paragraphs": len(held),
-           "train_chars": sum(map(len, train)), "validation_chars": sum(map(len, held)),
-           "content_hash": data_fingerprint("mlm", 0, corpus), "packages": {}, "train_documents": None,
-           "validation_documents": None}
+    out = {"corpus": corpus, "description": sources.SOURCES[corpus].description if corpus in sources.SOURCES else corpus}
+    for split in ("train", "validation"):  # counted a batch at a time: WikiText-103's train split is ~540 MB
+        sizes = np.array([(len(batch), sum(map(len, batch))) for batch in paragraph_batches(corpus, split)]).sum(0)
+        out[f"{split}_paragraphs"], out[f"{split}_chars"] = int(sizes[0]), int(sizes[1])
+    out |= {"content_hash": data_fingerprint("mlm", 0, corpus), "packages": {}, "train_documents": None,
+            "validation_documents": None}
     if corpus == "docstrings":
         found = docstrings.docstring_corpus()
         out.update(content_hash=found.content_hash, packages=dict(found.packages),

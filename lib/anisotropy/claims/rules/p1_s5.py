@@ -341,16 +341,20 @@ def other_drifts_opposite(axes: pd.DataFrame, min_heads: int = 1) -> Outcome:
 
 
 @rule
-def alignment_unlikely_at_random(qk: pd.DataFrame, alpha: float = 0.01, min_runs: int = 2) -> Outcome:
+def alignment_unlikely_at_random(qk: pd.DataFrame, alpha: float = 0.01, min_runs: int = 2,
+                                 head_dim: int | None = None) -> Outcome:
     """Section 5, "such an alignment is very unlikely to happen randomly": per run, at its last checkpoint, the
     median over heads of |cos(Q̄, K̄)| has a two-sided probability below ``alpha`` under the exact cosine of two
     independent isotropic vectors of the head dimension (``baseline.isotropic_abs_cosine_tail``); holds in most of at
-    least ``min_runs`` runs."""
+    least ``min_runs`` runs. With ``head_dim`` (the paper's d_h = 64), a run of another head dimension cannot answer:
+    chance alignment is likelier in fewer dimensions, so a claim about d_h = 64 is not decided at d_h = 16."""
     from anisotropy.measure.baseline import isotropic_abs_cosine_tail
 
     def test(part):
         _, last = run_ends(part)
         d = int(part["head_dim"].iloc[0])
+        if head_dim is not None and d != head_dim:
+            return None, f"head dimension {d}, not the claim's d_h = {head_dim}"
         median = float(last["cos_qk"].abs().median())
         p = float(isotropic_abs_cosine_tail(median, d))
         return p < alpha, (f"median |cos| {median:.2f} at step {int(last['step'].iloc[0]):,}, P(|cos| >= it) = {p:.1e} "
