@@ -392,10 +392,13 @@ def training_gpu_bytes(recipe: dict) -> float:
 # depends on the installed packages (5,977,207 characters in this checkout's environment), the prose is fixed.
 CORPUS_CHARS = {"prose": 164_045, "docstrings": 6_000_000, "wikitext-103": 546_500_949}
 TEXT_BYTES_PER_CHAR = 1.15  # a list of paragraphs: 1 byte a character and ~57 bytes a Python str (lines of ~300)
-# the tokenizer's Encoding objects (ids, type ids, token strings, offsets, masks) and the int64 stream built from
-# them, per character of the text encoded and per token it gives: the largest of byte-level runs of 4 to 20 MB and
-# BPE runs of 5 to 20 MB measured on the 2-core machine (103-116 bytes a token; tests/test_plan_measured.py)
-ENCODE_BYTES_PER_CHAR, ENCODE_BYTES_PER_TOKEN = 8.0, 115.0
+# What tokenizing holds, per character of the text encoded and per token it gives (tests/test_plan_measured.py, on the
+# 2-core machine): the tokenizer's Encoding objects (ids, type ids, token strings, offsets, masks) and the ids copied
+# out of them. All at once into one int64 stream (``training.tasks`` before issue 55): 103-116 bytes a token measured
+# on byte-level runs of 4 to 20 MB and BPE runs of 5 to 20 MB. A chunk at a time (``training.tokens.write``): the
+# ids also pass through lists of Python ints and two int64 arrays, 141-153 bytes a token of a chunk measured.
+ENCODE_BYTES_PER_CHAR = 8.0
+ENCODE_BYTES_PER_TOKEN = {"whole": 115.0, "chunked": 160.0}
 # Characters a second that preparation tokenizes, training a tokenizer first where the recipe needs one (20 MB in
 # 37-42 s on the 2-core machine, byte-level or BPE): a time, not a count, and the roughest number here.
 TOKENIZE_CHARS_PER_S = 0.5e6
@@ -408,22 +411,42 @@ def corpus_tokens(corpus: str, kind: str) -> float:
     return chars if kind == "char-mlm" else chars / CHARS_PER_TOKEN
 
 
-def encoding_bytes(chars: float, tokens: float) -> float:
-    """Host bytes of tokenizing ``chars`` characters that give ``tokens`` tokens at once (``ENCODE_BYTES_*``)."""
-    return ENCODE_BYTES_PER_CHAR * chars + ENCODE_BYTES_PER_TOKEN * tokens
+def encoding_bytes(chars: float, tokens: float, chunked: bool = False) -> float:
+    """Host bytes of tokenizing ``chars`` characters that give ``tokens`` tokens at once (``ENCODE_BYTES_*``: the
+    whole corpus into one stream, or, ``chunked``, one chunk of it into an on-disk array)."""
+    return ENCODE_BYTES_PER_CHAR * chars + ENCODE_BYTES_PER_TOKEN["chunked" if chunked else "whole"] * tokens
 
 
 def preparation_bytes(recipe: dict, chunk_chars: int | None = PREPARATION_CHUNK_CHARS) -> float:
     """Peak host bytes of preparing a text recipe's training data (``training.tasks``): the training split's
-    paragraphs held (``TEXT_BYTES_PER_CHAR``) and their tokenization (``encoding_bytes``) of the whole split, or of
-    ``chunk_chars`` characters at a time. 0 for the image kinds, whose batches are drawn fresh. Bytes."""
+    paragraphs held (``TEXT_BYTES_PER_CHAR``) and their tokenization (``encoding_bytes``), of the whole split at once
+    (``chunk_chars`` None), or of ``chunk_chars`` characters at a time into an on-disk token array
+    (``token_array_gib``), WikiText-103's paragraphs then streamed a batch at a time
+    (``training.recipes.paragraph_batches``; the small corpora stay one list). 0 for the image kinds, whose batches
+    are drawn fresh. Bytes."""
     if recipe.get("kind") in ("vit", "cnn"):
         return 0.0
     corpus = recipe.get("corpus", "prose")
     chars = CORPUS_CHARS.get(corpus, 0)
     tokens = corpus_tokens(corpus, recipe.get("kind", "mlm"))
-    share = 1.0 if chunk_chars is None or chars <= chunk_chars else chunk_chars / chars
-    return TEXT_BYTES_PER_CHAR * chars + encoding_bytes(share * chars, share * tokens)
+    if chunk_chars is None:
+        return TEXT_BYTES_PER_CHAR * chars + encoding_bytes(chars, tokens)
+    share = min(1.0, chunk_chars / chars) if chars else 1.0
+    held = share * chars if corpus == "wikitext-103" else chars
+    # and the token array's pages as training reads the memory-mapped file, which the resident set counts (the
+    # system may drop them: they are the file's)
+    return (TEXT_BYTES_PER_CHAR * held + encoding_bytes(share * chars, share * tokens, chunked=True)
+            + token_array_gib(recipe, chunk_chars) * GIB)
+
+
+def token_array_gib(recipe: dict, chunk_chars: int | None = PREPARATION_CHUNK_CHARS) -> float:
+    """Disk of a text recipe's training tokens where they are kept on disk (``chunk_chars`` not None:
+    ``training.tokens``): a token each in the smallest unsigned type that holds the vocabulary. GiB."""
+    if recipe.get("kind") in ("vit", "cnn") or chunk_chars is None:
+        return 0.0
+    vocab = 261 if recipe.get("kind") == "char-mlm" else recipe.get("vocab_size", 2048)
+    itemsize = 1 if vocab <= 256 else 2 if vocab <= 65536 else 4
+    return corpus_tokens(recipe.get("corpus", "prose"), recipe.get("kind", "mlm")) * itemsize / GIB
 
 
 def preparation_seconds(recipe: dict) -> float:
@@ -768,7 +791,10 @@ def estimate(p: Plan, gpu: str = FREE_GPU) -> dict:
     # The first MultiBERTs seed stays in the cache until its vectors are sampled.
     kept += sum(download_gib(c.model) for c in p.checkpoints if c.release and c.passes > 1 and _downloads(c))
     xet = xet_chunk_cache_gib(kept + released)
-    trained = sum(training_disk_gib(r) for r in p.runs)
+    # the runs' checkpoints, and each corpus's token array once (shared by the recipes of one tokenizer)
+    arrays = {(r.recipe.get("corpus"), r.recipe.get("kind"), r.recipe.get("vocab_size")):
+              token_array_gib(r.recipe, r.chunk_chars) for r in p.runs}
+    trained = sum(training_disk_gib(r) for r in p.runs) + sum(arrays.values())
     flops = {c: forward_flops(c) for c in p.checkpoints}
     metric = [(checkpoint_metric_flops(c), c.on_cpu) for c in p.checkpoints]
 
@@ -865,7 +891,7 @@ def _training_part(chapter: str, run: Training) -> Part:
     device = run.at_once * training_gpu_bytes(run.recipe) / GIB
     host = RUNTIME_GIB + training_host_bytes(run) / GIB
     return Part(chapter, run.name, run.group, "train", 0.0,
-                training_disk_gib(run), device if on_gpu else 0.0, host if on_gpu else host + device, host + device,
+                training_disk_gib(run) + token_array_gib(run.recipe, run.chunk_chars), device if on_gpu else 0.0, host if on_gpu else host + device, host + device,
                 {kind: training_seconds(run.recipe, kind if on_gpu else None) / 60 for kind in GPUS}, run.at_once,
                 run.sized_by, run.chunk_chars is not None)
 
