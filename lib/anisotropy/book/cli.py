@@ -1,5 +1,5 @@
-"""Command line: ``python -m anisotropy {build,run,sweep,sync,clean,profiles,chapters,calibrate,profile}``; errors
-print as one paragraph."""
+"""Command line: ``python -m anisotropy {build,run,sweep,sync,clean,profiles,chapters,plan,calibrate,profile}``;
+errors print as one paragraph."""
 
 from __future__ import annotations
 
@@ -61,6 +61,37 @@ def _print_chapters(name: str | None, profile: str) -> None:
         print(f"{row['name']} ({row['kind']}) = {row['notebook']!r}{shown}{allowed}")
         if row["meaning"]:
             print(f"    {row['meaning']}")
+
+
+def _plan(profile: str, names: list[str]) -> int:
+    """``anisotropy plan``: every chapter's parts under ``profile`` (``pages.budget.plan_table``), then what does not fit
+    the runtime the profile assumes (``chapters.plans.problems``); 1 when something does not fit, else 0."""
+    import pandas as pd
+
+    from anisotropy.chapters import plans
+    from anisotropy.pages import budget
+
+    order = runner.chapters()
+    unknown = [n for n in names if n not in order]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], order, n=1)
+        raise runner.RunnerError(f"No chapter {unknown[0]!r}" + (f"; did you mean {close[0]!r}?" if close else ".")
+                                 + f" Chapters: {', '.join(order)}.")
+    profiles.check_profile(profile, names or order)
+    chosen = names or order
+    table = budget.plan_table(plans.profile_plans(profile, chosen), budget.runtime(profile))
+    print(f"profile {profile!r} assumes {plans.runtime_words(profile)}. Times per part: the longest part's on a "
+          f"{budget.FREE_GPU}; in all: every part's, one after another.")
+    with pd.option_context("display.width", 250, "display.max_rows", None, "display.max_colwidth", 48):
+        print(table.to_string(index=False))
+    lines = [(name, line) for name in chosen for line in plans.problems(name, plans.parameters(name, profile), profile)]
+    if not lines:
+        print(f"every part of {len(chosen)} chapter(s) fits.")
+        return 0
+    print(f"{len(lines)} problem(s): these parts do not fit.")
+    for name, line in lines:
+        print(f"  - {name}: {line}")
+    return 1
 
 
 def _profile(args) -> None:
@@ -145,6 +176,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("name", nargs="?", help="a chapter: show its parameters (kind, what they allow, values)")
     p.add_argument("--profile", default="local", help="whose values to show beside the notebook's (default: local)")
 
+    p = sub.add_parser("plan", help="what each chapter asks of the runtime a profile assumes, part by part",
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=(
+                           "a part: what one session runs before the chapter can resume (a checkpoint's measurement, "
+                           "a training run);\nexits 1 naming every part that does not fit\nexamples:\n"
+                           "  python -m anisotropy plan --profile paper\n"
+                           "  python -m anisotropy plan --profile paper beyond_sharp_without_anisotropy"))
+    p.add_argument("names", nargs="*", metavar="CHAPTER", help="chapters to plan (default: all)")
+    p.add_argument("--profile", default="paper", help="whose parameters and runtime (default: paper)")
+
     p = sub.add_parser("calibrate", help="measure this machine (matrix products, memory, the suites' updates)")
     p.add_argument("--profile", default="local", help="whose suite recipes to time (default: local)")
     p.add_argument("--out", default=None, metavar="FILE", help="also write the calibration as JSON")
@@ -227,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name:<9} {profiles.load(name).get('description', '')}")
         elif args.command == "chapters":
             _print_chapters(args.name, args.profile)
+        elif args.command == "plan":
+            return _plan(args.profile, args.names)
         elif args.command == "profile":
             _profile(args)
     except UserError as exc:

@@ -272,7 +272,8 @@ def prepare(name: str, profile: str, overrides: dict | None = None, output=None,
     """The ``Job`` that executes chapter ``name`` under ``profile`` (plus ``overrides``) into ``output`` (a path or
     a URL; default ``book/executed/<name>.ipynb``), or, when a finished notebook with the same stamp (profile,
     parameters, source, code) is already there and neither ``rerun`` nor ``recompute`` is given, its reused
-    ``Outcome``. Parameters are checked here, before anything runs. ``recompute`` makes the chapter recompute every
+    ``Outcome``. Parameters are checked here, before anything runs, and so is the chapter's plan against the runtime
+    the profile assumes (``chapters.plans.check``). ``recompute`` makes the chapter recompute every
     result it reads from the store (``ANISOTROPY_RECOMPUTE``); ``env`` is added to the kernel's environment."""
     import nbformat
 
@@ -283,6 +284,11 @@ def prepare(name: str, profile: str, overrides: dict | None = None, output=None,
     stamp = _stamp(profile, params, name)
     if not (rerun or recompute) and _is_current(output, stamp):
         return Outcome(name, output, 0.0, reused=True, params=params)
+    # what the chapter's first cell checks (chapters.plans.apply), here before a kernel starts: a part that does not
+    # fit the profile's runtime stops the run in one line
+    from anisotropy.chapters import plans
+
+    plans.check(name, {k: v for k, v in {**defaults, **given}.items() if k not in profiles.RUNTIME}, profile)
     kernel_env = {"ANISOTROPY_RUNNER": "1",  # parameters are checked here; profiles.apply need not check again
                   "ANISOTROPY_FIGURES": str(root() / "_build" / "figures" / name), **KERNEL_MALLOC, **(env or {})}
     if recompute:

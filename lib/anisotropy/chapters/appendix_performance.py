@@ -100,8 +100,8 @@ def worked(p: budget.Plan, gpu: str = budget.FREE_GPU):
     sizes, as a table whose ``minutes`` add up to its ``gpu_minutes``: per model (its checkpoints together) the forward
     passes, 2 x parameters x tokens flops at the dtype's peak rate x ``EFFICIENCY`` (tokens = examples x positions x
     passes); the per-batch metrics (``checkpoint_metric_flops``); then the downloads at ``HUB_MB_PER_S``, the loads at
-    ``LOAD_S`` each, and the training. Columns: term, model, parameters, tokens, TFLOP, rate (TFLOP/s, the peak),
-    minutes."""
+    ``LOAD_S`` each, the training (at its precision's rate, with its data's preparation) and what the chapter
+    computes itself. Columns: term, model, parameters, tokens, TFLOP, rate (TFLOP/s, the peak), minutes."""
     kind, seconds = budget.GPUS[gpu], budget.gpu_seconds
     rows = []
     by_model: dict[tuple[str, str], list[budget.Checkpoint]] = {}
@@ -124,6 +124,44 @@ def worked(p: budget.Plan, gpu: str = budget.FREE_GPU):
                  "minutes": e["download_gib"] * 1024 / rate / 60})
     rows.append({"term": f"loads, {n_loads} at {load_s:.0f} s", "minutes": load_s * n_loads / 60})
     if e["training_minutes"]:
-        rows.append({"term": "training", "TFLOP": p.training_flops / 1e12, "rate (TFLOP/s)": kind.rate("float32"),
+        precisions = sorted({budget.precision(r.recipe) for r in p.runs})
+        rows.append({"term": f"training ({', '.join(precisions)}), with its data's preparation",
+                     "TFLOP": p.training_flops / 1e12,
+                     "rate (TFLOP/s)": kind.rate(precisions[0]) if len(precisions) == 1 else None,
                      "minutes": e["training_minutes"]})
+    if e["work_tflop"] or any(w.cpu_seconds for w in p.work):
+        work = sum(part.minutes[gpu] for part in budget.parts(p) if part.kind == "compute")
+        rows.append({"term": "the chapter's own computations", "TFLOP": e["work_tflop"], "minutes": work})
     return pd.DataFrame(rows, columns=["term", "model", "parameters", "tokens", "TFLOP", "rate (TFLOP/s)", "minutes"])
+
+
+def paper_plan(profile: str = "paper") -> dict:
+    """The plan of every chapter under ``profile``, part by part, as ``python -m anisotropy plan --profile paper``
+    prints it (``pages.budget.plan_table`` of ``chapters.plans.profile_plans``, in the book's chapter order): ``table``
+    (worded), ``rows`` (the numbers), ``problems`` (chapter -> what does not fit, ``chapters.plans.problems``),
+    ``runtime`` (the runtime in words)."""
+    from anisotropy import profiles
+    from anisotropy.chapters import plans
+
+    order = profiles.chapters()
+    found = plans.profile_plans(profile, order)
+    rt = budget.runtime(profile)
+    return {"table": budget.plan_table(found, rt), "rows": budget.plan_rows(found, rt),
+            "problems": {p.chapter: plans.problems(p.chapter, plans.parameters(p.chapter, profile), profile)
+                         for p in found},
+            "runtime": plans.runtime_words(profile)}
+
+
+def plan_words(plan: dict) -> dict:
+    """What the page says of ``paper_plan``'s plan: ``parts`` (their number), ``t4_hours`` (every part on a T4, one
+    after another), ``longest`` (the longest part's time and chapter), ``fits`` (whether every part fits, in words)."""
+    rows = plan["rows"]
+    chapters = [r for r in rows if r["part"] == "all parts" and r["chapter"] != "every chapter"]
+    every = next(r for r in rows if r["chapter"] == "every chapter")
+    longest = max(chapters, key=lambda r: r[f"{budget.FREE_GPU} per part"])
+    failing = {c: lines for c, lines in plan["problems"].items() if lines}
+    return {"parts": every["parts"], "t4_hours": every[f"{budget.FREE_GPU} in all"] / 60,
+            "longest": f"{budget.minutes_text(longest[f'{budget.FREE_GPU} per part'])} ({longest['chapter']})",
+            "fits": "every part fits" if not failing else
+                    f"{sum(len(v) for v in failing.values())} problem(s) in {len(failing)} chapter(s) "
+                    f"({', '.join(failing)}) keep it from fitting"}

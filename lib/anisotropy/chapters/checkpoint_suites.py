@@ -76,7 +76,12 @@ def paper_scale() -> str:
 
 
 def plan(p: dict, out: budget.Plan) -> None:
-    """Every seed of every suite of ``p["suites"]`` trained (``training.recipes.suite_specs``); nothing downloaded but
-    a corpus other than the offline prose."""
-    for spec in p["suites"].values():
-        out.train(spec, len(spec.get("seeds", [0])))
+    """Every seed of every suite of ``p["suites"]`` trained (``training.recipes.suite_specs``), ``workers`` runs at
+    once (``training.trainer.train_many``; 0: one per core of the profile's runtime); nothing downloaded but a corpus
+    other than the offline prose."""
+    runs = sum(len(spec.get("seeds", [0])) for spec in p["suites"].values())
+    at_once = min(p.get("workers") or budget.runtime(out.profile).cpus, runs)
+    for name, spec in p["suites"].items():
+        seeds = spec.get("seeds", [0])
+        out.train(spec, len(seeds), names=[f"{name} seed {s}" for s in seeds], at_once=at_once, group=name,
+                  sized_by=(f"suites.{name}.steps", f"suites.{name}.batch_size"))

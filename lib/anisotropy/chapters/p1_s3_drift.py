@@ -12,7 +12,7 @@ def plan(p: dict, out: budget.Plan) -> None:
     """The models of the three Section 3 pages with their parameters (the profiles give both the same values, through
     YAML anchors): when those pages ran in this runtime the drift page reads their stored measurements and loads
     nothing (``Checkpoint.reused_from``); on a fresh runtime (an empty store) it measures every one of them itself."""
-    common = dict(variant=p["variant"], batch_size=p["batch_size"])
+    common = dict(variant=p["variant"], batch_size=p["batch_size"], device=p.get("device"))
     parts = {
         "p1_s3_token_level": dict(common, models=p["token_models"], pretrained=p.get("pretrained", []),
                                   source=p["text_source"], n_samples=p["n_texts"], max_length=p["token_max_length"]),
@@ -26,7 +26,11 @@ def plan(p: dict, out: budget.Plan) -> None:
     }
     for chapter, params in parts.items():
         part = plans.plan(chapter, params, out.profile)
-        out.checkpoints += [dataclasses.replace(c, reused_from=chapter) for c in part.checkpoints]
+        names = {"n_samples": "n_char_texts" if chapter == "p1_s3_character_level" else "n_texts",
+                 "max_length": "char_max_length" if chapter == "p1_s3_character_level" else "token_max_length"}
+        out.checkpoints += [dataclasses.replace(c, reused_from=chapter,
+                                                sized_by=tuple(names.get(k, k) for k in c.sized_by))
+                            for c in part.checkpoints]
         out.data += part.data
     out.notes.append("reuses the measurements the three Section 3 chapters stored (same models, same data) when they "
                      "ran in this runtime; the estimates are a fresh runtime's, which measures them all")

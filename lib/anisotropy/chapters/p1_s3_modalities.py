@@ -127,16 +127,19 @@ def support_words(frame: pd.DataFrame) -> str:
 
 
 def plan(p: dict, out: budget.Plan) -> None:
-    """Every pretrained speech model on ``n_speech`` clips and every vision model on ``n_images`` images
-    (``per_model`` may change a model's count), read ``batch_size`` at a time, one sum of unit vectors per example and
-    layer (``experiments.layerwise.FirstMoments``)."""
-    pretrained = p["variant"] == "pretrained"
-    speech = list(p["speech_models"]) if pretrained else []
-    vision = list(p["vit_models"] + p["cnn_models"]) if pretrained else []
+    """Every speech model on ``n_speech`` clips and every vision model on ``n_images`` images (pretrained, or with
+    random weights at true size when ``variant`` is "untrained": nothing downloaded; ``per_model`` may change a
+    model's count), read ``batch_size`` at a time, one sum of unit vectors per example and layer
+    (``experiments.layerwise.FirstMoments``)."""
+    variant = p["variant"] if p["variant"] in ("pretrained", "untrained") else None  # tiny models: toy sizes
+    speech = list(p["speech_models"]) if variant else []
+    vision = list(p["vit_models"] + p["cnn_models"]) if variant else []
     examples = p1_s3_token_level.examples
+    common = dict(batch=p["batch_size"], per_example=True, variant=variant or "pretrained",
+                  on_cpu=p.get("device") == "cpu")
     out.checkpoints += [budget.Checkpoint(m, None, examples(p, m, p["n_speech"]),
-                                          WHISPER_FRAMES if "whisper" in m else SPEECH_FRAMES, batch=p["batch_size"],
-                                          per_example=True) for m in speech]
+                                          WHISPER_FRAMES if "whisper" in m else SPEECH_FRAMES,
+                                          sized_by=("n_speech", "batch_size"), **common) for m in speech]
     out.checkpoints += [budget.Checkpoint(m, None, examples(p, m, p["n_images"]), IMAGE_PATCHES,
-                                          batch=p["batch_size"], per_example=True) for m in vision]
+                                          sized_by=("n_images", "batch_size"), **common) for m in vision]
     out.data += [(p["speech_source"], p["n_speech"]), (p["image_source"], p["n_images"])]

@@ -131,10 +131,14 @@ def examples(p: dict, model: str, n: int) -> int:
 
 
 def plan(p: dict, out: budget.Plan) -> None:
-    """Every model of ``models`` (when ``variant`` is pretrained) and of ``pretrained`` on ``n_samples`` texts of
-    ``max_length`` tokens (``per_model`` may change a model's count), read ``batch_size`` at a time, one sum of unit
-    vectors per text and layer (``experiments.layerwise.FirstMoments``)."""
-    names = (list(p["models"]) if p["variant"] == "pretrained" else []) + list(p.get("pretrained", []))
+    """Every model of ``models`` (pretrained, or with random weights at true size when ``variant`` is "untrained":
+    nothing downloaded) and of ``pretrained`` on ``n_samples`` texts of ``max_length`` tokens (``per_model`` may
+    change a model's count), read ``batch_size`` at a time, one sum of unit vectors per text and layer
+    (``experiments.layerwise.FirstMoments``)."""
+    variant = p["variant"] if p["variant"] in ("pretrained", "untrained") else None  # tiny models: toy sizes
+    names = [(m, variant) for m in p["models"] if variant] + [(m, "pretrained") for m in p.get("pretrained", [])]
     out.checkpoints += [budget.Checkpoint(m, None, examples(p, m, p["n_samples"]), p["max_length"],
-                                          batch=p.get("batch_size", 8), per_example=True) for m in names]
+                                          batch=p.get("batch_size", 8), per_example=True, variant=v,
+                                          on_cpu=p.get("device") == "cpu",
+                                          sized_by=("n_samples", "batch_size", "max_length")) for m, v in names]
     out.data.append((p["source"], p["n_samples"]))

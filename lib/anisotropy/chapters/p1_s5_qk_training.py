@@ -255,7 +255,10 @@ def plan(p: dict, out: budget.Plan) -> None:
             revisions = p["revisions"] or registry.spec(f"multiberts-seed-{seed}").revisions
             out.checkpoints += [budget.Checkpoint(f"multiberts-seed-{seed}", r, p["n_samples"], p["max_length"],
                                                   batch=p["batch_size"], release=True,
-                                                  passes=2 if seed == p["seeds"][0] else 1) for r in revisions]
+                                                  passes=2 if seed == p["seeds"][0] else 1,
+                                                  on_cpu=p.get("device") == "cpu",
+                                                  sized_by=("n_samples", "max_length", "batch_size"))
+                                for r in revisions]
     else:
         _train_suites(out, {p["encoder"]: p["seeds"]})
     _train_suites(out, {name: None for name in p.get("extensions") or []})
@@ -271,4 +274,5 @@ def _train_suites(out: budget.Plan, wanted: dict) -> None:
     for name, seeds in wanted.items():
         if name in specs:
             spec = specs[name]
-            out.train(spec, len([s for s in spec.get("seeds", [0]) if seeds is None or s in seeds]), suite=name)
+            chosen = [s for s in spec.get("seeds", [0]) if seeds is None or s in seeds]
+            out.train(spec, len(chosen), suite=name, names=[f"{name} seed {s}" for s in chosen])

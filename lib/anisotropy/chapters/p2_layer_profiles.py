@@ -170,19 +170,30 @@ def plan(p: dict, out: budget.Plan, metrics=batches.DEFAULT_METRICS, extra_state
     windows are shorter than ``max_length``: ``budget.text_positions``), ``spectral.profile``'s ``extraction_batch``
     at a time; every hidden state (and ``extra_states`` more, e.g. a split final norm) pools ``batch_size`` x
     ``n_batches`` vectors (``spectral.measure``), measured ``batch_size`` at a time with ``metrics`` (and the robust
-    readings of the sigma_1 share with ``robust``)."""
+    readings of the sigma_1 share with ``robust``). The models of ``untrained`` (and of ``models`` when ``variant`` is
+    "untrained") are measured the same way with random weights at true size, nothing downloaded, pooling
+    ``untrained_n_batches`` (``models_n_batches``) batches."""
     texts_at_once = inspect.signature(spectral.profile).parameters["extraction_batch"].default
     dtype = p.get("dtype", "float32")
-    names = list(p.get("pretrained", [])) + (list(p.get("models", []))
-                                             if p.get("variant", "pretrained") == "pretrained" else [])
-    host = dict(pool=p["batch_size"] * p["n_batches"], metric_batch=p["batch_size"], extra_states=extra_states,
-                metrics=tuple(metrics), robust=robust)
+    on_cpu = p.get("device") == "cpu"
+    variant = p.get("variant", "pretrained")
+    named = list(p.get("models", []))
+    names = [(m, "pretrained", p["n_batches"], "n_batches") for m in p.get("pretrained", [])]
+    names += [(m, "pretrained", p["n_batches"], "n_batches") for m in (named if variant == "pretrained" else [])]
+    names += [(m, "untrained", p.get("untrained_n_batches", 1), "untrained_n_batches") for m in p.get("untrained", [])]
+    names += [(m, "untrained", p.get("models_n_batches", 1), "models_n_batches")
+              for m in (named if variant == "untrained" else [])]
     positions = budget.text_positions(p["source"], p["max_length"])
-    out.checkpoints += [budget.Checkpoint(m, None, p["n_texts"], positions, dtype, texts_at_once, **host)
-                        for m in names]
+
+    def host(n_batches: int, knob: str) -> dict:
+        return dict(pool=p["batch_size"] * n_batches, metric_batch=p["batch_size"], extra_states=extra_states,
+                    metrics=tuple(metrics), robust=robust, on_cpu=on_cpu, sized_by=(knob, "batch_size", "n_texts", "max_length"))
+
+    out.checkpoints += [budget.Checkpoint(m, None, p["n_texts"], positions, dtype, texts_at_once, variant=v,
+                                          **host(n, knob)) for m, v, n, knob in names]
     for key in ("pythia", "bloom"):
         for name in p.get(f"{key}_models", []):
             revisions, _ = registry.checkpoint_revisions(name, p[f"{key}_revisions"])
-            out.checkpoints += [budget.Checkpoint(name, r, p["n_texts"], positions, dtype, texts_at_once, True, **host)
-                                for r in revisions]
+            out.checkpoints += [budget.Checkpoint(name, r, p["n_texts"], positions, dtype, texts_at_once, True,
+                                                  **host(p["n_batches"], "n_batches")) for r in revisions]
     out.data.append((p["source"], p["n_texts"]))

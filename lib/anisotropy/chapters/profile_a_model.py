@@ -73,11 +73,14 @@ def plan(p: dict, out: budget.Plan) -> None:
     """The profile command's measurement (``experiments.model_profile``): every token vector summed per example for
     Paper 1's interval and pooled for Paper 2's batches, at most ``N_BATCHES`` of ``BATCH_SIZE`` per state, measured
     with ``PAPER2_METRICS``, ``EXTRACTION_BATCH`` texts at a time. A model outside the registry (a folder, a file,
-    another Hub id) has no size to count: a note says so; random weights download nothing."""
-    if p.get("variant", "pretrained") != "pretrained":
+    another Hub id) has no size to count: a note says so; random weights at true size ("untrained") download
+    nothing, toy-size ones ("tiny") are not counted."""
+    variant = p.get("variant", "pretrained")
+    if variant not in ("pretrained", "untrained"):
         return
     host = dict(pool=batches.BATCH_SIZE * model_profile.N_BATCHES, metric_batch=batches.BATCH_SIZE, per_example=True,
-                metrics=model_profile.PAPER2_METRICS)
+                metrics=model_profile.PAPER2_METRICS, variant=variant, on_cpu=p.get("device") == "cpu",
+                sized_by=("n", "max_length"))
     known = [registry.spec(m).name for m in p["models"] if registry.known(m)]
     positions = p["max_length"] if p.get("text") else budget.text_positions(p["source"], p["max_length"])
     out.checkpoints += [budget.Checkpoint(m, None, p["n"], positions, p.get("dtype") or "float32",

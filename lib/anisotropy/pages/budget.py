@@ -1,23 +1,38 @@
-"""What a chapter will ask of a Colab runtime: the cost model. A chapter's requests under given parameters (a
-``Plan``: ``Checkpoint`` and data sources, and the training the chapter does) are written by the chapter itself, in
-its module's ``plan(p, out)`` (``chapters.plans.plan(chapter, params, profile)`` finds it by name); this module turns
-them into estimates of download, disk, GPU and CPU memory and time on a Colab GPU (a T4 unless another kind of
-``GPUS`` is named), computed from the registry's parameter counts and the chapter's sample sizes (never typed by hand).
+"""What a chapter will ask of a runtime: the cost model. A chapter's requests under given parameters (a ``Plan``:
+``Checkpoint`` measurements and data sources, ``Training`` runs, and ``Work`` it computes itself) are written by the
+chapter itself, in its module's ``plan(p, out)`` (``chapters.plans.plan(chapter, params, profile)`` finds it by
+name); this module turns them into estimates of download, disk, GPU and host memory and time on a Colab GPU (a T4
+unless another kind of ``GPUS`` is named), computed from the registry's parameter counts, the recipes' sizes and the
+chapter's sample sizes (never typed by hand).
 
-``estimate(plan, gpu)`` gives the sizes and minutes on that kind of GPU, with the minutes on every kind beside;
-``table`` is what a chapter page shows, ``describe`` and ``summary`` its sentences, and ``problems`` says what would
-not fit a free Colab runtime (``COLAB``: a T4, 12.7 GiB of host memory, two vCPUs) with the largest setting that does.
-The estimates are rough by design (stated on the page): the download assumes ``HUB_MB_PER_S``, the compute a fixed
-share of the GPU's peak rate.
+**Parts.** A part is what one session runs before the chapter can resume: the unit whose results are stored when it
+ends. One checkpoint's measurement (a model, or one revision of a series: each is stored under its own key as it
+ends), one training run (read once complete), or one piece of the chapter's own work. A chapter run again after a
+disconnect reads every finished part from its store and goes on with the next, so a chapter may span sessions while
+each part must fit one. ``parts(plan)`` derives them from the plan (``Part``: download, disk, GPU and host memory,
+minutes on every kind of GPU); ``part_problems`` and ``fit`` say what does not fit a ``Runtime``, the machine a
+profile assumes (``runtime(profile)``, its ``runtime:`` line: ``RUNTIMES``, Colab's limits written once in
+``COLAB``); ``plan_rows`` and ``plan_table`` are what ``python -m anisotropy plan`` prints and the performance appendix
+shows.
 
-Host memory (``host_ram_bytes``) counts what the measuring code holds on the CPU side, derived from what it allocates:
-Paper 2's per-layer pools (``measure.batches.BatchedLayer``: ``pool_bytes``) and Section 3's per-example sums with their
-bootstrap interval (``experiments.layerwise.FirstMoments``: ``per_example_bytes``). Disk counts hf-xet's chunk cache
-(``xet_chunk_cache_gib``). A model whose size the registry does not know is listed as unknown, never counted as 0.
+``estimate(plan, gpu)`` gives a chapter's sizes and minutes on that kind of GPU, its parts one after another in one
+runtime, with the minutes on every kind beside; ``table`` is what a chapter page shows, ``describe`` and ``summary``
+its sentences, and ``problems`` says what would not fit a free Colab runtime, part by part. The estimates are rough by
+design (stated on the page): the download assumes ``HUB_MB_PER_S``, the compute a fixed share of the GPU's peak rate
+(``EFFICIENCY``) at the dtype's rate (a training recipe's ``precision``: float16 autocast on CUDA by default).
+
+GPU memory counts the weights, one forward pass's activations (``forward_bytes``) and what a measurement keeps where
+the model is; a training run's weights, gradients, optimiser state and activations (``training_gpu_bytes``). Host
+memory counts what the measuring code holds on the CPU side, derived from what it allocates: Paper 2's per-layer pools
+(``measure.batches.BatchedLayer``: ``pool_bytes``) and Section 3's per-example sums with their bootstrap interval
+(``experiments.layerwise.FirstMoments``: ``per_example_bytes``), and a training run's data preparation
+(``preparation_bytes``). tests/test_plan_measured.py checks these formulas against what the code allocates at real
+sizes. Disk counts hf-xet's chunk cache (``xet_chunk_cache_gib``) and a training run's checkpoints. A model whose size
+the registry does not know is listed as unknown, never counted as 0.
 """
-
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 import os
@@ -62,11 +77,51 @@ GPUS = {g.name: g for g in (
     GpuKind("A100", 42_405_855_232 / 2**30, {"float16": 312.0, "bfloat16": 312.0, "float32": 19.5, "float64": 9.7},
             1555.0))}
 FREE_GPU = "T4"  # the GPU of a free Colab runtime: what the estimates and ``problems`` assume unless told otherwise
-# A free Colab runtime with a T4 (2026): GPU memory, host memory and disk, in GiB.
-COLAB = {"gpu": GPUS[FREE_GPU].memory_gib, "ram": 12.7, "disk": 78.0, "hours": 12.0}  # hours: the longest session
-# The host-memory limit ``problems`` checks against, in GiB: the memory gauge of a free Colab runtime shows "System
-# RAM 12.7 GB" (its /proc/meminfo MemTotal, about 13.3e6 kB = 12.7 GiB).
+# A free Colab runtime with a T4 (2026), the one place its limits are written (GiB, hours):
+# - gpu: the T4's 16 GB as a runtime sees it, about 15 GiB (ECC on; ``GPUS``);
+# - ram: the memory gauge of a free runtime shows "System RAM 12.7 GB" (its /proc/meminfo MemTotal, about 13.3e6 kB);
+#   about 2 GB of it is taken when a notebook starts (googlecolab/colabtools issues), which ``RUNTIME_GIB`` counts;
+# - cpus: two vCPUs (``os.cpu_count()`` on a free runtime);
+# - disk: the gauge's "Disk 78.2 GB", of which about 38 GB is the system image (Python, CUDA, the preinstalled
+#   packages): what a chapter may fill is the difference;
+# - session_hours: the longest a part may run. A free session lasts at most 12 h (``hours``, Colab's FAQ) but ends
+#   when idle or when the unpublished GPU quota is spent, often after a few hours: 3 h is what a part may take to be
+#   safe (issue 55).
+COLAB = {"gpu": GPUS[FREE_GPU].memory_gib, "ram": 12.7, "cpus": 2, "disk": 78.0, "system_disk": 38.0,
+         "session_hours": 3.0, "hours": 12.0}
+# The host-memory limit ``problems`` checks against, in GiB.
 HOST_RAM_LIMIT_GIB = COLAB["ram"]
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """A machine a profile assumes (its ``runtime:`` line): ``gpu`` a kind of ``GPUS`` (None: no GPU; a chapter's
+    device memory is then host memory), ``ram_gib`` its host memory, ``cpus``, ``disk_gib`` the disk a chapter may fill
+    (None: not checked), ``part_hours`` the longest a part may run (None: no limit)."""
+
+    name: str
+    description: str
+    gpu: str | None
+    ram_gib: float
+    cpus: int
+    disk_gib: float | None
+    part_hours: float | None
+
+
+RUNTIMES = {r.name: r for r in (
+    Runtime("colab-t4", "a free Colab runtime with a T4", FREE_GPU, COLAB["ram"], COLAB["cpus"],
+            COLAB["disk"] - COLAB["system_disk"], COLAB["session_hours"]),
+    # The book's own build machine (and a laptop): 2 cores, 24 GiB of memory, no GPU. A part's time is not limited
+    # here: the local and smoke books are timed by their builds (benchmarks/results/builds.csv), and their disk by
+    # what the tests leave; memory is what a parameter set too large runs out of.
+    Runtime("cpu", "a 2-core machine without a GPU and 24 GiB of memory", None, 24.0, 2, None, None))}
+
+
+def runtime(profile: str) -> Runtime:
+    """The runtime ``profile`` assumes (its file's ``runtime:``, or its base's; ``cpu`` where none is named)."""
+    from anisotropy import profiles
+
+    return RUNTIMES[profiles.load(profile).get("runtime") or "cpu"]
 RUNTIME_GIB = 1.5  # host memory of the kernel itself: Python, torch, the CUDA context, tokenizer and data
 IMAGE_SIZE = 224  # pixels per side of the images the Section 3 vision models read (their processors' crop)
 # hf-xet's chunk cache (<HF_XET_CACHE>/<endpoint>/chunk-cache) holds the pieces of downloaded files again, up to
@@ -77,6 +132,9 @@ XET_CHUNK_CACHE_DEFAULT_BYTES = 10_000_000_000
 EFFICIENCY = 0.3  # share of the peak a measurement loop reaches (small batches, hooks, copies to the CPU)
 # Peak float32 rate of two vCPUs (a free Colab CPU runtime, a laptop): AVX2 FMA, 2 x 32 flop/cycle x ~2.2 GHz.
 CPU_TFLOPS = 0.14
+# float32 standard normals a second that NumPy's Generator draws on one such vCPU (its ziggurat: about 1e8 on a
+# desktop core, fewer on a shared one); Appendix B's Monte Carlo is made of them.
+NORMALS_PER_S = 1e8
 HUB_MB_PER_S = 80.0  # download rate from the Hub to a Colab runtime
 LOAD_S = 5.0  # per checkpoint: opening the files, building the model, moving it to the GPU
 GIB = 2**30
@@ -90,6 +148,11 @@ SPEECH_FRAMES, WHISPER_FRAMES, IMAGE_PATCHES = 350, 1500, 197
 # prose runs about 4 (3.8 on the offline prose under GPT-2's own vocabulary); 3.5 errs towards more tokens, so a
 # window's cost is not undercounted (tests/test_budget.py measures it with GPT-2's tokenizer from Whisper's wheel).
 CHARS_PER_TOKEN = 3.5
+# What ``training.tasks`` holds while it prepares a corpus (measured: tests/test_plan_measured.py): the whole training
+# split tokenized in one ``encode_batch`` (None), or a fixed number of characters at a time into an on-disk token
+# array (issue 55: ``training.tokens.CHUNK_CHARS``, which ``chapters.plans`` reads into each plan's ``chunk_chars``
+# where the trainer has it). The default of a plan made without ``chapters.plans``:
+PREPARATION_CHUNK_CHARS = None
 CNN_MB_PER_IMAGE = 50.0  # float32 feature maps of one 224 x 224 image through a CNN's stages, kept per stage
 
 
@@ -120,7 +183,13 @@ class Checkpoint:
 
     ``reused_from``: the chapter whose stored measurement of this checkpoint (same model, data and sizes) the chapter
     reads when that chapter ran before it with the same store (a full build, or the same Colab runtime); only a fresh
-    runtime, with an empty store, loads it here."""
+    runtime, with an empty store, loads it here.
+
+    ``variant``: "pretrained" (downloaded, unless the registry has it from a local package) or "untrained" (random
+    weights at true size, made here: nothing downloaded). ``on_cpu``: measured on the CPU whatever the runtime has
+    (the chapter's device is "cpu"): its device memory is host memory and its passes run at ``CPU_TFLOPS``.
+    ``sized_by``: the chapter's parameters that size this measurement (dotted for a key of a dict parameter), the
+    ones ``chapters.plans`` suggests changing when it does not fit."""
 
     model: str
     revision: str | None = None
@@ -138,30 +207,83 @@ class Checkpoint:
     metrics: tuple[str, ...] = ()
     stats_reservoir: int | None = None
     robust: bool = True
+    variant: str = "pretrained"
+    on_cpu: bool = False
+    sized_by: tuple[str, ...] = field(default=(), compare=False)
+
+
+@dataclass(frozen=True)
+class Training:
+    """One training run of a chapter: ``recipe`` (a suite's specification, ``training.recipes.Recipe`` fields) for one
+    seed, named ``name``, shown with the runs of its ``group``; ``at_once``: the runs trained at the same time (``training.trainer.train_many``'s worker
+    processes), which share the GPU and the host's memory; ``sized_by`` as ``Checkpoint``'s; ``chunk_chars``: the
+    characters its data preparation tokenizes at once (None: the whole corpus; ``preparation_bytes``)."""
+
+    name: str
+    recipe: dict = field(compare=False, hash=False)
+    group: str = ""
+    at_once: int = 1
+    sized_by: tuple[str, ...] = field(default=(), compare=False)
+    chunk_chars: int | None = PREPARATION_CHUNK_CHARS
+
+
+@dataclass(frozen=True)
+class Work:
+    """What a chapter computes itself, neither a checkpoint's measurement nor training (Appendix B's Monte Carlo
+    pairs, Section 4's block, the planted clouds): ``host_bytes`` it holds on the host at its peak, ``device_bytes`` on
+    the chapter's device (a GPU's memory, or host memory where the chapter runs on the CPU: ``on_cpu``, or the
+    runtime has no GPU), ``cpu_flops`` run on the CPU (NumPy's products) and ``cpu_seconds`` of other CPU work
+    (random draws: ``NORMALS_PER_S``), ``device_flops`` in ``dtype`` on the chapter's device; ``sized_by`` as
+    ``Checkpoint``'s."""
+
+    name: str
+    host_bytes: float = 0.0
+    device_bytes: float = 0.0
+    cpu_flops: float = 0.0
+    cpu_seconds: float = 0.0
+    device_flops: float = 0.0
+    dtype: str = "float32"
+    on_cpu: bool = False
+    sized_by: tuple[str, ...] = field(default=(), compare=False)
+    group: str = ""  # the row of ``plan_table`` it is shown in (default: its name)
 
 
 @dataclass
 class Plan:
-    """A chapter's requests: checkpoints, data sources with their example counts, and training compute. A chapter
-    fills it from its parameters (its module's ``plan(p, out)``, found by name by ``chapters.plans.plan``)."""
+    """A chapter's requests: checkpoints, data sources with their example counts, training runs (``runs``) and what
+    it computes itself (``work``). A chapter fills it from its parameters (its module's ``plan(p, out)``, found by
+    name by ``chapters.plans.plan``)."""
 
     chapter: str
     checkpoints: list[Checkpoint] = field(default_factory=list)
     data: list[tuple[str, int]] = field(default_factory=list)
-    training_flops: float = 0.0
     notes: list[str] = field(default_factory=list)
     profile: str = "paper"  # where the suites a chapter trains are defined (the checkpoint_suites chapter's)
     trained: list[str] = field(default_factory=list)  # the profile's suites a measuring chapter trains first
+    runs: list[Training] = field(default_factory=list)
+    work: list[Work] = field(default_factory=list)
+    chunk_chars: int | None = PREPARATION_CHUNK_CHARS  # characters the trainer tokenizes at once (None: all)
 
-    def train(self, recipe: dict, runs: int, suite: str = "") -> None:
-        """Add ``runs`` trainings of ``recipe`` (``recipe_flops`` each) and the corpus it reads, unless the offline
-        prose (a training corpus: listed with 0 examples, its whole training split); ``suite``: the profile's suite
-        the runs are of, named on the page."""
-        self.training_flops += recipe_flops(recipe) * runs
+    def train(self, recipe: dict, runs: int, suite: str = "", names=None, at_once: int = 1,
+              sized_by: tuple[str, ...] = (), group: str = "") -> None:
+        """Add ``runs`` trainings of ``recipe`` (one ``Training`` each, named by ``names`` or "<group> run <i>",
+        shown together as ``group``: default the suite, else the recipe's kind), and the corpus it reads unless the
+        offline prose (a training corpus: listed with 0 examples, its whole training split); ``suite``: the profile's
+        suite the runs are of, which a measuring chapter trains first (named on the page); ``at_once``: how many
+        runs train at the same time."""
+        group = group or suite or recipe.get("kind", "training")
+        names = list(names) if names is not None else [f"{group} run {i + 1}" for i in range(runs)]
+        self.runs += [Training(name, dict(recipe), group, max(1, at_once), tuple(sized_by), self.chunk_chars)
+                      for name in names[:runs]]
         if suite:
             self.trained.append(suite)
         if recipe.get("corpus", "prose") != "prose":
             self.data.append((recipe["corpus"], 0))
+
+    @property
+    def training_flops(self) -> float:
+        """The compute of every training run (``recipe_flops`` each)."""
+        return sum(recipe_flops(r.recipe) for r in self.runs)
 
     @property
     def requests(self) -> list[tuple[str, str | None]]:
@@ -185,7 +307,7 @@ def _hub_locations(checkpoints) -> list[tuple[str, str | None]]:
     out = []
     for c in checkpoints:
         s = registry.spec(c.model)
-        if not s.local_package:
+        if not s.local_package and c.variant == "pretrained":
             out.append(s.hub_location(c.revision))
     return out
 
@@ -205,6 +327,154 @@ def recipe_flops(recipe: dict) -> float:
     return 6.0 * params * positions * recipe.get("batch_size", 16) * recipe.get("steps", 600)
 
 
+def recipe_params(recipe: dict) -> float:
+    """Parameters of a recipe's model as ``recipe_flops`` counts them: 12 d^2 a layer and a vocabulary x d map."""
+    width, depth = recipe.get("width", 128), recipe.get("depth", 4)
+    return float(12 * depth * width**2 + recipe.get("vocab_size", 256) * width)
+
+
+# A recipe without ``precision`` trains in ``training.recipes.Recipe``'s default, "auto": float16 autocast on CUDA (a
+# T4's tensor cores; its weights and optimiser stay float32), float32 elsewhere.
+DEFAULT_PRECISION = "auto"
+
+
+def precision(recipe: dict) -> str:
+    """The dtype a recipe's forward and backward passes run in: its ``precision``, "auto" resolved by its device."""
+    value = recipe.get("precision", DEFAULT_PRECISION)
+    if value == "auto":
+        return "float16" if str(recipe.get("device", "cpu")).startswith("cuda") else "float32"
+    return value
+
+
+def training_positions(recipe: dict) -> int:
+    """Positions of one training example: a text window's tokens, a ViT's patches and class token."""
+    if recipe.get("kind") == "vit":
+        return (recipe.get("image_size", 32) // recipe.get("patch_size", 4)) ** 2 + 1
+    return recipe.get("seq_len", 128)
+
+
+def training_gpu_bytes(recipe: dict) -> float:
+    """Peak device bytes of one training run of ``recipe`` (``training.trainer.train``):
+
+    - the weights, their gradients and AdamW's two moments, all float32: 16 x P (P: ``recipe_params``), and under
+      half-precision autocast the cast copies of the weights autocast keeps for the forward pass, 2 x P;
+    - the activations kept for the backward pass, per position and block, after Korthikanti et al. 2022 ("Reducing
+      activation recomputation in large transformer models", Section 4.1: 34 s b h + 5 a s^2 b bytes a layer in
+      16-bit with dropout): (16 e + 2) x d bytes, e the bytes of the precision's dtype (2 in float16, 4 in float32;
+      the 2: dropout's one-byte masks), and where attention runs eager (an attention variant other than standard,
+      relative positions: ``training.recipes.ATTENTION_VARIANTS``) its scores, softmax and dropout: 9 x heads x T
+      bytes (the softmax in float32 under autocast); SDPA's fused kernels keep no T x T matrix. The embeddings and
+      the output layer count as one block more: batch x T x (depth + 1) x that;
+    - the fused loss's logits of one chunk of rows (``training.tasks.linear_cross_entropy``, 256 rows) and their
+      softmax, 3 x 256 x vocabulary x 4 bytes;
+    - a CNN's feature maps: about ten saved tensors per stage output (convolutions, batch norms, activations),
+      e x 10 x batch x width x image_size^2 x 3/8 (the stem's map at half size plus the stages' halving ones).
+
+    Bytes; the CUDA context (about 0.3-0.5 GiB, outside torch's allocator) is left out, as in ``_gpu_gib``."""
+    params = recipe_params(recipe)
+    e = BYTES.get(precision(recipe), 4)
+    batch = recipe.get("batch_size", 16)
+    states = 16 * params + (2 * params if e == 2 else 0)
+    if recipe.get("kind") == "cnn":
+        return states + e * 10 * batch * recipe.get("width", 32) * recipe.get("image_size", 32) ** 2 * 3 / 8
+    width, depth, heads = recipe.get("width", 128), recipe.get("depth", 4), recipe.get("heads", 4)
+    positions = training_positions(recipe)
+    eager = (recipe.get("attention_variant", "standard") != "standard"
+             or recipe.get("positions", "absolute") != "absolute")
+    per_position = (16 * e + 2) * width + (9 * heads * positions if eager else 0)
+    loss = 3 * 256 * recipe.get("vocab_size", 256) * 4
+    return states + batch * positions * (depth + 1) * per_position + loss
+
+
+# ---- training data ------------------------------------------------------------------------------------------------
+
+# Characters of each training corpus's training split (``training.recipes.split_paragraphs``): WikiText-103 raw's
+# train split is 546,500,949 bytes of text in 1,801,350 lines (the Salesforce/wikitext dataset card); the lines the
+# recipes keep (80 characters or more, headings dropped) are most of it, counted whole here. The docstring corpus
+# depends on the installed packages (5,977,207 characters in this checkout's environment), the prose is fixed.
+CORPUS_CHARS = {"prose": 164_045, "docstrings": 6_000_000, "wikitext-103": 546_500_949}
+TEXT_BYTES_PER_CHAR = 1.15  # a list of paragraphs: 1 byte a character and ~57 bytes a Python str (lines of ~300)
+# What tokenizing holds, per character of the text encoded and per token it gives (tests/test_plan_measured.py, on the
+# 2-core machine): the tokenizer's Encoding objects (ids, type ids, token strings, offsets, masks) and the ids copied
+# out of them. All at once into one int64 stream (``training.tasks`` before issue 55): 103-116 bytes a token measured
+# on byte-level runs of 4 to 20 MB and BPE runs of 5 to 20 MB. A chunk at a time (``training.tokens.write``): the
+# ids also pass through lists of Python ints and two int64 arrays, 141-153 bytes a token of a chunk measured.
+ENCODE_BYTES_PER_CHAR = 8.0
+ENCODE_BYTES_PER_TOKEN = {"whole": 115.0, "chunked": 160.0}
+# Characters a second that preparation tokenizes, training a tokenizer first where the recipe needs one (20 MB in
+# 37-42 s on the 2-core machine, byte-level or BPE): a time, not a count, and the roughest number here.
+TOKENIZE_CHARS_PER_S = 0.5e6
+
+
+def corpus_tokens(corpus: str, kind: str) -> float:
+    """Tokens the training split of ``corpus`` becomes under a recipe of ``kind``: a byte per character (char-mlm;
+    ASCII, most of WikiText), else characters / ``CHARS_PER_TOKEN``."""
+    chars = CORPUS_CHARS.get(corpus, 0)
+    return chars if kind == "char-mlm" else chars / CHARS_PER_TOKEN
+
+
+def encoding_bytes(chars: float, tokens: float, chunked: bool = False) -> float:
+    """Host bytes of tokenizing ``chars`` characters that give ``tokens`` tokens at once (``ENCODE_BYTES_*``: the
+    whole corpus into one stream, or, ``chunked``, one chunk of it into an on-disk array)."""
+    return ENCODE_BYTES_PER_CHAR * chars + ENCODE_BYTES_PER_TOKEN["chunked" if chunked else "whole"] * tokens
+
+
+def preparation_bytes(recipe: dict, chunk_chars: int | None = PREPARATION_CHUNK_CHARS) -> float:
+    """Peak host bytes of preparing a text recipe's training data (``training.tasks``): the training split's
+    paragraphs held (``TEXT_BYTES_PER_CHAR``) and their tokenization (``encoding_bytes``), of the whole split at once
+    (``chunk_chars`` None), or of ``chunk_chars`` characters at a time into an on-disk token array
+    (``token_array_gib``), WikiText-103's paragraphs then streamed a batch at a time
+    (``training.recipes.paragraph_batches``; the small corpora stay one list). 0 for the image kinds, whose batches
+    are drawn fresh. Bytes."""
+    if recipe.get("kind") in ("vit", "cnn"):
+        return 0.0
+    corpus = recipe.get("corpus", "prose")
+    chars = CORPUS_CHARS.get(corpus, 0)
+    tokens = corpus_tokens(corpus, recipe.get("kind", "mlm"))
+    if chunk_chars is None:
+        return TEXT_BYTES_PER_CHAR * chars + encoding_bytes(chars, tokens)
+    share = min(1.0, chunk_chars / chars) if chars else 1.0
+    held = share * chars if corpus == "wikitext-103" else chars
+    # and the token array's pages as training reads the memory-mapped file, which the resident set counts (the
+    # system may drop them: they are the file's)
+    return (TEXT_BYTES_PER_CHAR * held + encoding_bytes(share * chars, share * tokens, chunked=True)
+            + token_array_gib(recipe, chunk_chars) * GIB)
+
+
+def token_array_gib(recipe: dict, chunk_chars: int | None = PREPARATION_CHUNK_CHARS) -> float:
+    """Disk of a text recipe's training tokens where they are kept on disk (``chunk_chars`` not None:
+    ``training.tokens``): a token each in the smallest unsigned type that holds the vocabulary. GiB."""
+    if recipe.get("kind") in ("vit", "cnn") or chunk_chars is None:
+        return 0.0
+    vocab = 261 if recipe.get("kind") == "char-mlm" else recipe.get("vocab_size", 2048)
+    itemsize = 1 if vocab <= 256 else 2 if vocab <= 65536 else 4
+    return corpus_tokens(recipe.get("corpus", "prose"), recipe.get("kind", "mlm")) * itemsize / GIB
+
+
+def preparation_seconds(recipe: dict) -> float:
+    """Seconds of preparing a text recipe's training data on the CPU (``TOKENIZE_CHARS_PER_S``); 0 for images."""
+    if recipe.get("kind") in ("vit", "cnn"):
+        return 0.0
+    return CORPUS_CHARS.get(recipe.get("corpus", "prose"), 0) / TOKENIZE_CHARS_PER_S
+
+
+def training_host_bytes(run: Training) -> float:
+    """Peak host bytes of a training part beyond the kernel (``RUNTIME_GIB``): each run trained at the same time
+    (``at_once``) prepares its data (``preparation_bytes``) and holds a host copy of its weights when it saves a
+    checkpoint (4 x P); worker processes (``at_once`` > 1) each add a Python with torch, ``RUNTIME_GIB``. Bytes."""
+    one = preparation_bytes(run.recipe, run.chunk_chars) + 4 * recipe_params(run.recipe)
+    workers = RUNTIME_GIB * GIB if run.at_once > 1 else 0.0
+    return run.at_once * (one + workers)
+
+
+def training_seconds(recipe: dict, gpu: str | None = FREE_GPU) -> float:
+    """Seconds of one training run: its compute (``recipe_flops``) at the rate of its ``precision`` on the ``gpu``
+    kind (the CPU's, ``CPU_TFLOPS``, when None) times ``EFFICIENCY``, and its data preparation."""
+    flops = recipe_flops(recipe)
+    compute = gpu_seconds(flops, precision(recipe), gpu) if gpu else flops / (CPU_TFLOPS * 1e12 * EFFICIENCY)
+    return compute + preparation_seconds(recipe)
+
+
 # ---- sizes and time -----------------------------------------------------------------------------------------------
 
 @lru_cache(maxsize=None)
@@ -221,6 +491,51 @@ def _shape(model: str) -> tuple[int, int, int]:
             get("num_attention_heads", "n_head", "num_heads"))
 
 
+@lru_cache(maxsize=None)
+def _block(model: str) -> dict:
+    """What one block of a registry model holds during a forward pass beyond its input: ``intermediate`` (the MLP's
+    width: ``intermediate_size``, ``n_inner``, ``d_ff``, ``ffn_dim`` or 4 d), ``gelu_copies`` (MLP-wide tensors alive
+    at once: the product and its activation, 4 for GPT-2's tanh GELU written as five element-wise passes,
+    ``gelu_new``), ``scores`` (whether its attention materialises the heads x T x T scores: its class has no SDPA
+    path, ``_supports_sdpa``) and ``cache`` (a decoder keeping every layer's keys and values, ``use_cache``)."""
+    from transformers import AutoConfig, AutoModel
+
+    s = registry.spec(model)
+    config = dict(s.config or {})
+    if not config:
+        return {"intermediate": 0, "gelu_copies": 2, "scores": True, "cache": False}
+    cfg = AutoConfig.for_model(config.pop("model_type"), **config)
+    width = _shape(model)[0]
+    intermediate = next((getattr(cfg, n) for n in ("intermediate_size", "n_inner", "d_ff", "ffn_dim", "encoder_ffn_dim")
+                         if isinstance(getattr(cfg, n, None), int)), 4 * width)
+    act = str(getattr(cfg, "activation_function", None) or getattr(cfg, "hidden_act", ""))
+    try:
+        cls = AutoModel._model_mapping[type(cfg)]
+    except KeyError:  # a config no AutoModel class takes (remote code): counted with its scores
+        cls = None
+    return {"intermediate": intermediate, "gelu_copies": 4 if act == "gelu_new" else 2,
+            "scores": not getattr(cls, "_supports_sdpa", False),
+            "cache": s.stack in ("decoder", "encoder-decoder") and bool(getattr(cfg, "use_cache", False))}
+
+
+def forward_bytes(model: str, batch: int, positions: int, dtype: str = "float32") -> float:
+    """Peak activation bytes of one forward pass of a registry model over ``batch`` examples of ``positions``, with
+    every layer's hidden states returned (``measure.taps``: ``output_hidden_states=True``, under inference mode):
+
+        batch x T x e x (d (L + 1) + cache 2 d L + copies x i + 4 d + scores 2 h T),
+
+    e the dtype's bytes; the hidden states of the embeddings and the L layers, kept to the end; a decoder's keys and
+    values of every layer (``use_cache``, on by default: 2 d L); within the running block the MLP's ``copies`` tensors
+    of its width i and about four of width d (attention's output, the residual sum, the norm); the scores and
+    their softmax, 2 h T, where attention has no fused path (``_block``). Checked against torch's CPU allocations of
+    BERT-base and GPT-2-medium at the paper profile's batch shapes (tests/test_plan_measured.py). Bytes."""
+    width, layers, heads = _shape(model)
+    b = _block(model)
+    per_position = (width * (layers + 1) + (2 * width * layers if b["cache"] else 0)
+                    + b["gelu_copies"] * b["intermediate"] + 4 * width + (2 * heads * positions if b["scores"] else 0))
+    return float(batch * positions * per_position * BYTES.get(dtype, 4))
+
+
 def weights_gib(model: str, dtype: str = "float32") -> float:
     return (registry.spec(model).n_params or 0) * BYTES.get(dtype, 4) / GIB
 
@@ -231,13 +546,16 @@ def download_gib(model: str) -> float:
 
 
 def _gpu_gib(c: Checkpoint) -> float:
+    """Peak device GiB of measuring checkpoint ``c``: its weights in its dtype, one forward pass's activations
+    (``forward_bytes``; a CNN's feature maps, ``CNN_MB_PER_IMAGE`` an image), and what the measurement keeps where the
+    model is (Paper 2's per-batch metrics, the ``LayerStats`` accumulators)."""
     s = registry.spec(c.model)
-    width, layers, heads = _shape(c.model)
+    width = _shape(c.model)[0]
     batch = min(c.batch, max(c.examples, 1))
     if s.family == "cnn":
         activations = batch * CNN_MB_PER_IMAGE * 2**20
-    else:  # every layer's hidden states are kept for one batch, and one layer's attention scores
-        activations = batch * c.positions * (width * (layers + 1) + heads * c.positions) * BYTES.get(c.dtype, 4)
+    else:  # every layer's hidden states are kept for one batch, with a decoder's cache and one block's transients
+        activations = forward_bytes(c.model, batch, c.positions, c.dtype)
     if s.layout == "speech-encoder":
         # the convolutional front end of a pass over full-length utterances, which taps cuts to this size
         from anisotropy.measure import taps  # imported here, as batches in ``pool_bytes``
@@ -443,44 +761,223 @@ def unknown_sizes(p: Plan) -> list[str]:
                    if registry.spec(c.model).n_params is None and not _local(c.model)})
 
 
+def _data_gib(p: Plan) -> float:
+    """GiB of the plan's data: each source's download once (a training corpus, listed with 0 examples: its training
+    split too)."""
+    return sum((data.SOURCES[s].download_mb if n else data.SOURCES[s].train_mb + data.SOURCES[s].download_mb)
+               for s, n in dict.fromkeys(p.data) if s in data.SOURCES) / 1024
+
+
+def _downloads(c: Checkpoint) -> bool:
+    return c.variant == "pretrained" and not _local(c.model)
+
+
+def training_disk_gib(run: Training) -> float:
+    """Disk of one training run's checkpoints (``training.checkpoints``): every checkpoint's float32 weights, and the
+    newest one's AdamW state (two moments) beside them: 4 P x checkpoints + 8 P bytes, in GiB."""
+    params = recipe_params(run.recipe)
+    kind = run.recipe.get("kind")
+    if kind == "cnn":  # its width is the stem's: the stages' channels double, 3 x 3 convolutions
+        width, depth = run.recipe.get("width", 32), run.recipe.get("depth", 4)
+        params = sum(2 * 9 * (width * 2**i) ** 2 for i in range(depth))
+    return (4 * params * run.recipe.get("n_checkpoints", 10) + 8 * params) / GIB
+
+
 def estimate(p: Plan, gpu: str = FREE_GPU) -> dict:
-    """Rough needs of a plan on a Colab runtime with the ``gpu`` kind of ``GPUS``: ``download_gib``, peak ``disk_gib``
-    (kept checkpoints + the largest released one + data + hf-xet's chunk cache, ``xet_gib``), peak ``gpu_gib`` and
-    ``ram_gib`` (one model at a time: the kernel, ``RUNTIME_GIB``, plus the largest ``host_ram_bytes``), ``gpu_minutes``
-    (downloads, loading, forward passes, the per-batch metrics on the GPU, ``metric_minutes`` from
-    ``checkpoint_metric_flops``, and the training the chapter does, ``training_minutes``) on that kind,
-    ``minutes_by_gpu`` (``gpu_minutes`` on every kind of ``GPUS``), and ``unknown`` (hub ids whose size is not known,
-    left out of every figure above)."""
-    downloads = [download_gib(c.model) for c in p.checkpoints if not _local(c.model)]
-    data_gib = sum((data.SOURCES[s].download_mb if n else data.SOURCES[s].train_mb + data.SOURCES[s].download_mb)
-                   for s, n in dict.fromkeys(p.data) if s in data.SOURCES) / 1024  # n = 0: a training corpus
-    kept = sum(download_gib(c.model) for c in p.checkpoints if not c.release and not _local(c.model))
-    released = max([download_gib(c.model) for c in p.checkpoints if c.release] or [0.0])
+    """Rough needs of a plan on a Colab runtime with the ``gpu`` kind of ``GPUS``, its parts (``parts``) taken one
+    after another in one runtime: ``download_gib``, peak ``disk_gib`` (kept checkpoints + the largest released one +
+    data + hf-xet's chunk cache, ``xet_gib``, + the trained runs' checkpoints), peak ``gpu_gib`` and ``ram_gib`` (the
+    largest part's), ``gpu_minutes`` (the parts' minutes: downloads, loading, forward passes, the per-batch metrics,
+    ``metric_minutes`` from ``checkpoint_metric_flops``, the training the chapter does, ``training_minutes``, and
+    what it computes itself) on that kind, ``minutes_by_gpu`` (``gpu_minutes`` on every kind of ``GPUS``), and
+    ``unknown`` (hub ids whose size is not known, left out of every figure above)."""
+    found = parts(p)
+    data_gib = _data_gib(p)
+    kept = sum(download_gib(c.model) for c in p.checkpoints if not c.release and _downloads(c))
+    released = max([download_gib(c.model) for c in p.checkpoints if c.release and _downloads(c)] or [0.0])
     # The first MultiBERTs seed stays in the cache until its vectors are sampled.
-    kept += sum(download_gib(c.model) for c in p.checkpoints if c.release and c.passes > 1)
+    kept += sum(download_gib(c.model) for c in p.checkpoints if c.release and c.passes > 1 and _downloads(c))
     xet = xet_chunk_cache_gib(kept + released)
+    # the runs' checkpoints, and each corpus's token array once (shared by the recipes of one tokenizer)
+    arrays = {(r.recipe.get("corpus"), r.recipe.get("kind"), r.recipe.get("vocab_size")):
+              token_array_gib(r.recipe, r.chunk_chars) for r in p.runs}
+    trained = sum(training_disk_gib(r) for r in p.runs) + sum(arrays.values())
     flops = {c: forward_flops(c) for c in p.checkpoints}
-    metric = [checkpoint_metric_flops(c) for c in p.checkpoints]
-    download_s = (sum(downloads) + data_gib) * 1024 / HUB_MB_PER_S
-    loads_s = LOAD_S * sum(c.passes for c in p.checkpoints)
+    metric = [(checkpoint_metric_flops(c), c.on_cpu) for c in p.checkpoints]
 
-    def seconds(kind: str) -> tuple[float, float, float]:
-        """(all of it, of which training, of which metrics) in seconds on ``kind``: only the compute depends on it."""
-        compute_s = sum(gpu_seconds(f, c.dtype, kind) for c, f in flops.items())
-        training_s = gpu_seconds(p.training_flops, "float32", kind)
-        metric_s = sum(gpu_seconds(f32, "float32", kind) + gpu_seconds(f64, "float64", kind) for f32, f64 in metric)
-        return download_s + compute_s + training_s + metric_s + loads_s, training_s, metric_s
+    def minutes(kind: str) -> float:
+        return sum(part.minutes[kind] for part in found)
 
-    total_s, training_s, metric_s = seconds(gpu)
-    host = max([host_ram_bytes(c) for c in p.checkpoints] or [0])
-    return {"checkpoints": len(p.checkpoints), "download_gib": sum(downloads) + data_gib,
-            "disk_gib": kept + released + data_gib + xet, "xet_gib": xet,
-            "gpu_gib": max([_gpu_gib(c) for c in p.checkpoints] or [0.0]),
-            "ram_gib": RUNTIME_GIB + host / GIB, "gpu": gpu, "gpu_minutes": total_s / 60,
-            "minutes_by_gpu": {kind: seconds(kind)[0] / 60 for kind in GPUS}, "training_minutes": training_s / 60,
-            "forward_tflop": sum(flops.values()) / 1e12, "metric_minutes": metric_s / 60,
-            "metric_tflop": sum(f32 + f64 for f32, f64 in metric) / 1e12, "training_tflop": p.training_flops / 1e12,
+    def metric_minutes(kind: str) -> float:
+        return sum((f32 + f64) / (CPU_TFLOPS * 1e12 * EFFICIENCY) if on_cpu else
+                   gpu_seconds(f32, "float32", kind) + gpu_seconds(f64, "float64", kind)
+                   for (f32, f64), on_cpu in metric) / 60
+
+    return {"checkpoints": len(p.checkpoints), "download_gib": sum(part.download_gib for part in found),
+            "disk_gib": kept + released + data_gib + xet + trained, "xet_gib": xet,
+            "gpu_gib": max([part.gpu_gib for part in found] or [0.0]),
+            "ram_gib": max([part.ram_gib for part in found] or [RUNTIME_GIB]), "gpu": gpu,
+            "gpu_minutes": minutes(gpu), "minutes_by_gpu": {kind: minutes(kind) for kind in GPUS},
+            "training_minutes": sum(training_seconds(r.recipe, gpu if _on_gpu(r.recipe) else None)
+                                    for r in p.runs) / 60,
+            "forward_tflop": sum(flops.values()) / 1e12,
+            "metric_minutes": metric_minutes(gpu),
+            "metric_tflop": sum(f32 + f64 for (f32, f64), _ in metric) / 1e12,
+            "training_tflop": p.training_flops / 1e12, "work_tflop": sum(w.cpu_flops + w.device_flops
+                                                                          for w in p.work) / 1e12,
+            "parts": len(found), "longest_part_minutes": max([part.minutes[gpu] * part.at_once for part in found]
+                                                             or [0.0]),
             "unknown": unknown_sizes(p)}
+
+
+# ---- parts ----------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Part:
+    """A part of a chapter: what one Colab session runs before the chapter can resume, the unit whose results are
+    stored when it ends. A checkpoint's measurement (each is stored under its own key as it ends: one model, or one
+    revision of a series), one training run (its checkpoints are saved as it goes, but the run is read only once
+    complete), or a piece of work the chapter computes itself (``Work``). A chapter run again after a disconnect
+    reads every finished part from the store and goes on with the next.
+
+    ``download_gib`` (its model, and for the chapter's first part its data), ``disk_gib`` (its files, hf-xet's chunk
+    cache, a run's checkpoints), ``gpu_gib`` (its peak on a GPU; 0 when it runs on the CPU), ``ram_gib`` (its peak
+    host memory on a runtime with a GPU, the kernel's ``RUNTIME_GIB`` included), ``cpu_ram_gib`` (the same on a
+    runtime without one, where the device is the host), ``minutes`` (per kind of ``GPUS``: one run's own time;
+    ``at_once`` runs share the GPU, so each takes ``at_once`` times as long), ``sized_by`` (the parameters that size
+    it), ``group`` (the row of ``plan_table`` it is shown in: a model's revisions, a suite's seeds)."""
+
+    chapter: str
+    name: str
+    group: str
+    kind: str  # "measure", "train" or "compute"
+    download_gib: float
+    disk_gib: float
+    gpu_gib: float
+    ram_gib: float
+    cpu_ram_gib: float
+    minutes: dict = field(compare=False, hash=False)
+    at_once: int = 1
+    sized_by: tuple[str, ...] = field(default=(), compare=False)
+    chunked: bool | None = None  # a training part: whether its data preparation works in chunks
+
+
+def _cpu_seconds(flops: float) -> float:
+    return flops / (CPU_TFLOPS * 1e12 * EFFICIENCY)
+
+
+def _checkpoint_part(chapter: str, c: Checkpoint) -> Part:
+    dl = download_gib(c.model) if _downloads(c) else 0.0
+    flops, (f32, f64) = forward_flops(c), checkpoint_metric_flops(c)
+
+    def minutes(kind: str) -> float:
+        if c.on_cpu:
+            compute = _cpu_seconds(flops + f32 + f64)
+        else:
+            compute = gpu_seconds(flops, c.dtype, kind) + gpu_seconds(f32, "float32", kind) + gpu_seconds(
+                f64, "float64", kind)
+        return (dl * 1024 / HUB_MB_PER_S + LOAD_S * c.passes + compute) / 60
+
+    device, held = _gpu_gib(c), held_bytes(c) / GIB
+    on_host = RUNTIME_GIB + held + device  # the device is the CPU: weights, activations and what it holds, once
+    name = c.model + (f" @ {c.revision}" if c.revision else "") + (f" ({c.variant})" if c.variant != "pretrained"
+                                                                    else "")
+    group = c.model + (" checkpoints" if c.revision else "") + (f" ({c.variant})" if c.variant != "pretrained"
+                                                                 else "")
+    return Part(chapter, name, group, "measure", dl, dl + xet_chunk_cache_gib(dl), 0.0 if c.on_cpu else device,
+                on_host if c.on_cpu else RUNTIME_GIB + host_ram_bytes(c) / GIB, on_host,
+                {kind: minutes(kind) for kind in GPUS}, 1, c.sized_by)
+
+
+def _on_gpu(recipe: dict) -> bool:
+    return str(recipe.get("device", "cpu")).startswith("cuda")
+
+
+def _training_part(chapter: str, run: Training) -> Part:
+    on_gpu = _on_gpu(run.recipe)
+    device = run.at_once * training_gpu_bytes(run.recipe) / GIB
+    host = RUNTIME_GIB + training_host_bytes(run) / GIB
+    return Part(chapter, run.name, run.group, "train", 0.0,
+                training_disk_gib(run) + token_array_gib(run.recipe, run.chunk_chars), device if on_gpu else 0.0, host if on_gpu else host + device, host + device,
+                {kind: training_seconds(run.recipe, kind if on_gpu else None) / 60 for kind in GPUS}, run.at_once,
+                run.sized_by, run.chunk_chars is not None)
+
+
+def _work_part(chapter: str, w: Work) -> Part:
+    def minutes(kind: str) -> float:
+        device = _cpu_seconds(w.device_flops) if w.on_cpu else gpu_seconds(w.device_flops, w.dtype, kind)
+        return (_cpu_seconds(w.cpu_flops) + w.cpu_seconds + device) / 60
+
+    on_host = RUNTIME_GIB + (w.host_bytes + w.device_bytes) / GIB
+    return Part(chapter, w.name, w.group or w.name, "compute", 0.0, 0.0, 0.0 if w.on_cpu else w.device_bytes / GIB,
+                on_host if w.on_cpu else RUNTIME_GIB + w.host_bytes / GIB, on_host,
+                {kind: minutes(kind) for kind in GPUS}, 1, w.sized_by)
+
+
+def parts(p: Plan) -> list[Part]:
+    """The plan's parts (``Part``): its training runs, its own work, then its checkpoints. The chapter's data are
+    downloaded by the first part that reads them (a training run or a measurement; else the first)."""
+    found = ([_training_part(p.chapter, r) for r in p.runs] + [_work_part(p.chapter, w) for w in p.work]
+             + [_checkpoint_part(p.chapter, c) for c in p.checkpoints])
+    data_gib = _data_gib(p)
+    if found and data_gib:
+        i = next((i for i, part in enumerate(found) if part.kind != "compute"), 0)
+        first = found[i]
+        found[i] = dataclasses.replace(first, download_gib=first.download_gib + data_gib,
+                                       disk_gib=first.disk_gib + data_gib,
+                                       minutes={k: m + data_gib * 1024 / HUB_MB_PER_S / 60
+                                                for k, m in first.minutes.items()})
+    return found
+
+
+def part_problems(part: Part, rt: Runtime, gpu: str | None = None) -> list[str]:
+    """What of ``part`` does not fit runtime ``rt`` (with the ``gpu`` kind of ``GPUS`` instead of its own, when
+    given): its GPU memory, its host memory (with its device memory on a runtime without a GPU) and its time
+    (``minutes`` times ``at_once``, against ``part_hours``), one line each, starting with what does not fit."""
+    kind = gpu or rt.gpu
+    out = []
+    if kind and part.gpu_gib > GPUS[kind].memory_gib:
+        out.append(f"GPU memory: {part.name} needs about {_gib(part.gpu_gib)}, more than {_a(kind)}'s "
+                   f"{GPUS[kind].memory_gib:.0f} GiB")
+    ram = part.ram_gib if kind else part.cpu_ram_gib
+    if ram > rt.ram_gib:
+        out.append(f"host memory: {part.name} needs about {_gib(ram)} at the peak, more than the {rt.ram_gib:.1f} GiB "
+                   f"of {rt.description}")
+    minutes = part.minutes[kind or FREE_GPU] * part.at_once
+    if kind and rt.part_hours is not None and minutes > rt.part_hours * 60:
+        at_once = f" ({part.at_once} runs at once)" if part.at_once > 1 else ""
+        out.append(f"time: {part.name} takes about {minutes_text(minutes)} on {_a(kind)}{at_once}, longer than the "
+                   f"{rt.part_hours:g} h a part may take on {rt.description}")
+    return out
+
+
+def fit(p: Plan, rt: Runtime, gpu: str | None = None) -> list[tuple[Part | None, str]]:
+    """What of plan ``p`` does not fit runtime ``rt`` (``gpu`` as in ``part_problems``): per part
+    (``part_problems``), and per chapter its disk at the peak (``estimate``: what one runtime holds when it runs
+    every part). Each as (the part, or None, and one line)."""
+    out: list[tuple[Part | None, str]] = [(part, line) for part in parts(p) for line in part_problems(part, rt, gpu)]
+    if rt.disk_gib is not None:
+        e = estimate(p, gpu or rt.gpu or FREE_GPU)
+        if e["disk_gib"] > rt.disk_gib:
+            out.append((None, f"disk: about {e['disk_gib']:.0f} GiB at the peak, more than the {rt.disk_gib:.0f} GiB "
+                              f"{rt.description} leaves free; measure fewer checkpoints or keep "
+                              f"ANISOTROPY_KEEP_CHECKPOINTS unset"))
+    return out
+
+
+def hint(part: Part, line: str) -> str:
+    """What to change when ``line`` (of ``part_problems``) says ``part`` does not fit and none of its parameters
+    (``sized_by``) alone makes it fit: a dtype, a smaller model, fewer runs at once."""
+    what = line.split(":", 1)[0]
+    if part.kind == "train":
+        if what == "host memory" and part.chunked is False:
+            return ("its data preparation tokenizes the whole corpus at once (training.tasks); train on a smaller "
+                    "corpus" + (" or fewer runs at once (workers 1)" if part.at_once > 1 else ""))
+        return ("fewer runs at once (workers 1)" if part.at_once > 1 else
+                "a smaller model (width, depth) or batch_size" if what != "time" else "fewer steps")
+    if part.kind == "measure" and what in ("GPU memory", "host memory"):
+        return "use dtype float16 or a smaller model"
+    return "fewer examples"
 
 
 def forward_flops(c: Checkpoint) -> float:
@@ -510,39 +1007,39 @@ def _local(model: str) -> bool:
 
 
 def problems(p: Plan, e: dict | None = None) -> list[str]:
-    """What would not fit a Colab runtime with the estimate's kind of GPU (its memory; the free runtime's disk, host
-    memory and session length), each with the largest setting that does."""
+    """What would not fit a free Colab runtime (``RUNTIMES["colab-t4"]``) with the estimate's kind of GPU, part by
+    part (``fit``; parts of one group with the same problem in one line, naming the others), with the largest model
+    that fits where a model is too large for the GPU, and the models of unknown size."""
     e = e or estimate(p)
-    out = []
     kind = GPUS[e["gpu"]]
-    if e["gpu_gib"] > kind.memory_gib:
-        too_big = sorted({c.model for c in p.checkpoints if _gpu_gib(c) > kind.memory_gib})
-        half = [m for m in too_big if weights_gib(m, "float16") * 1.3 < kind.memory_gib]
-        fits = [c.model for c in p.checkpoints if _gpu_gib(c) <= kind.memory_gib]
-        largest = max(fits, key=_params) if fits else None
-        out.append(f"GPU memory: {', '.join(too_big)} need more than {_a(kind.name)}'s {kind.memory_gib:.0f} GiB in "
-                   f"{p.checkpoints[0].dtype}" + (f"; in float16 {', '.join(half)} would fit" if half else "")
-                   + (f"; the largest model that fits as set is {largest}" if largest else ""))
-    if e["disk_gib"] > COLAB["disk"]:
-        out.append(f"disk: about {e['disk_gib']:.0f} GiB at the peak, more than Colab's {COLAB['disk']:.0f} GiB; "
-                   f"measure fewer checkpoints or keep ANISOTROPY_KEEP_CHECKPOINTS unset")
-    if e["gpu_minutes"] > COLAB["hours"] * 60:
-        share = COLAB["hours"] * 60 / e["gpu_minutes"]
-        out.append(f"time: about {minutes_text(e['gpu_minutes'])} on {_a(kind.name)}, longer than a Colab session "
-                   f"({COLAB['hours']:.0f} h); "
-                   f"about {share:.0%} of the work (fewer seeds, variants, steps or checkpoints) fits one session")
-    if e["ram_gib"] > HOST_RAM_LIMIT_GIB:
-        worst = max(p.checkpoints, key=host_ram_bytes)
-        what = ("pools its vectors (batch_size x n_batches per layer): use fewer batches or a narrower model"
-                if worst.pool else "keeps one sum per example and layer: use fewer examples"
-                if worst.per_example and host_ram_bytes(worst) > _params(worst.model) * BYTES.get(worst.dtype, 4)
-                else "loads its weights: use dtype float16 or a smaller model")
-        out.append(f"host memory: about {e['ram_gib']:.1f} GiB at the peak ({worst.model} {what}), more than "
-                   f"Colab's {HOST_RAM_LIMIT_GIB:.1f} GiB")
+    out, like = {}, {}
+    for part, line in fit(p, RUNTIMES["colab-t4"], e["gpu"]):
+        key = (part.group if part is not None else None, line.split(":", 1)[0])
+        if key in out:  # a part like one already named (a series' revisions, a suite's seeds): named, not repeated
+            like[key].append(part.name)
+            continue
+        like[key] = []
+        if line.startswith("GPU memory") and part is not None and part.kind == "measure":
+            c = next(c for c in p.checkpoints if _checkpoint_part(p.chapter, c).name == part.name)
+            fits = [x.model for x in p.checkpoints if _gpu_gib(x) <= kind.memory_gib]
+            largest = max(fits, key=_params) if fits else None
+            if c.dtype == "float32" and weights_gib(c.model, "float16") * 1.3 < kind.memory_gib:
+                line += f"; in float16 {c.model} would fit"
+            line += f"; the largest model that fits as set is {largest}" if largest else ""
+        elif line.startswith("host memory") and part is not None and part.kind == "measure":
+            c = next(c for c in p.checkpoints if _checkpoint_part(p.chapter, c).name == part.name)
+            line += (": it pools its vectors (batch_size x n_batches per layer): use fewer batches or a narrower model"
+                     if c.pool else ": it keeps one sum per example and layer: use fewer examples"
+                     if c.per_example and host_ram_bytes(c) > _params(c.model) * BYTES.get(c.dtype, 4)
+                     else ": it loads its weights: use dtype float16 or a smaller model")
+        elif line.startswith("host memory") and part is not None and part.kind == "train":
+            line += f": {hint(part, line)}"
+        out[key] = line
+    lines = [line + (f" (so do {', '.join(like[key])})" if like[key] else "") for key, line in out.items()]
     if e["unknown"]:
-        out.append(f"size unknown: {', '.join(e['unknown'])} (the registry records no parameter count); download, "
-                   f"disk and memory leave {'it' if len(e['unknown']) == 1 else 'them'} out")
-    return out
+        lines.append(f"size unknown: {', '.join(e['unknown'])} (the registry records no parameter count); download, "
+                     f"disk and memory leave {'it' if len(e['unknown']) == 1 else 'them'} out")
+    return lines
 
 
 def table(p: Plan):
@@ -554,11 +1051,13 @@ def table(p: Plan):
     rows = [("checkpoints loaded", f"{e['checkpoints']}", ""),
             ("download (models and data)", low + _gib(e["download_gib"]), ""),
             ("disk at the peak" + (" (with hf-xet's chunk cache)" if e["xet_gib"] else ""),
-             low + _gib(e["disk_gib"]), f"{COLAB['disk']:.0f} GiB"),
+             low + _gib(e["disk_gib"]), f"{COLAB['disk'] - COLAB['system_disk']:.0f} GiB free"),
             ("GPU memory at the peak", low + _gib(e["gpu_gib"]), f"{COLAB['gpu']:.0f} GiB (T4)"),
             ("host memory at the peak", low + _gib(e["ram_gib"]), f"{HOST_RAM_LIMIT_GIB:.1f} GiB"),
             ("time on a T4" + (" (with training)" if e["training_minutes"] else ""), minutes_text(e["gpu_minutes"]),
-             f"{COLAB['hours']:.0f} h a session"),
+             f"over sessions: {e['parts']} part{'s' if e['parts'] != 1 else ''}, each stored as it ends"),
+            ("longest part on a T4", minutes_text(e["longest_part_minutes"]),
+             f"{COLAB['session_hours']:g} h a part (a free session, to be safe)"),
             ("time on " + " / ".join(_a(k) for k in GPUS if k != e["gpu"]), other_gpus(e, sep=" / "),
              "paid Colab runtimes")]
     if e["training_minutes"]:
@@ -578,7 +1077,7 @@ def table(p: Plan):
 
 
 def _gib(x: float) -> str:
-    return f"{x * 1024:.0f} MiB" if x < 1 else f"{x:.1f} GiB"
+    return f"{x * 1024:.0f} MiB" if x < 1 else f"{x:.1f} GiB" if x < 1e5 else f"{x:.1e} GiB"
 
 
 def _a(gpu: str) -> str:
@@ -623,11 +1122,16 @@ def summary(p: Plan) -> str:
     """One sentence for the narrative: what the chapter of plan ``p`` downloads, how long it takes on a T4 (training
     included; on the other kinds of ``GPUS`` in brackets) and its host memory, or why it does not fit."""
     e = estimate(p)
-    if not p.checkpoints and not p.training_flops:
-        return "it downloads no model" + (f" ({p.notes[0]})" if p.notes else "")
+    if not p.checkpoints and not p.runs:
+        issues = problems(p, e)
+        return ("it downloads no model" + (f" ({p.notes[0]})" if p.notes else "")
+                + (f"; it does not fit a free Colab as set ({'; '.join(issues)})" if issues else ""))
     t4 = f"about {minutes_text(e['gpu_minutes'])}"
-    if not p.checkpoints:
+    if not p.checkpoints and not p.work:
         text = f"{t4} of training on a Colab T4 ({other_gpus(e)}) and {_gib(e['download_gib'])} of data"
+    elif not p.checkpoints:
+        text = (f"{t4} on a Colab T4 ({other_gpus(e)}), {minutes_text(e['training_minutes'])} of it training, "
+                f"the rest its own computations, and {_gib(e['download_gib'])} of data")
     else:
         training = f", {minutes_text(e['training_minutes'])} of it training" if e["training_minutes"] else ""
         text = (f"{t4} on a Colab T4 ({other_gpus(e)}){training}, {e['checkpoints']} checkpoint"
@@ -638,3 +1142,60 @@ def summary(p: Plan) -> str:
                  f"measurements are reused)")
     issues = problems(p, e)
     return text + (f"; it does not fit a free Colab as set ({'; '.join(issues)})" if issues else "")
+
+
+# ---- the plan of many chapters, part by part (``python -m anisotropy plan``, the book's table) -------------------------
+
+PLAN_COLUMNS = ["chapter", "part", "parts", "download", "disk", "GPU memory", "host memory",
+                *[f"{k} per part" for k in (FREE_GPU,)], *[f"{k} in all" for k in GPUS]]
+
+
+def plan_rows(plans, rt: Runtime | None = None) -> list[dict]:
+    """One row per group of like parts of each plan in ``plans`` (a model's revisions, a suite's seeds), then one row
+    per chapter ("all parts": its ``estimate``: downloads, disk at the peak, the largest memories, the time of all its
+    parts), then one for every chapter together: numbers (GiB, minutes), for ``plan_table`` to word. ``rt``: the
+    runtime whose memory a part is measured against (host memory with the device's on a runtime without a GPU)."""
+    rt = rt or RUNTIMES["colab-t4"]
+    rows, totals = [], []
+    for p in plans:
+        groups: dict[str, list[Part]] = {}
+        for part in parts(p):
+            groups.setdefault(part.group, []).append(part)
+        for group, members in groups.items():
+            rows.append({"chapter": p.chapter, "part": members[0].name if len(members) == 1 else group,
+                         "parts": len(members), "download": sum(m.download_gib for m in members),
+                         "disk": max(m.disk_gib for m in members),
+                         "GPU memory": max(m.gpu_gib for m in members) if rt.gpu else 0.0,
+                         "host memory": max(m.ram_gib if rt.gpu else m.cpu_ram_gib for m in members),
+                         f"{FREE_GPU} per part": max(m.minutes[FREE_GPU] * m.at_once for m in members),
+                         **{f"{k} in all": sum(m.minutes[k] for m in members) for k in GPUS}})
+        e = estimate(p)
+        total = {"chapter": p.chapter, "part": "all parts", "parts": e["parts"], "download": e["download_gib"],
+                 "disk": e["disk_gib"], "GPU memory": e["gpu_gib"] if rt.gpu else 0.0,
+                 "host memory": max([r["host memory"] for r in rows if r["chapter"] == p.chapter] or [RUNTIME_GIB]),
+                 f"{FREE_GPU} per part": e["longest_part_minutes"],
+                 **{f"{k} in all": e["minutes_by_gpu"][k] for k in GPUS}}
+        rows.append(total)
+        totals.append(total)
+    if len(totals) > 1:
+        rows.append({"chapter": "every chapter", "part": "all parts", "parts": sum(t["parts"] for t in totals),
+                     "download": sum(t["download"] for t in totals), "disk": max(t["disk"] for t in totals),
+                     "GPU memory": max(t["GPU memory"] for t in totals),
+                     "host memory": max(t["host memory"] for t in totals),
+                     f"{FREE_GPU} per part": max(t[f"{FREE_GPU} per part"] for t in totals),
+                     **{f"{k} in all": sum(t[f"{k} in all"] for t in totals) for k in GPUS}})
+    return rows
+
+
+def plan_table(plans, rt: Runtime | None = None) -> pd.DataFrame:
+    """``plan_rows`` worded: sizes in MiB or GiB, times in minutes or hours (``minutes_text``), one column per
+    ``PLAN_COLUMNS``; what the ``plan`` command prints and the book shows."""
+    shown = []
+    for row in plan_rows(plans, rt):
+        shown.append({"chapter": row["chapter"], "part": row["part"], "parts": f"{row['parts']:,}",
+                      "download": _gib(row["download"]) if row["download"] else "-",
+                      "disk": _gib(row["disk"]) if row["disk"] else "-",
+                      "GPU memory": _gib(row["GPU memory"]) if row["GPU memory"] else "-",
+                      "host memory": _gib(row["host memory"]),
+                      **{c: minutes_text(row[c]) if row[c] else "-" for c in PLAN_COLUMNS[7:]}})
+    return pd.DataFrame(shown, columns=PLAN_COLUMNS)

@@ -121,6 +121,7 @@ def _profile_schema():
 
         description: str | None = None
         base: str | None = None
+        runtime: str | None = None  # the machine it assumes (pages.budget.RUNTIMES); a base's when not set
         notebooks: dict[str, dict[str, Any] | None] = {}
 
     return ProfileFile
@@ -136,7 +137,7 @@ def _validated(name: str, path: Path, raw) -> dict:
         errors = err.errors()
         unknown = sorted(str(e["loc"][0]) for e in errors if e["type"] == "extra_forbidden")
         if unknown:
-            problem = f"unknown field(s) {unknown}; a profile holds description, base and notebooks"
+            problem = f"unknown field(s) {unknown}; a profile holds description, base, runtime and notebooks"
         else:
             e = errors[0]
             problem = f"{'.'.join(map(str, e['loc'])) or 'the file'}: {e['msg']} (got {e['input']!r})"
@@ -160,11 +161,13 @@ def _load(name: str) -> dict:
         profile["notebooks"] = {chapter: _merge(merged["notebooks"].get(chapter) or {}, block or {})
                                 for chapter, block in {**merged["notebooks"], **profile["notebooks"]}.items()}
         profile["base"] = base
+        profile.setdefault("runtime", merged.get("runtime"))
     return profile
 
 
 def load(name: str) -> dict:
-    """The profile as a dict: ``description``, ``notebooks`` (chapter -> parameters), ``base`` when it extends one."""
+    """The profile as a dict: ``description``, ``notebooks`` (chapter -> parameters), ``base`` when it extends one,
+    ``runtime`` (the machine it assumes, ``pages.budget.RUNTIMES``; its base's when it sets none)."""
     return copy.deepcopy(_load(name))
 
 
