@@ -206,7 +206,7 @@ def test_tiny_and_untrained_are_seeded_and_match_the_offline_tokenizer():
 WORDPIECE_VOCAB = """
 import hashlib, json
 from anisotropy.data import prose as data_prose; from anisotropy.models import offline_tokenizers
-tok = offline_tokenizers.train_wordpiece(data_prose.prose_paragraphs()[:400], 1000)
+tok = offline_tokenizers.train_wordpiece(lambda: data_prose.prose_paragraphs()[:400], 1000)
 print(hashlib.sha256(json.dumps(tok.get_vocab(), sort_keys=True).encode()).hexdigest())
 """
 

@@ -26,19 +26,20 @@ PACKAGED_TOKENIZERS = Path(__file__).with_name("tokenizers")
 
 
 def train_wordpiece(texts, vocab_size: int, specials=("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")):
-    """A lower-cased BERT-style WordPiece ``tokenizers.Tokenizer`` trained on ``texts``, the same vocabulary in every
-    process. The trainer gives the "##c" continuation pieces ids in hash order, which changes its merges from run to
-    run; registering every "##c" of the corpus up front fixes them. No post-processor (callers add [CLS]/[SEP])."""
+    """A lower-cased BERT-style WordPiece ``tokenizers.Tokenizer`` trained on the texts ``texts()`` yields (a function
+    returning a fresh iterable, read twice and never held whole: WikiText-103's training split is ~0.5 GB of text),
+    the same vocabulary in every process. The trainer gives the "##c" continuation pieces ids in hash order, which
+    changes its merges from run to run; registering every "##c" of the corpus up front fixes them. No post-processor
+    (callers add [CLS]/[SEP])."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-    texts = list(texts)
     normalizer = normalizers.BertNormalizer(lowercase=True)
-    chars = sorted({c for t in texts for c in normalizer.normalize_str(t) if not c.isspace()})
+    chars = sorted({c for t in texts() for c in normalizer.normalize_str(t) if not c.isspace()})
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tok.normalizer, tok.pre_tokenizer = normalizer, pre_tokenizers.BertPreTokenizer()
     trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=[*specials, *("##" + c for c in chars)],
                                         show_progress=False)
-    tok.train_from_iterator(texts, trainer)
+    tok.train_from_iterator(texts(), trainer)
     vocab = tok.get_vocab(with_added_tokens=False)
     tok = Tokenizer(models.WordPiece(vocab=vocab, unk_token="[UNK]"))  # rebuilt: the pinned pieces are not specials
     tok.normalizer, tok.pre_tokenizer, tok.decoder = normalizer, pre_tokenizers.BertPreTokenizer(), decoders.WordPiece()
@@ -55,7 +56,7 @@ def _train_tokenizer(kind: str, vocab_size: int):
     from anisotropy.data.prose import prose_paragraphs
 
     if kind == "wordpiece":  # BERT-style: lower-cased WordPiece, [CLS] text [SEP]
-        tok = train_wordpiece(prose_paragraphs(), vocab_size)
+        tok = train_wordpiece(prose_paragraphs, vocab_size)
         cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
         tok.post_processor = processors.TemplateProcessing(
             single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",

@@ -232,7 +232,9 @@ def _build_tokenizer(kind: str, vocab_size: int, seq_len: int, corpus: str = "pr
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
-    train_text = (p for batch in paragraph_batches(corpus, "train") for p in batch)  # streamed
+    def train_text():  # streamed, a fresh pass each call
+        return (p for batch in paragraph_batches(corpus, "train") for p in batch)
+
     if kind == "clm":
         tok = Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -240,7 +242,7 @@ def _build_tokenizer(kind: str, vocab_size: int, seq_len: int, corpus: str = "pr
         # a fixed initial alphabet (all 256 bytes) makes the BPE trainer deterministic
         trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(GPT_SPECIALS), show_progress=False,
                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-        tok.train_from_iterator(train_text, trainer)
+        tok.train_from_iterator(train_text(), trainer)
         return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=GPT_SPECIALS[0], eos_token=GPT_SPECIALS[0],
                                        pad_token=GPT_SPECIALS[1], model_max_length=seq_len,
                                        # GPT-2 adds wte(token_type_ids) to its inputs: never hand it type ids
