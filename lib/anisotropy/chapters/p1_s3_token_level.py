@@ -1,7 +1,10 @@
 """The token-level page (Paper 1, Section 3): its peaks, series, real decoders' checks and quantisation in words and
-table rows, and what it asks of a runtime."""
+table rows, and what it asks of a runtime. The wording the three Section 3 pages share (a model's layers in words, what
+a figure's bands rest on, the models not measured) is here too, and the character-level and modalities pages call it."""
 
 from __future__ import annotations
+
+from typing import Sequence
 
 import pandas as pd
 
@@ -28,7 +31,7 @@ def glue_peaks(frame: pd.DataFrame, peaks: pd.DataFrame) -> None:
     percentile (``min_ratio``, ``max_ratio``), the models above it at every layer (``n_all_above``), and that
     percentile at the page's two widths (``d_base``, ``d_small``; ``q95_768``, ``q95_384``)."""
     report.glue("n_tokens", int(frame.loc[frame["layer"] == frame["layer"].min(), "n"].median()), "{:,}")
-    layerwise.glue_sample("token", frame)
+    glue_sample("token", frame)
     report.glue("n_models", frame["label"].nunique())
     top = peaks.loc[peaks["mean_cosine"].idxmax()]
     low = peaks.loc[peaks["mean_cosine"].idxmin()]
@@ -49,12 +52,12 @@ def glue_peaks(frame: pd.DataFrame, peaks: pd.DataFrame) -> None:
 
 
 def glue_series(frame: pd.DataFrame, trained) -> None:
-    """Glue each model of ``SERIES`` layer by layer (``layerwise.glue_series``), the self-trained runs ``trained``
+    """Glue each model of ``SERIES`` layer by layer (``glue_model_series``), the self-trained runs ``trained``
     (their refs) in one sentence (``selftrained_text``) and the true size of each model of ``SIZED``
     (``size_<name>``)."""
     for key, label in SERIES:
-        layerwise.glue_series(key, frame, label)
-    report.glue("selftrained_text", layerwise.series_sentences(frame, [t.label for t in trained]))
+        glue_model_series(key, frame, label)
+    report.glue("selftrained_text", series_sentences(frame, [t.label for t in trained]))
     for name in SIZED:
         report.glue(f"size_{name.split('-')[0]}", report.model_size(name))
 
@@ -67,13 +70,6 @@ def peaks_table(peaks: pd.DataFrame):
         "null_q95": "isotropic q95", "ratio": "peak / q95"})
     return table[["model", "layer of the peak", "peak mean cosine", "d", "isotropic q95", "peak / q95"]].style.format(
         {"peak mean cosine": "{:.3f}", "isotropic q95": "{:.3f}", "peak / q95": "{:.1f}"}).hide(axis="index")
-
-
-def not_measured(skipped, missing_suites) -> str:
-    """The models requested but not measured here, with why (``layerwise.Skipped`` rows, then the self-trained
-    suites that were missing), or "none"."""
-    notes = [f"{s.ref.name} ({s.ref.variant}): {s.reason}" for s in skipped] + list(missing_suites)
-    return "; ".join(notes) if notes else "none"
 
 
 def checked(decoders: pd.DataFrame) -> pd.DataFrame:
@@ -120,6 +116,52 @@ def decoders_table(rows: pd.DataFrame):
         "perplexity_unigram": "perplexity, unigram model", "perplexity_untrained": "perplexity, untrained twin"}
     ).style.format({"perplexity": "{:.1f}", "perplexity, unigram model": "{:,.0f}",
                     "perplexity, untrained twin": "{:,.0f}"}).hide(axis="index")
+
+
+# ---- the wording the Section 3 pages share ------------------------------------------------------------------------
+
+def glue_model_series(prefix: str, frame: pd.DataFrame, label: str, digits: int = 2,
+                      absent: str = "not measured under this profile") -> None:
+    """Glue ``<prefix>_first``, ``_max`` (with its layer), ``_last`` and ``_max_value`` of the mean cosine of the
+    model ``label`` in the layer-wise ``frame`` for the narrative, or ``absent`` for each when the model is not in
+    ``frame`` (so the page builds under any profile)."""
+    values = layerwise.layer_series(frame, label)
+    fmt = f"{{:.{digits}f}}"
+    texts = {"first": absent, "last": absent, "max": absent, "max_value": absent}
+    if values is not None:
+        texts = {"first": f"{values.iloc[0]:.3f}", "last": fmt.format(values.iloc[-1]),
+                 "max": f"{fmt.format(values.max())} (layer {values.idxmax()})", "max_value": fmt.format(values.max())}
+    for key, text in texts.items():
+        report.glue(f"{prefix}_{key}", text)
+
+
+def series_sentences(frame: pd.DataFrame, labels: Sequence[str], absent: str = "none under this profile") -> str:
+    """"<label>: <first> at layer <l0>, at most <max> (layer <l>), <last> at the last layer; ..." for the narrative."""
+    parts = []
+    for label in labels:
+        v = layerwise.layer_series(frame, label)
+        if v is not None:
+            parts.append(f"{label}: {v.iloc[0]:.2f} at layer {v.index[0]}, at most {v.max():.2f} (layer "
+                         f"{v.idxmax()}), {v.iloc[-1]:.2f} at the last layer")
+    return "; ".join(parts) if parts else absent
+
+
+def glue_sample(prefix: str, frame: pd.DataFrame) -> None:
+    """Glue what a figure's bands rest on: ``<prefix>_examples`` (the most examples any model read: texts, clips or
+    images), ``<prefix>_min_vectors`` (the fewest vectors in any layer of any model), ``<prefix>_n_boot`` and
+    ``<prefix>_level`` (the bootstrap's resamples and confidence level, ``experiments.layerwise.BOOTSTRAP``)."""
+    has = len(frame) and "n_examples" in frame
+    report.glue(f"{prefix}_examples", int(frame["n_examples"].max()) if has else 0, "{:,}")
+    report.glue(f"{prefix}_min_vectors", int(frame["n"].min()) if len(frame) else 0, "{:,}")
+    report.glue(f"{prefix}_n_boot", layerwise.BOOTSTRAP["n_boot"], "{:,}")
+    report.glue(f"{prefix}_level", f"{100 * layerwise.BOOTSTRAP['level']:.0f}%")
+
+
+def not_measured(skipped, missing_suites) -> str:
+    """The models requested but not measured here, with why (``layerwise.Skipped`` rows, then the self-trained
+    suites that were missing), or "none"."""
+    notes = [f"{s.ref.name} ({s.ref.variant}): {s.reason}" for s in skipped] + list(missing_suites)
+    return "; ".join(notes) if notes else "none"
 
 
 # ---- what the page asks of a runtime (``chapters.plans``) -------------------------------------------------------------

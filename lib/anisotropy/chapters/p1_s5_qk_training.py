@@ -38,7 +38,7 @@ def left_out_note(skipped) -> str:
         return "Every checkpoint of every run was measured."
     names = "; ".join(f"{s.ref.run} at step {s.ref.step:,}" for s in skipped)
     return (f"Left out, because they could not be had here: {names}. The claims about these runs are not decided "
-            f"on what remains ({skipped[0].reason}).")
+            f"on what remains ({words.PARTLY}: {skipped[0].reason}).")
 
 
 def label(head) -> str:

@@ -281,10 +281,12 @@ def evaluate(chapter: str, resolved, store: results.Store | None = None, skipped
     """Decide every claim ``chapter`` owns on ``frames`` (name -> DataFrame, as the ledger's ``input`` names them),
     store the rows under the chapter, its profile and its resolved parameters, and return them. A claim that needs a
     model the chapter requested but could not measure (``skipped``: ``experiments.layerwise.Skipped`` rows) is not testable here,
-    with that model's one-line reason."""
+    with that model's one-line reason, after ``PARTLY`` for a checkpoint of a run (a ref with a ``step``: the rest of
+    the run was measured)."""
     # a model that could not be had here blocks a claim only if it could have decided it: its pretrained weights or
     # checkpoints, not an untrained variant (a claim about pretrained models is then decided as if it was never asked)
-    unavailable = {s.ref.name: s.reason for s in skipped if getattr(s.ref, "variant", None) not in ("untrained", "tiny")}
+    unavailable = {s.ref.name: (f"{PARTLY}: " if getattr(s.ref, "step", None) is not None else "") + s.reason
+                   for s in skipped if getattr(s.ref, "variant", None) not in ("untrained", "tiny")}
     rows = verdict_rows(chapter, resolved.profile, frames, unavailable)
     _save(store or results.Store(), NAMESPACE, _key(chapter, resolved.profile, resolved.values, "verdicts"), rows)
     return rows

@@ -374,46 +374,6 @@ def layer_series(frame: pd.DataFrame, label: str, column: str = "mean_cosine", b
     return None if sub.empty else sub.set_index("layer")[column]
 
 
-def glue_series(prefix: str, frame: pd.DataFrame, label: str, digits: int = 2,
-                absent: str = "not measured under this profile") -> None:
-    """Glue ``<prefix>_first``, ``_max`` (with its layer), ``_last`` and ``_max_value`` of a model's mean cosine for
-    the narrative, or ``absent`` for each when the model is not in ``frame`` (so the page builds under any profile)."""
-    from anisotropy.pages import report
-
-    values = layer_series(frame, label)
-    fmt = f"{{:.{digits}f}}"
-    texts = {"first": absent, "last": absent, "max": absent, "max_value": absent}
-    if values is not None:
-        texts = {"first": f"{values.iloc[0]:.3f}", "last": fmt.format(values.iloc[-1]),
-                 "max": f"{fmt.format(values.max())} (layer {values.idxmax()})", "max_value": fmt.format(values.max())}
-    for key, text in texts.items():
-        report.glue(f"{prefix}_{key}", text)
-
-
-def series_sentences(frame: pd.DataFrame, labels: Sequence[str], absent: str = "none under this profile") -> str:
-    """"<label>: <first> at layer <l0>, at most <max> (layer <l>), <last> at the last layer; ..." for the narrative."""
-    parts = []
-    for label in labels:
-        v = layer_series(frame, label)
-        if v is not None:
-            parts.append(f"{label}: {v.iloc[0]:.2f} at layer {v.index[0]}, at most {v.max():.2f} (layer "
-                         f"{v.idxmax()}), {v.iloc[-1]:.2f} at the last layer")
-    return "; ".join(parts) if parts else absent
-
-
-def glue_sample(prefix: str, frame: pd.DataFrame) -> None:
-    """Glue what a figure's bands rest on: ``<prefix>_examples`` (the most examples any model read: texts, clips or
-    images), ``<prefix>_min_vectors`` (the fewest vectors in any layer of any model), ``<prefix>_n_boot`` and
-    ``<prefix>_level`` (the bootstrap's resamples and confidence level, ``BOOTSTRAP``)."""
-    from anisotropy.pages import report
-
-    has = len(frame) and "n_examples" in frame
-    report.glue(f"{prefix}_examples", int(frame["n_examples"].max()) if has else 0, "{:,}")
-    report.glue(f"{prefix}_min_vectors", int(frame["n"].min()) if len(frame) else 0, "{:,}")
-    report.glue(f"{prefix}_n_boot", BOOTSTRAP["n_boot"], "{:,}")
-    report.glue(f"{prefix}_level", f"{100 * BOOTSTRAP['level']:.0f}%")
-
-
 MIN_VECTORS = 5000  # the vectors per layer the Section 3 chapters aim at (issue 17), for narrow bands
 
 

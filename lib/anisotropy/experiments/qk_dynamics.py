@@ -35,7 +35,6 @@ from anisotropy import devices, hub, progress as progress_lines, results
 CHAPTER = "p1_s5_qk_training"
 # What stops a checkpoint, not the chapter: it could not be downloaded, or does not fit the device.
 SKIPPABLE = (hub.Unavailable, registry.ModelTooLargeError)
-PARTLY_MEASURED = "partly measured"
 KINDS = ("query", "key")
 
 
@@ -327,8 +326,7 @@ def _skipping_unavailable(stages: list[Stage], outcomes: list) -> pd.DataFrame:
         if isinstance(outcome, BaseException):
             why = str(outcome).splitlines()[0]
             progress_lines.say(f"{stage.run}: skipped the checkpoint at step {stage.step:,}: {why}")
-            skipped.append(Skipped(stage, f"{PARTLY_MEASURED}: its checkpoint at step {stage.step:,} could not be "
-                                          f"had here ({why})"))
+            skipped.append(Skipped(stage, f"its checkpoint at step {stage.step:,} could not be had here ({why})"))
         else:
             frames.append(outcome)
     if not frames:
