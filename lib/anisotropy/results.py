@@ -288,9 +288,12 @@ class Store:
 
     def _pack(self, chapter: str) -> None:
         """Rewrite ``packs/<chapter>.tar`` from the chapter's complete results in the working folder (Parquet files
-        first, sidecars last), whole or not at all; no results, no pack."""
+        first, sidecars last), whole or not at all; no results, no pack. A pack another runtime wrote since this one
+        last read it is unpacked first, so its results are kept."""
         target = self.packs / f"{chapter}.tar"
         with self._lock():
+            if target.is_file():
+                self._unpack_one(target)
             pairs = [(meta.with_suffix(".parquet"), meta) for meta in sorted((self.folder / chapter).glob("*.json"))
                      if not meta.name.startswith(".") and meta.with_suffix(".parquet").is_file()]
             if not pairs:
@@ -311,25 +314,31 @@ class Store:
         done = (str(self.root), str(self.folder))
         if done in _UNPACKED:
             return
+        # A leftover ``.<chapter>.tar.*.tmp`` (a write cut off) is not a pack: only complete ones carry the name.
         packs = sorted(p for p in self.packs.glob("*.tar") if not p.name.startswith(".")) if self.packs.is_dir() else []
         with self._lock():
             for pack in packs:
-                chapter, stamp_file = pack.stem, self._stamp_file(pack.stem)
-                stamp = self._stamp(pack)
-                if stamp_file.is_file() and json.loads(stamp_file.read_text()) == stamp:
-                    continue
-                try:
-                    with tarfile.open(pack) as tar:
-                        files = {m.name: tar.extractfile(m).read() for m in tar.getmembers()
-                                 if m.isfile() and _is_result_file(m.name)}
-                except (tarfile.TarError, OSError, EOFError) as exc:
-                    warnings.warn(f"The pack {pack} cannot be read ({type(exc).__name__}: {exc}); its results are "
-                                  "computed again.", RecomputedWarning, stacklevel=3)
-                    continue
-                for name in sorted(files, key=lambda n: n.endswith(".json")):  # sidecars last, as ``save`` writes
-                    atomic_write(self.folder / chapter / name, lambda p, data=files[name]: p.write_bytes(data))
-                atomic_write(stamp_file, lambda p: p.write_text(json.dumps(stamp)))
+                self._unpack_one(pack)
         _UNPACKED.add(done)
+
+    def _unpack_one(self, pack: Path) -> None:
+        """Extract ``pack`` into its chapter's working folder unless this runtime wrote or read it as it is now (the
+        caller holds the lock)."""
+        chapter, stamp_file = pack.stem, self._stamp_file(pack.stem)
+        stamp = self._stamp(pack)
+        if stamp_file.is_file() and json.loads(stamp_file.read_text()) == stamp:
+            return
+        try:
+            with tarfile.open(pack) as tar:
+                files = {m.name: tar.extractfile(m).read() for m in tar.getmembers()
+                         if m.isfile() and _is_result_file(m.name)}
+        except (tarfile.TarError, OSError, EOFError) as exc:
+            warnings.warn(f"The pack {pack} cannot be read ({type(exc).__name__}: {exc}); its results are computed "
+                          "again.", RecomputedWarning, stacklevel=4)
+            return
+        for name in sorted(files, key=lambda n: n.endswith(".json")):  # sidecars last, as ``save`` writes them
+            atomic_write(self.folder / chapter / name, lambda p, data=files[name]: p.write_bytes(data))
+        atomic_write(stamp_file, lambda p: p.write_text(json.dumps(stamp)))
 
     @staticmethod
     def code_key(key: dict, compute: Callable, code: tuple[str, ...] | None = None) -> tuple[dict, dict]:
