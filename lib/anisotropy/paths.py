@@ -4,12 +4,14 @@ Environment variables override the defaults: ``ANISOTROPY_RESULTS`` (results sto
 as ``s3://bucket/prefix``; a chapter's ``results_dir`` parameter sets it, ``use_results``) and ``ANISOTROPY_CACHE``
 (tokenizers, token arrays, conversions; self-trained checkpoints unless ``checkpoints_dir`` puts them beside a moved
 results store). Outside a checkout (e.g. a pip install on Colab) both fall back to ``~/.cache/anisotropy``.
+A results folder on Google Drive is kept packed, one file per chapter (``packed``, ``working_dir``; ``ANISOTROPY_PACK``).
 ``atomic_folder`` and ``write_folder_once`` write a folder of the cache (a tokenizer, a checkpoint; a conversion) so
 that it appears whole or not at all.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tempfile
@@ -63,6 +65,28 @@ def use_results(location: str) -> None:
     os.environ["ANISOTROPY_RESULTS"] = location
 
 
+PACK_ENV = "ANISOTROPY_PACK"
+
+
+def packed(folder: str | Path) -> bool:
+    """Whether the results folder ``folder`` is kept packed (``results.Store``: read and written in ``working_dir``,
+    kept there as one file per chapter), because its drive times out on folders of many small files (Google Drive,
+    googlecolab/colabtools#751). ``ANISOTROPY_PACK=1`` packs any results folder, ``ANISOTROPY_PACK=0`` none; unset, a
+    folder under Colab's ``DRIVE`` is packed."""
+    given = os.environ.get(PACK_ENV, "").strip().upper()
+    if given:
+        return given in ("1", "ON", "YES", "TRUE")
+    text = Path(folder).as_posix()
+    return text == DRIVE or text.startswith(DRIVE + "/")
+
+
+def working_dir(folder: str | Path) -> Path:
+    """The folder on this runtime's own disk where the packed results folder ``folder`` is unpacked, read and written:
+    ``cache_dir()/packed-results/<digest of folder's path>`` (a new runtime starts with none and unpacks)."""
+    digest = hashlib.sha256(str(Path(folder).absolute()).encode()).hexdigest()[:12]
+    return cache_dir() / "packed-results" / digest
+
+
 def cache_dir() -> Path:
     return Path(os.environ.get("ANISOTROPY_CACHE") or _default(".cache"))
 
@@ -71,7 +95,8 @@ def checkpoints_dir() -> Path:
     """The root of the self-trained suites and their resumable snapshots: ``<results folder>/checkpoints`` when the
     results store was moved to a folder of its own (``ANISOTROPY_RESULTS``, a chapter's ``results_dir``: Google Drive
     on Colab), so that they outlive the runtime as the results do; else ``cache_dir()/checkpoints`` (the default store,
-    or a URL store, which cannot hold a ``save_pretrained`` folder)."""
+    or a URL store, which cannot hold a ``save_pretrained`` folder). They stay unpacked in a ``packed`` results folder:
+    a few large files per step, which Drive handles, unlike a folder of many small results."""
     given = os.environ.get("ANISOTROPY_RESULTS") or ""
     if given and ("://" not in given or given.startswith("file://")):
         folder = results_dir()

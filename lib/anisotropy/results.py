@@ -10,6 +10,14 @@ shared by the machines of a cluster. Object stores have no rename, but each obje
 (it exists complete or not at all), and the same order holds: Parquet first, sidecar last. ``file://`` URLs and plain
 paths are the folder store.
 
+A packed results folder (``paths.packed``: one on Google Drive, or any with ``ANISOTROPY_PACK=1``) holds one file per
+chapter, ``<folder>/packs/<chapter>.tar``, since Drive times out on folders of many small files
+(googlecolab/colabtools#751). The store reads and writes the same layout in a folder on the runtime's own disk
+(``paths.working_dir``) and, after each result it stores, rewrites that chapter's pack (a temporary name in ``packs/``,
+then a rename: a disconnect loses at most the result being computed, and a pack cut mid-write leaves the previous one
+whole). The first store of a process (a chapter's first cell: ``profiles.apply``) unpacks every pack that changed
+since this runtime last wrote or unpacked it. Self-trained checkpoints (``paths.checkpoints_dir``) stay unpacked.
+
 ``cached`` adds to every key the fingerprint of the code that computes it (``fingerprint``): the library modules the
 computation depends on and the versions of the packages that shape numbers, so a changed metric recomputes and a
 changed plot does not; a computation written outside the package (a notebook's lambda) adds its own code.
@@ -23,6 +31,7 @@ import hashlib
 import io
 import json
 import os
+import tarfile
 import tempfile
 import time
 import warnings
@@ -132,18 +141,29 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
             os.unlink(tmp)
 
 
+PACKS = "packs"  # <packed results folder>/packs/<chapter>.tar
+_UNPACKED: set[tuple[str, str]] = set()  # (packed folder, working folder) unpacked by this process
+
+
 class Store:
     """The results store under ``root`` (default ``anisotropy.paths.results_location()``): a folder, or an fsspec URL
-    (then ``root`` is the URL as a string and ``fs`` its filesystem)."""
+    (then ``root`` is the URL as a string and ``fs`` its filesystem). The files are in ``folder``: ``root`` itself, or
+    for a packed ``root`` its working folder, with ``packs`` the folder of its packs (None when not packed)."""
 
     def __init__(self, root: str | Path | None = None):
         where = root if root is not None else paths.results_location()
         self.fs = None
+        self.packs = None
         if is_url(where):
             self.root = str(where).rstrip("/")
             self.fs, self._base = filesystem(self.root)
+            self.folder = None
         else:
             self.root = local_path(where)
+            self.folder = self.root
+            if paths.packed(self.root):
+                self.packs, self.folder = self.root / PACKS, paths.working_dir(self.root)
+                self._unpack()
 
     @property
     def remote(self) -> bool:
@@ -154,7 +174,7 @@ class Store:
 
     def location(self, *parts: str):
         """A path (folder store) or URL (fsspec store) inside the store."""
-        return self.root.joinpath(*parts) if not self.remote else "/".join([self.root, *parts])
+        return self.folder.joinpath(*parts) if not self.remote else "/".join([self.root, *parts])
 
     def _fs_path(self, url: str) -> str:
         return self._base + url[len(self.root):]
@@ -166,7 +186,7 @@ class Store:
         """The stored files matching ``parts`` (a glob pattern, one part per level), sorted: paths in a folder store,
         URLs in an fsspec store."""
         if not self.remote:
-            return sorted(self.root.glob("/".join(parts))) if self.root.is_dir() else []
+            return sorted(self.folder.glob("/".join(parts))) if self.folder.is_dir() else []
         return [self._url(p) for p in sorted(self.fs.glob(self._fs_path(self.location(*parts))))]
 
     def check(self) -> None:
@@ -244,7 +264,81 @@ class Store:
             atomic_write(meta, lambda p: p.write_text(text))
         else:
             self._write(meta, text.encode())  # last: only now is the result complete
+        if self.packs is not None:
+            self._pack(chapter)
         return data
+
+    # -- a packed results folder: one file per chapter --
+
+    def _lock(self):
+        from filelock import FileLock
+
+        # On the local disk (a lock on Drive is not to be trusted): the processes of one runtime take turns, so a pack
+        # is always written from the working folder as it stands, with every result stored before.
+        self.folder.mkdir(parents=True, exist_ok=True)
+        return FileLock(self.folder / ".packs.lock")
+
+    def _stamp_file(self, chapter: str) -> Path:
+        return self.folder / ".packs" / f"{chapter}.json"
+
+    @staticmethod
+    def _stamp(pack: Path) -> dict:
+        stat = pack.stat()
+        return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+    def _pack(self, chapter: str) -> None:
+        """Rewrite ``packs/<chapter>.tar`` from the chapter's complete results in the working folder (Parquet files
+        first, sidecars last), whole or not at all; no results, no pack. A pack another runtime wrote since this one
+        last read it is unpacked first, so its results are kept."""
+        target = self.packs / f"{chapter}.tar"
+        with self._lock():
+            if target.is_file():
+                self._unpack_one(target)
+            pairs = [(meta.with_suffix(".parquet"), meta) for meta in sorted((self.folder / chapter).glob("*.json"))
+                     if not meta.name.startswith(".") and meta.with_suffix(".parquet").is_file()]
+            if not pairs:
+                target.unlink(missing_ok=True)
+                return
+
+            def write(tmp: Path) -> None:
+                with tarfile.open(tmp, "w") as tar:
+                    for path in [data for data, _ in pairs] + [meta for _, meta in pairs]:
+                        tar.add(path, arcname=path.name)
+
+            atomic_write(target, write)
+            atomic_write(self._stamp_file(chapter), lambda p: p.write_text(json.dumps(self._stamp(target))))
+
+    def _unpack(self) -> None:
+        """Bring into the working folder every pack that changed since this runtime last wrote or unpacked it (once
+        per process); a pack that cannot be read is warned of and its results computed again."""
+        done = (str(self.root), str(self.folder))
+        if done in _UNPACKED:
+            return
+        # A leftover ``.<chapter>.tar.*.tmp`` (a write cut off) is not a pack: only complete ones carry the name.
+        packs = sorted(p for p in self.packs.glob("*.tar") if not p.name.startswith(".")) if self.packs.is_dir() else []
+        with self._lock():
+            for pack in packs:
+                self._unpack_one(pack)
+        _UNPACKED.add(done)
+
+    def _unpack_one(self, pack: Path) -> None:
+        """Extract ``pack`` into its chapter's working folder unless this runtime wrote or read it as it is now (the
+        caller holds the lock)."""
+        chapter, stamp_file = pack.stem, self._stamp_file(pack.stem)
+        stamp = self._stamp(pack)
+        if stamp_file.is_file() and json.loads(stamp_file.read_text()) == stamp:
+            return
+        try:
+            with tarfile.open(pack) as tar:
+                files = {m.name: tar.extractfile(m).read() for m in tar.getmembers()
+                         if m.isfile() and _is_result_file(m.name)}
+        except (tarfile.TarError, OSError, EOFError) as exc:
+            warnings.warn(f"The pack {pack} cannot be read ({type(exc).__name__}: {exc}); its results are computed "
+                          "again.", RecomputedWarning, stacklevel=4)
+            return
+        for name in sorted(files, key=lambda n: n.endswith(".json")):  # sidecars last, as ``save`` writes them
+            atomic_write(self.folder / chapter / name, lambda p, data=files[name]: p.write_bytes(data))
+        atomic_write(stamp_file, lambda p: p.write_text(json.dumps(stamp)))
 
     @staticmethod
     def code_key(key: dict, compute: Callable, code: tuple[str, ...] | None = None) -> tuple[dict, dict]:
@@ -294,7 +388,7 @@ class Store:
         """(sidecar path, its content) of every complete stored result (of one chapter, or all)."""
         pattern = f"{chapter}/*.json" if chapter else "*/*.json"
         if not self.remote:
-            pairs = [(meta, meta.with_suffix(".parquet")) for meta in sorted(self.root.glob(pattern))]
+            pairs = [(meta, meta.with_suffix(".parquet")) for meta in sorted(self.folder.glob(pattern))]
             pairs = [(meta, data) for meta, data in pairs if data.is_file()]
         else:
             found = set(self.fs.glob(f"{self._base}/{pattern.removesuffix('.json')}.*"))
@@ -340,12 +434,22 @@ class Store:
         return sum(self.fs.size(self._fs_path(u)) or 0 for u in items if self.fs.exists(self._fs_path(u)))
 
     def remove(self, items) -> None:
-        """Delete these stored files, sidecars first (a Parquet without its sidecar is never read)."""
+        """Delete these stored files, sidecars first (a Parquet without its sidecar is never read); a packed folder's
+        packs are rewritten without them."""
         for item in sorted(items, key=lambda p: not str(p).endswith(".json")):
             if not self.remote:
                 Path(item).unlink(missing_ok=True)
             elif self.fs.exists(self._fs_path(item)):
                 self.fs.rm_file(self._fs_path(item))
+        if self.packs is not None:
+            for chapter in sorted({Path(item).parent.name for item in items}):
+                self._pack(chapter)
+
+
+def _is_result_file(name: str) -> bool:
+    """A name a pack may hold: a result's Parquet file or sidecar, in the chapter's folder itself."""
+    return ("/" not in name and "\\" not in name and not name.startswith(".")
+            and name.endswith((".parquet", ".json")))
 
 
 def _parquet_of(meta):

@@ -577,8 +577,8 @@ def apply(chapter: str, namespace: dict) -> Resolved:
     reader can fix show as one line (``one_line_errors``); a ``device`` of "cuda" on a machine without a GPU stops
     here (``devices.NoGPUError``), and so does ``profile = "paper"`` on a Colab runtime without one
     (``devices.check_runtime``). A ``results_dir`` moves this run's results store there (``paths.use_results``:
-    on Colab a folder of Google Drive, mounted if it is not), so a chapter run again after a disconnect continues
-    from what it stored; like ``profile`` it is not among ``values``.
+    on Colab a folder of Google Drive, mounted if it is not, and unpacked: ``results``), so a chapter run again after
+    a disconnect continues from what it stored; like ``profile`` it is not among ``values``.
     """
     one_line_errors()
     profile = namespace.get("profile", DEFAULT)
@@ -591,6 +591,10 @@ def apply(chapter: str, namespace: dict) -> Resolved:
     resolved = Resolved(chapter, profile, results_dir=str(namespace.get("results_dir") or ""))
     if resolved.results_dir:
         paths.use_results(resolved.results_dir)
+        from anisotropy import results
+
+        if not results.is_url(resolved.results_dir):  # a packed folder (Google Drive) unpacks here, at the start
+            results.Store()
     for name, default in defaults.items():
         current = namespace.get(name, default)
         if name in injected or current != default:
