@@ -87,4 +87,4 @@ def test_every_command_of_the_one_chapter_block_runs_or_is_accepted(tmp_path):
         if "--help-notebook" in argv:
             assert "n_pairs" in proc.stdout
         ran.append(tool if tool != "python" else argv[3])
-    assert ran == ["chapters", "chapters", "run", "sweep", "papermill", "papermill"]
+    assert ran == ["chapters", "chapters", "plan", "run", "sweep", "papermill", "papermill"]
