@@ -366,8 +366,8 @@ def test_speech_models_count_the_front_end_of_a_pass_over_full_length_utterances
 
     speech = budget.Checkpoint("wav2vec2-base", examples=32, positions=p1_s3_modalities.SPEECH_FRAMES, batch=32)
     alone = budget.weights_gib("wav2vec2-base") * budget.GIB
-    assert budget._gpu_gib(speech) * budget.GIB - alone >= taps.SPEECH_PASS_BYTES
-    assert budget._gpu_gib(speech) < budget.COLAB["gpu"]
+    assert budget.checkpoint_gpu_gib(speech) * budget.GIB - alone >= taps.SPEECH_PASS_BYTES
+    assert budget.checkpoint_gpu_gib(speech) < budget.COLAB["gpu"]
 
 
 def test_time_on_each_gpu_kind_scales_as_the_datasheet_rates():
@@ -463,7 +463,7 @@ def test_the_gpu_figure_counts_the_layer_stats_of_the_reference_models():
     import dataclasses
 
     without = dataclasses.replace(bert, stats_reservoir=None)
-    added = (budget._gpu_gib(bert) - budget._gpu_gib(without)) * GIB
+    added = (budget.checkpoint_gpu_gib(bert) - budget.checkpoint_gpu_gib(without)) * GIB
     assert added == pytest.approx(13 * (8 * 768**2 + 16 * 768 + 8 + 4 * 2048 * 768), rel=1e-9)
 
 

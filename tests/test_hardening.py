@@ -235,21 +235,21 @@ def load_gated(ctx: Ctx):
     import huggingface_hub
 
     from anisotropy import hub
-    from anisotropy.models import registry
+    from anisotropy.models import memory, registry
 
     # As on a machine with network but no token: the Hub answers, nobody is logged in, memory is plentiful.
     ctx.monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     ctx.monkeypatch.delenv("HF_TOKEN", raising=False)
     ctx.monkeypatch.setattr(hub, "reachable", lambda timeout=3.0: True)
     ctx.monkeypatch.setattr(huggingface_hub, "get_token", lambda: None)
-    ctx.monkeypatch.setattr(registry, "_available_bytes", lambda device: 2**50)
+    ctx.monkeypatch.setattr(memory, "available_bytes", lambda device: 2**50)
     registry.load("llama-2-7b")
 
 
 def load_too_big(ctx: Ctx):
-    from anisotropy.models import registry
+    from anisotropy.models import memory, registry
 
-    ctx.monkeypatch.setattr(registry, "_available_bytes", lambda device: 2**30)  # a 1 GiB device
+    ctx.monkeypatch.setattr(memory, "available_bytes", lambda device: 2**30)  # a 1 GiB device
     registry.load("opt-1.3b", variant="untrained")
 
 

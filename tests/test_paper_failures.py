@@ -129,8 +129,8 @@ def test_gated_model_names_its_card_and_the_token(standin, repo_copy, tmp_path):
     env = _env(repo_copy, tmp_path / "hf_home", standin)
     code = """
         import torch
-        from anisotropy import hub; from anisotropy.models import registry
-        registry._available_bytes = lambda device: 2**50  # whatever this machine has free: the Hub answers first
+        from anisotropy import hub; from anisotropy.models import memory, registry
+        memory.available_bytes = lambda device: 2**50  # whatever this machine has free: the Hub answers first
         for token in (None, "hf_not_accepted"):
             if token:
                 import os; os.environ["HF_TOKEN"] = token

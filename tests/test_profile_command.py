@@ -11,7 +11,7 @@ from anisotropy.claims.rules import p1_s3
 from anisotropy.data import sources
 from anisotropy.experiments import layerwise, model_profile, spectral
 from anisotropy.measure import metrics, taps
-from anisotropy.models import registry
+from anisotropy.models import memory, registry
 from anisotropy.models.identity import identity
 
 N = 24  # examples of the prose: a few thousand token vectors per layer of a tiny model
@@ -205,7 +205,7 @@ def test_bad_inputs_stop_in_one_line(tiny_gpt2, tmp_path, capsys, monkeypatch):
     vit.model.save_pretrained(tmp_path / "tiny-vit")
     vit.preprocessor.save_pretrained(tmp_path / "tiny-vit")
     assert "is a vision model" in _one_line_error(capsys, tmp_path / "tiny-vit", "--n", N, "--out", out)
-    monkeypatch.setattr(registry, "_available_bytes", lambda device: 1000)
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 1000)
     assert "GiB is free" in _one_line_error(capsys, tiny_gpt2, "--n", N, "--out", out)
     assert not out.exists()  # nothing written for a failed command
     assert not list((tmp_path / "results").glob(f"{model_profile.STORE_CHAPTER}/*.parquet"))

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from anisotropy import hub
-from anisotropy.models import offline_tokenizers, registry
+from anisotropy.models import memory, offline_tokenizers, registry
 from anisotropy.measure import taps
 from anisotropy.models.registry import MODELS
 
@@ -167,7 +167,7 @@ def test_remote_code_models_say_why_they_cannot_run_offline(monkeypatch):
 
 
 def test_models_that_do_not_fit_refuse_to_start(monkeypatch):
-    monkeypatch.setattr(registry, "_available_bytes", lambda device: 16 * 2**30)
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 16 * 2**30)
     with pytest.raises(registry.ModelTooLargeError) as err:
         registry.load("llama-2-7b", variant="untrained")
     assert "\n" not in str(err.value) and "llama-2-7b" in str(err.value) and "float16" in str(err.value)
@@ -181,7 +181,7 @@ def test_gpu_memory_that_pytorch_holds_cached_counts_as_available(monkeypatch):
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (6 * 2**30, 16 * 2**30))
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 10 * 2**30)
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 2 * 2**30)
-    assert registry._available_bytes("cuda") == 14 * 2**30
+    assert memory.available_bytes("cuda") == 14 * 2**30
     registry.check_fits(MODELS["llama-2-7b"], device="cuda", dtype=torch.float16)  # 12.3 GiB fits in 14
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 2 * 2**30)  # nothing cached: 6 GiB
     with pytest.raises(registry.ModelTooLargeError, match="6.0 GiB is free"):

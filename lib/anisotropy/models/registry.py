@@ -40,6 +40,8 @@ from typing import Any
 from anisotropy import compat, devices, hub
 from anisotropy.errors import ModelTooLargeError
 from anisotropy.models.character_indexer import CharacterIndexer
+# The memory guard (models.memory), re-exported: registry.check_fits, ... stay where callers found them.
+from anisotropy.models.memory import check_fits, check_folder_fits, folder_bytes  # noqa: F401
 from anisotropy.models.offline_tokenizers import OFFLINE_TOKENIZERS, offline_tokenizer
 # The table's records and names, read here: registry.ModelSpec, registry.FAMILIES, ... are the table's own.
 from anisotropy.models.table import (ACCESS, CONVERTERS, FAMILIES, LAYOUTS, MODALITIES, MODELS_FILE, STACKS,  # noqa: F401
@@ -124,48 +126,8 @@ def names(paper: int | None = None, family: str | None = None, modality: str | N
             and (modality is None or s.modality == modality) and (stack is None or s.stack == stack)]
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Memory guard
-# ---------------------------------------------------------------------------------------------------------------------
-
-
-def _available_bytes(device) -> int | None:
-    """Bytes a new model could take on ``device``: on a GPU the driver's free memory plus what PyTorch's caching
-    allocator holds reserved but unused (the previous checkpoint's freed blocks, which it hands out again before
-    asking the driver); on the CPU the kernel's MemAvailable."""
-    import torch
-
-    device = torch.device(device)
-    if device.type == "cuda" and torch.cuda.is_available():
-        reclaimable = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
-        return int(torch.cuda.mem_get_info(device)[0]) + max(int(reclaimable), 0)
-    if device.type == "cpu":
-        try:
-            with open("/proc/meminfo") as fh:
-                for line in fh:
-                    if line.startswith("MemAvailable:"):
-                        return int(line.split()[1]) * 1024
-        except OSError:
-            return None
-    return None
-
-
-def check_fits(s: ModelSpec, device="cpu", dtype=None) -> None:
-    """Raise ``ModelTooLargeError`` (one line) when the weights alone would not fit in the device's free memory."""
-    import torch
-
-    if not s.n_params:
-        return
-    dtype = dtype or torch.float32
-    need = s.n_params * torch.empty(0, dtype=dtype).element_size() * 1.1
-    have = _available_bytes(device)
-    if have is not None and need > have:
-        raise ModelTooLargeError(
-            f"{s.name} ({s.n_params / 1e9:.2f}B parameters) needs about {need / 2**30:.1f} GiB in {dtype} on "
-            f"{device}, but {have / 2**30:.1f} GiB is free: use a larger GPU, dtype=torch.float16, or a smaller "
-            f"model")
-
-
+# The memory guard that refuses a model before loading it is ``models.memory`` (check_fits); this words one that ran
+# out of memory while loading or measuring.
 def out_of_memory(name: str, dtype=None, batch_size: int | None = None) -> ModelTooLargeError:
     """The one line for a model that ran out of GPU memory: its name, its weights' size in the dtype it ran in, and
     the settings to change (raised by ``models.session``)."""
@@ -582,30 +544,10 @@ def load_auto(folder: str | os.PathLike, device="cpu", dtype=None, attn_implemen
     return Loaded(model, pre, s, "self-trained", None, str(folder))
 
 
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Any model: a registry name, a Hub id, a folder or a GGUF file
 # ---------------------------------------------------------------------------------------------------------------------
-
-
-def folder_bytes(folder: str | os.PathLike) -> int:
-    """Bytes of a folder's weight files (``*.safetensors``, ``*.bin``, ``*.gguf``): what its weights take in memory
-    at the dtype they are stored in."""
-    folder = Path(folder)
-    return sum(f.stat().st_size for pattern in ("*.safetensors", "*.bin", "*.gguf") for f in folder.glob(pattern))
-
-
-def check_folder_fits(folder: str | os.PathLike, device="cpu", dtype=None) -> None:
-    """``check_fits`` for a folder, from its weight files' size (float32 on disk, scaled to ``dtype``)."""
-    import torch
-
-    need = folder_bytes(folder) * 1.1
-    if dtype is not None:
-        need *= torch.empty(0, dtype=dtype).element_size() / 4
-    have = _available_bytes(devices.resolve(device))
-    if have is not None and need > have:
-        raise ModelTooLargeError(
-            f"{Path(folder).name} needs about {need / 2**30:.1f} GiB on {device}, but {have / 2**30:.1f} GiB is "
-            f"free: use a larger GPU, dtype float16, or a smaller model")
 
 
 def gguf_folder(path: str | os.PathLike) -> Path:
