@@ -494,12 +494,19 @@ def _build_item(name: str, env: dict, profile: str, rerun: bool, recompute: bool
             return job
         started(name, profile, (estimates or {}).get(name))
         outcome = finish(run_job(job))
-    outcome.span = (start - clock, time.perf_counter() - clock)
+    if not outcome.reused:
+        outcome.span = (start - clock, time.perf_counter() - clock)
     return outcome
 
 
 def _train_unit(unit, env: dict, profile: str, estimate: float | None = None) -> Outcome:
-    """Train one unit's run in a process of its own (``book.units``), its progress lines echoed to this console."""
+    """Train one unit's run in a process of its own (``book.units``), its progress lines echoed to this console; a
+    run that a chapter has trained, or is training, by now needs no process (it is reused)."""
+    from anisotropy.training import checkpoints
+
+    recipe = unit.recipe(profile)
+    if checkpoints.is_trained(recipe) or checkpoints.in_training(recipe):
+        return Outcome(unit.name, checkpoints.run_dir(recipe), 0.0, reused=True)
     started(unit.name, profile, estimate)
     log = root() / "_build" / "logs" / unit.log
     cmd = [sys.executable, "-m", "anisotropy.book.units", unit.suite, str(unit.seed), profile]

@@ -82,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     recipe = Unit(suite, int(seed)).recipe(profile)
     found = trainer.train(recipe, progress=False)
     state = trainer.training_state(found[-1])
-    progress.say(f"trained {suite} seed {seed}: {state['step']} updates, final validation loss {found[-1].loss:.3f}")
+    progress.say(f"{suite} seed {seed} is trained: {state['step']} updates, final validation loss "
+                 f"{found[-1].loss:.3f}")
     return 0
 
 
