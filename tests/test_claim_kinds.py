@@ -47,9 +47,27 @@ def test_the_kinds_of_the_offline_models_against_the_papers_models():
     assert not stand_ins.covers(speech, "whisper-tiny-en", "hubert-base")
     assert stand_ins.covers(claims.claim("p1-f1-token-anisotropic"), "smollm2-135m", "gpt2")
     assert not stand_ins.covers(claims.claim("p1-f1-token-anisotropic"), "mpnet-base-v2", "bert-base-uncased")
-    # "convolutional networks" (a stated kind) include a text detector's VGG; a vision Transformer is not one
+    # the five CNNs the paper names are ImageNet classifiers: the task is part of the kind, so a text detector's VGG
+    # (CRAFT) decides nothing, an ImageNet classifier shipped as real weights (EfficientNet-lite0) may
     cnns = claims.claim("p1-s3.2-cnns-isotropic")
-    assert stand_ins.of_kind(cnns, "craft-vgg16-bn") and not stand_ins.of_kind(cnns, "vit-s14-focus")
+    assert not stand_ins.of_kind(cnns, "craft-vgg16-bn") and not stand_ins.of_kind(cnns, "vit-s14-focus")
+    assert stand_ins.of_kind(cnns, "efficientnet-lite0")
+
+
+def test_no_claim_widens_its_kind_beyond_what_its_models_share():
+    """A stated ``kind`` may say more than the models' kinds list (a value or a list per key), never less: on every
+    key on which all the models a claim names agree (the task of the paper's five ImageNet classifiers, say), the
+    stated kind allows that value only, so that no stand-in of another task or unit decides it."""
+    for c in claims.ledger():
+        kinds = [k for m in c.models if (k := stand_ins.model_kind(m)) is not None]
+        if not c.kind or not kinds:
+            continue
+        for key in stand_ins.KIND_KEYS:
+            shared = {k[key] for k in kinds}
+            if len(shared) == 1:
+                stated = c.kind.get(key)
+                assert stated is not None and set([stated] if isinstance(stated, str) else stated) == shared, (
+                    c.id, key, stated, shared)
 
 
 def test_no_claim_is_decided_by_a_stand_in_of_another_kind():
@@ -106,16 +124,35 @@ def test_an_every_model_claim_needs_a_stand_in_of_each_models_kind(patched_ledge
         assert row["verdict"] == verdict and row["question"] == "real", row.to_dict()
 
 
-def test_the_three_questions_are_counted_apart():
-    frame = pd.DataFrame({"verdict": [HOLDS, FAILS, HOLDS, HOLDS, FAILS, UNTESTABLE, UNTESTABLE],
-                          "question": ["papers", "papers", "real", "self-trained", "self-trained", "", ""]})
+def test_the_four_questions_are_counted_apart():
+    frame = pd.DataFrame({"verdict": [HOLDS, FAILS, HOLDS, HOLDS, FAILS, HOLDS, FAILS, UNTESTABLE, UNTESTABLE],
+                          "question": ["papers", "papers", "setup", "real", "self-trained", "self-trained",
+                                       "self-trained", "", ""]})
     counts = claims.by_question(frame)
-    labels = [label for label, _ in stand_ins.QUESTIONS.values()]
-    assert list(counts.index) == labels + [UNTESTABLE]
-    assert counts.loc[labels[0], [HOLDS, FAILS]].tolist() == [1, 1]
-    assert counts.loc[labels[1], [HOLDS, FAILS]].tolist() == [1, 0]
-    assert counts.loc[labels[2], [HOLDS, FAILS]].tolist() == [1, 1]
-    assert counts.loc[UNTESTABLE, UNTESTABLE] == 2 and counts["total"].sum() == len(frame)
+    labels = ["the papers' models", "the papers' setup", "other real models", "the book's training runs"]
+    assert [label for label, _ in stand_ins.QUESTIONS.values()] == labels
+    assert list(counts.index) == labels  # four lines, the undecided ones are not one of them
+    assert counts.loc[labels[0], [HOLDS, FAILS, "decided"]].tolist() == [1, 1, 2]
+    assert counts.loc[labels[1], [HOLDS, FAILS, "decided"]].tolist() == [1, 0, 1]
+    assert counts.loc[labels[2], [HOLDS, FAILS, "decided"]].tolist() == [1, 0, 1]
+    assert counts.loc[labels[3], [HOLDS, FAILS, "decided"]].tolist() == [1, 2, 3]
+    assert counts["decided"].sum() == 7 == int((frame["verdict"] != UNTESTABLE).sum())
+    # a decided verdict that answers none of the four questions is no line's: an error, not a silent drop
+    with pytest.raises(ValueError, match="answer no question"):
+        claims.by_question(frame.assign(question=["papers"] * 8 + [""]).assign(verdict=[HOLDS] * 9))
+
+
+def test_a_claim_that_needs_no_pretrained_model_answers_the_setup_question_not_the_papers_models():
+    """Section 4's untrained block and Appendix B's exact results are the papers' setup, not the papers' models: no
+    verdict on them is counted on the line of the papers' models."""
+    for c in claims.ledger():
+        if c.scope != "any":
+            continue
+        selection = claims._select(c, [pd.DataFrame({"x": [1.0]})] * len(c.input))
+        assert selection.question == (c.question or "setup"), c.id
+        assert selection.question != "papers", c.id
+    for cid in ("p1-s4-fixed-point", "p1-appB-null-concentrates", "book-s4-layernorm-fixed-point"):
+        assert claims._select(claims.claim(cid), [pd.DataFrame({"x": [1.0]})]).question == "setup", cid
 
 
 def test_a_claim_of_the_books_own_runs_answers_the_third_question():

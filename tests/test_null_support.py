@@ -52,3 +52,16 @@ def test_the_layer_accumulator_records_the_support_and_its_null():
     assert row["nonnegative"] is True and row["null_support"] == pytest.approx(null_of(x.astype(np.float64)), rel=1e-9)
     signed = FirstMoments(1024).update(torch.from_numpy(x - 0.1)).as_dict()
     assert signed["nonnegative"] is False
+
+
+def test_the_support_null_spreads_no_wider_than_the_isotropic_one_for_rectified_gaussians():
+    """claims.rules.p1_s3.above_null reads a non-negative layer's excess over its support null against the isotropic
+    q95 of its dimension: for rectified Gaussian coordinates the null's own spread is narrower (standard deviation
+    about 0.74/sqrt(d), against 1/sqrt(d)), so a layer counted above it is above its own null's 95th percentile."""
+    rng = np.random.default_rng(4)
+    d, pairs = 512, 4000
+    x, y = (np.maximum(rng.standard_normal((pairs, d)), 0.0) for _ in range(2))
+    cos = (x * y).sum(axis=1) / (np.linalg.norm(x, axis=1) * np.linalg.norm(y, axis=1))
+    assert cos.mean() == pytest.approx(1 / np.pi, abs=0.005)
+    assert cos.std() * np.sqrt(d) == pytest.approx(0.74, abs=0.04)
+    assert np.quantile(cos, 0.95) - 1 / np.pi < 0.85 * float(baseline.isotropic_cosine_quantile(0.95, d))

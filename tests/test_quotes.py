@@ -134,3 +134,66 @@ def test_the_checker_refuses_an_altered_quote_a_wrong_section_and_none(papers):
     assert check(dataclasses.replace(bell, quote=bell.quote.replace("...", "011")), papers) is None  # the raw text
     assert check(dataclasses.replace(bell, quote=bell.quote.replace(" ... ", " ")), papers).startswith(
         "not in the paper's text")
+
+
+# ---- every number a rule is given is written where the reader sees the claim -----------------------------------------
+
+_NUMBER = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)(?:\s*/\s*(\d+))?(\s*%)?")
+
+
+def numbers_in_params(value) -> list[float]:
+    """Every number in a claim's ``params`` (nested lists and mappings included; names and flags are not numbers)."""
+    if isinstance(value, bool) or value is None:
+        return []
+    if isinstance(value, (int, float)):
+        return [float(value)]
+    if isinstance(value, dict):
+        return [n for v in value.values() for n in numbers_in_params(v)]
+    if isinstance(value, (list, tuple)):
+        return [n for v in value for n in numbers_in_params(v)]
+    return []
+
+
+def numbers_written(text: str) -> set[float]:
+    """The numbers a text writes: 0.5, 5%, 1/3 (as 0.05 and 0.333...), 16,384 (thousands commas dropped); a digit
+    inside a name (p1-s4, d_h) is not one."""
+    found = set()
+    for m in _NUMBER.finditer(re.sub(r"(?<=\d),(?=\d{3}\b)", "", text)):
+        value = float(m.group(1))
+        if m.group(2):
+            value /= float(m.group(2))
+        if m.group(3):
+            value /= 100
+        found.add(value)
+    return found
+
+
+def unwritten_numbers(claim) -> list[float]:
+    """The numbers of ``claim.params`` that its text does not write: a paper's claim in its quote or in the book's
+    reading of it (``reading_why``), a claim of the book's or the counterpoint's in its wording or its quantity."""
+    text = f"{claim.quote} {claim.reading_why}" if claim.paper in FILES else f"{claim.claim} {claim.quantity}"
+    written = numbers_written(text)
+    return [n for n in numbers_in_params(claim.params)
+            if not any(abs(n - w) <= 1e-3 * max(1.0, abs(n)) for w in written)]
+
+
+def test_every_number_a_rule_is_given_is_in_the_quote_or_the_books_reading():
+    """A threshold of the book's is said where the claim is shown (``reading_why``), and one of the paper's is in its
+    sentence: a threshold edited in claims.yml without its quote or reading fails here."""
+    problems = {c.id: missing for c in claims.ledger() if (missing := unwritten_numbers(c))}
+    assert problems == {}
+
+
+def test_an_edited_threshold_is_caught_and_the_written_forms_are_read():
+    import dataclasses
+
+    speech = claims.claim("p1-s3.2-speech-above-0.2")  # the paper's own 0.2, in its sentence
+    assert unwritten_numbers(speech) == []
+    assert unwritten_numbers(dataclasses.replace(speech, params={"threshold": 0.25})) == [0.25]
+    bell = claims.claim("p2-f1-decoders-bell")
+    edited = dataclasses.replace(bell, params={**bell.params, "min_ratio": bell.params["min_ratio"] * 1.2})
+    assert unwritten_numbers(edited) == [bell.params["min_ratio"] * 1.2]
+    assert numbers_written("at least 90% of 2+ runs, 1/3 of the layers, d = 16,384 (p1-s4, d_h)") == {
+        0.9, 2.0, 1 / 3, 16384.0}
+    assert numbers_in_params({"band": [0.2, 0.8], "stack": "decoder", "high": {"models": ["a"]}, "on": True}) == [
+        0.2, 0.8]

@@ -1,6 +1,9 @@
 """The remaining rules with a threshold, each tested just above and just below the value its claim gives it in
-claims.yml (so a threshold edited without its reason fails a test): the drift correlation's share, the fixed point's
-order of magnitude, the onset of the opposite-direction dynamics, and the CNNs' interval ceiling."""
+claims.yml: the drift correlation's share, the fixed point's order of magnitude, the onset of the opposite-direction
+dynamics, and the CNNs' interval ceiling. The thresholds are read from claims.yml, so these tests follow an edited
+threshold and check the rule at it; what pins a threshold to the paper's words or the book's stated reading is
+tests/test_quotes.py (every number of a claim's params written in its quote or its reading_why). The cases are
+built from the rules' definitions (the Bonett-Wright interval written out here), not with the rules' own helpers."""
 
 from __future__ import annotations
 
@@ -38,16 +41,22 @@ def test_drift_correlated_at_its_share_of_transformers():
 def test_drift_contrast_at_its_ceiling_for_a_cnns_interval():
     params = claims.claim("p1-s3.3-cnns-not-correlated").params
     max_rho = params["max_rho"]
-    transformers = [(f"t{i}", "token-level", 0.9, 0.001) for i in range(3)]
+    transformers = [(f"t{i}", "vision-transformer", 0.9, 0.001) for i in range(3)]
     layers = 60
 
     def rho_with_upper(target):
-        """The rho whose interval over ``layers`` points ends at ``target`` (bisection on spearman_interval)."""
-        lo, hi = -0.99, 0.99
-        for _ in range(60):
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if p1_s3.spearman_interval(mid, layers, params["level"])[1] < target else (lo, mid)
-        return lo
+        """The rho whose Bonett-Wright interval over ``layers`` points ends at ``target``: the upper end
+        tanh(atanh(rho) + z sqrt((1 + rho^2 / 2) / (n - 3))), z the normal quantile of the level, written out here
+        from Bonett and Wright (2000) and solved by Brent's method, not with the rule's own interval function."""
+        from scipy.optimize import brentq
+        from scipy.stats import norm
+
+        z = norm.ppf(0.5 + params["level"] / 2)
+
+        def upper_end(rho):
+            return np.tanh(np.arctanh(rho) + z * np.sqrt((1 + rho**2 / 2) / (layers - 3)))
+
+        return brentq(lambda rho: upper_end(rho) - target, -0.99, 0.99, xtol=1e-12)
 
     def frame(upper):
         rho = rho_with_upper(upper)
@@ -166,12 +175,12 @@ def test_almost_all_heads_align_at_its_share_of_heads():
 
     bound = null_cosine_bound(64)
 
-    def frame(aligned):
+    def frame(aligned):  # from step 100 (the end of warm-up) on, the aligned heads grow in number to ``aligned``
         rows = []
         for run in ("seed 0", "seed 1"):
-            for step, t in ((0, 0.0), (100, 0.0), (1000, 1.0)):
+            for step, t in ((0, 0.0), (100, 0.0), (200, 0.25), (400, 0.5), (700, 0.75), (1000, 1.0)):
                 for head in range(heads):
-                    cos = (-1) ** head * (bound * 1.05 if t and head < aligned else bound * 0.95)
+                    cos = (-1) ** head * (bound * 1.05 if head < aligned * t else bound * 0.95)
                     rows.append({"run": run, "layer": 0, "head": head, "step": step, "head_dim": 64, "cos_qk": cos,
                                  "warmup": 100})
         return pd.DataFrame(rows)
@@ -236,6 +245,11 @@ def test_alignment_unlikely_at_random_at_its_level():
 
     assert p1_s5.alignment_unlikely_at_random(frame(at * 1.01), **params).holds
     assert p1_s5.alignment_unlikely_at_random(frame(at * 0.99), **params).holds is False
+    # the claim is about d_h = 64 (its quote): runs of 16-dimensional heads, the book's small runs, cannot answer it
+    assert params["head_dim"] == 64
+    small = frame(0.9).assign(head_dim=16)
+    out = p1_s5.alignment_unlikely_at_random(small, **params)
+    assert out.holds is None and "head dimension 16, not the claim's d_h = 64" in out.value
 
 
 def test_alignment_links_sharpness_at_its_rank_correlation():

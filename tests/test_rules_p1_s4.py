@@ -179,3 +179,51 @@ def test_block_cosines_are_those_of_float64_pairs_at_large_drift():
         brute = (gram.sum() - np.trace(gram)) / (n * (n - 1))
         assert 1 - brute < 1e-5
         assert stats[name] == pytest.approx(brute, abs=1e-12), name
+
+
+def test_the_rounding_tolerance_bounds_float64_mean_cosines_of_nearly_parallel_vectors():
+    """Ground truth in extended precision: vectors N b + e_i (the sweep's inputs at large N), whose mean cosine is
+    within 1e-6 of 1, computed by the library in float64 and exactly enough in long double."""
+    from anisotropy.measure import metrics
+
+    rng = np.random.default_rng(0)
+    n, d = 256, 64
+    for scale in (1e2, 1e3, 1e4):
+        x = scale * np.ones(d) / np.sqrt(d) + rng.standard_normal((n, d))
+        u = x.astype(np.longdouble)
+        u /= np.sqrt((u * u).sum(axis=1, keepdims=True))
+        total = u.sum(axis=0)
+        exact = ((total * total).sum() - n) / (n * (n - 1))
+        error = abs(float(np.longdouble(metrics.mean_cosine(x)) - exact))
+        assert error <= p1_s4.rounding_tolerance(n, d) / 2, scale
+
+
+def test_output_cosine_above_input_counts_a_gap_only_beyond_rounding_and_in_every_seed():
+    params = claims.claim("p1-s4-output-cosine-above-input").params
+    n_vectors = 16 * 512
+    tol = p1_s4.rounding_tolerance(n_vectors, params["dim"])
+
+    def frame(gap_of):  # gap_of(seed, N): output minus input mean cosine
+        return sweep(n_sequences=16, seq_len=512, input_cosine=0.5).assign(
+            output_cosine=lambda f: 0.5 + np.array([gap_of(s, n) for s, n in zip(f["seed"], f["bias_norm"])]))
+
+    assert p1_s4.output_cosine_above_input(frame(lambda s, n: 0.01 / (1 + n) ** 2 + 2 * tol), **params).holds
+    # a gap within rounding of 0 at the largest norms, in both seeds: not resolved, so not "above"
+    unresolved = frame(lambda s, n: 0.01 if n < 256 else tol / 2)
+    out = p1_s4.output_cosine_above_input(unresolved, **params)
+    assert out.holds is False and "not above in any seed at N = 256, 512" in out.value
+    # the seeds disagree at one norm: undecided; "slightly" is below max_gap in every seed
+    assert p1_s4.output_cosine_above_input(frame(lambda s, n: 0.01 if s == 0 or n != 64 else -0.01),
+                                           **params).holds is None
+    assert p1_s4.output_cosine_above_input(frame(lambda s, n: params["max_gap"] * 1.02), **params).holds is False
+    assert p1_s4.output_cosine_above_input(frame(lambda s, n: params["max_gap"] * 0.98), **params).holds
+
+
+def test_shift_direction_is_read_inside_the_papers_regime():
+    params = claims.claim("p1-s4-other-inits-increase").params
+    top = params["within"] * N_STAR  # 4 N* = 110.8: the largest grid norm read is 64
+    # seed 0 goes up to 4 N* and down far beyond it (at 590 N* the outcome is the setup's, not the block's)
+    frame = sweep(score_mean=lambda n: 1e-3 * n**2)
+    frame.loc[(frame["seed"] == 0) & (frame["bias_norm"] > top), "score_mean"] = -1.0
+    out = p1_s4.shift_direction_is_a_draw(frame, **params)
+    assert out.holds is None and "to N = 64 (2.3 N*)" in out.value and "up in 2, down in 0" in out.value

@@ -246,19 +246,6 @@ def test_identical_checkpoints_are_detected(tmp_path, texts, monkeypatch):
                                s[s["step"] == 10]["sigma1_share"].to_numpy())
 
 
-def test_profile_shape_on_planted_profiles():
-    depth = np.linspace(0, 1, 9)
-    frame = pd.concat([
-        pd.DataFrame({"display": "bell", "relative_depth": depth,
-                      "sigma1_share": 0.1 + 0.4 * np.exp(-((depth - 0.5) / 0.2) ** 2)}),
-        pd.DataFrame({"display": "flat", "relative_depth": depth, "sigma1_share": 0.2 + 0.001 * depth}),
-    ])
-    shape = spectral.profile_shape(frame).set_index("display")
-    assert shape.loc["bell", "peak_depth"] == 0.5 and shape.loc["bell", "interior_peak"]
-    assert shape.loc["bell", "peak_to_ends"] == pytest.approx(0.5 / (0.1 + 0.4 * np.exp(-6.25)), rel=1e-9)
-    assert not shape.loc["flat", "interior_peak"] and shape.loc["flat", "peak_to_ends"] == pytest.approx(1, abs=0.01)
-
-
 def test_hub_checkpoints_carry_the_step_of_each_revision():
     """Bloom-560m's branches, from its model card's list of intermediate checkpoints; a branch that names no step
     (asked of a size whose list is not exhaustive) is an error, not a checkpoint at an unknown step."""

@@ -41,9 +41,19 @@ def first(frame: pd.DataFrame, column: str, fmt: str, absent: str = "not checked
     return fmt.format(values.iloc[0]) if len(values) else absent
 
 
+def above_words(rows: pd.DataFrame) -> str:
+    """Per model of ``rows`` (layer rows), how many of its layers are anisotropic in Appendix B's sense as the ledger's
+    rules read it (``claims.rules.p1_s3.above_null``: the mean cosine above the layer's isotropic reference, 0 or a
+    post-ReLU layer's support null, its whole interval above the isotropic q95 of its dimension): "A: 9 of 10
+    layers; ...", or "" for no model."""
+    return "; ".join(f"{label}: {int(p1_s3.above_null(p).sum())} of {len(p)} layers"
+                     for label, p in rows.groupby("label", sort=False))
+
+
 def every_layer_words(real_rows: pd.DataFrame) -> str:
-    """Whether every layer of every real pretrained model in ``real_rows`` lies above the isotropic q95 of its
-    dimension, in words: the ledger's rule ``most_layers_above_null`` asked for a share of 1 (the book's reading)."""
+    """Whether every layer of every real pretrained model in ``real_rows`` is anisotropic in that sense
+    (``above_words``), in words: the ledger's rule ``most_layers_above_null`` asked for a share of 1 (the book's
+    reading)."""
     every = p1_s3.most_layers_above_null(real_rows, share=1.0).holds
     if every is None:
         return "nothing to conclude under this profile"
@@ -80,6 +90,24 @@ def clips_needed(short: pd.DataFrame, minimum: int) -> str:
         return "more clips than this profile reads"
     n = minimum / float(decoders["per_example"].min())
     return f"about {max(10, round(n, -1)):,.0f} clips"
+
+
+def support_series_words(frame: pd.DataFrame, label: str, name: str) -> str:
+    """What the non-negativity of the layers of the model ``label`` (layer rows with ``nonnegative`` and
+    ``null_support``) explains of its mean cosines, in words, from the reference the ledger's rules read
+    (``claims.rules.p1_s3.reference`` and ``excess``): its first and last layer's mean cosine, their isotropic
+    reference, and what remains above it. ``name`` is how the sentence calls the model."""
+    rows = frame[frame["label"] == label].sort_values("layer")
+    if rows.empty:
+        return f"{name} was not measured under this profile"
+    ref, above = p1_s3.reference(rows), p1_s3.excess(rows)
+    first, last = rows["mean_cosine"].iloc[0], rows["mean_cosine"].iloc[-1]
+    if not ref.gt(0).any():
+        return f"{name} goes from {first:.3f} to {last:.2f}, with no layer whose outputs are all non-negative"
+    return (f"{name} goes from {first:.3f} to {last:.2f}, against {ref.iloc[0]:.2f} to {ref.iloc[-1]:.2f} for vectors "
+            f"with its layers' own non-negative values and no preferred direction (the null of their support): the "
+            f"sign of the coordinates sets that floor, not the rest; above it, its mean cosine is {above.iloc[0]:+.2f} "
+            f"at the first layer and {above.iloc[-1]:+.2f} at the last")
 
 
 def support_words(frame: pd.DataFrame) -> str:

@@ -126,13 +126,16 @@ def verdict_table(test: pd.DataFrame):
 
 
 def verdict(r) -> str:
-    """A run's three-part test in words: "holds" or "does not hold in full", then its three numbers. ``r`` is a row of
+    """A run's three-part test in words: "holds", "does not hold in full" or not testable (too few checkpoints), then
+    its three numbers (first and last). ``r`` is a row of
     ``claims.rules.p1_s5.three_part_test`` (its ``holds`` is the per-run test the ledger's ``every_run_holds`` counts)."""
     parts = [f"the median |cos(Q̄, K̄)| goes from {r.median_abs_cos_first:.2f} to {r.median_abs_cos_last:.2f}",
              f"heads outside the isotropic band go from {100 * r.share_beyond_null_first:.0f}% to "
              f"{100 * r.share_beyond_null_last:.0f}%",
              f"the mean attention entropy changes by {100 * r.entropy_change:+.0f}%"]
-    return (words.HOLDS if r.holds else f"{words.FAILS} in full") + ": " + "; ".join(parts)
+    said = {True: words.HOLDS, False: f"{words.FAILS} in full"}.get(
+        r.holds, f"is {words.UNTESTABLE} (too few checkpoints to read a trend)")
+    return said + ": " + "; ".join(parts)
 
 
 def shown_heads(picked: dict, figure_heads=()) -> list[tuple[str, tuple]]:

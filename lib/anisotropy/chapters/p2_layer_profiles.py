@@ -15,37 +15,101 @@ from anisotropy.pages import budget, report
 from anisotropy.claims.rules import p2
 
 
+def _test(claim_id: str) -> tuple[float, tuple[float, float]]:
+    """(min_ratio, band) of the ledger's bell test, from the claim's params."""
+    params = ledger.claim(claim_id).params
+    return params["min_ratio"], tuple(params["band"])
+
+
+def _verdict(flag: bool | None) -> str:
+    return {True: "yes", False: "no", None: "undecided"}[flag]
+
+
+def shapes(summary: pd.DataFrame, by=("label", "origin", "stack"), claim_id: str = "p2-f1-decoders-bell"
+           ) -> pd.DataFrame:
+    """One row per profile of ``summary``: the bell measure the ledger's claim ``claim_id`` reads
+    (``rules.p2.profile_bell`` with its band and min_ratio, on the rule's reading of the share): the means of the
+    first fifth of depth, of the middle layers and of the last fifth, the middle over the higher end with its
+    interval over batches, and whether that is a bell by the ledger's test (yes, no, undecided). ``by``: the columns
+    of ``summary`` that name a profile (those present)."""
+    min_ratio, band = _test(claim_id)
+    by = [c for c in by if c in summary.columns]
+    rows = []
+    for key, part in summary.groupby(by, sort=False):
+        flag, b = p2.profile_bell(part, min_ratio, band)
+        rows.append({**dict(zip(by, key if isinstance(key, tuple) else (key,))),
+                     "n_layers": int(part["relative_depth"].nunique()),
+                     "reading": "first position out" if p2.share_column(part) == p2.NO_FIRST else "as measured",
+                     "first fifth": b.head, "middle": b.middle, "last fifth": b.tail, "middle over ends": b.ratio,
+                     "interval": f"{b.low:.2f}-{b.high:.2f}" if b.low == b.low else "", "bell": _verdict(flag)})
+    return pd.DataFrame(rows)
+
+
 def describe(rows: pd.DataFrame) -> str:
-    """How bell-shaped the profiles of ``rows`` (one per model: interior_peak, peak_to_ends, peak_depth) are, in one
-    phrase ("no model" when empty)."""
+    """How bell-shaped the profiles of ``rows`` (``shapes``, one per model) are, in one phrase ("no model" when
+    empty)."""
     if rows.empty:
         return "no model"
-    return (f"{int(rows['interior_peak'].sum())} of {len(rows)} peak inside the stack, mean peak-to-ends ratio "
-            f"{rows['peak_to_ends'].mean():.2f}, mean peak depth {rows['peak_depth'].mean():.2f}")
+    return (f"{int((rows['bell'] == 'yes').sum())} of {len(rows)} bell-shaped by the ledger's test, mean middle over "
+            f"the higher end {rows['middle over ends'].mean():.2f}")
+
+
+def profile_words(summary: pd.DataFrame, label: str, claim_id: str = "p2-f1-decoders-bell",
+                  absent: str = "not measured under this profile") -> str:
+    """One profile in words for a page: its values as measured from embeddings to last block, and the three region
+    means the ledger's bell test reads (``shapes``)."""
+    part = summary[summary["label"] == label]
+    if part.empty:
+        return absent
+    _, band = _test(claim_id)
+    _, b = p2.profile_bell(part, band=band)
+    values = part.sort_values("relative_depth")["sigma1_share"]
+    out = "first position left out, " if p2.share_column(part) == p2.NO_FIRST else ""
+    return (f"{', '.join(f'{v:.3f}' for v in values)} from embeddings to last block; read by the ledger's test "
+            f"({out}means over regions of depth): {b.head:.3f} in the first fifth, {b.middle:.3f} in the middle layers "
+            f"(relative depth {band[0]:g}-{band[1]:g}), {b.tail:.3f} in the last fifth")
 
 
 def bulge(summary: pd.DataFrame, label: str, claim_id: str = "p2-f1-decoders-bell") -> str:
     """Whether one model's profile (``summary`` rows of ``label``) is bell-shaped by the test the ledger's claim
-    ``claim_id`` applies to each decoder (its own min_ratio and band), with the numbers that decided it."""
+    ``claim_id`` applies to each decoder (its own min_ratio and band, on the rule's reading of the share), with the
+    number that decided it."""
     part = summary[summary["label"] == label]
     if part.empty:
         return "not measured under this profile"
-    params = ledger.claim(claim_id).params
-    min_ratio, band = params["min_ratio"], tuple(params["band"])
-    bell, ratio, depth = p2.profile_bell(part, min_ratio, band)
-    test = (f"its largest value is {ratio:.2f} times the higher of its two ends (the first and last fifth of depth), "
-            f"at relative depth {depth:.2f}; the "
-            f"ledger's test of a bell asks for {min_ratio:g} times, within relative depth {band[0]:g}-{band[1]:g}")
-    return f"{'yes' if bell else 'no'}: {test}"
+    min_ratio, band = _test(claim_id)
+    flag, b = p2.profile_bell(part, min_ratio, band)
+    return (f"{_verdict(flag)}: its middle layers average {b.words()} times the higher of its two ends (the first "
+            f"and last fifth of depth); the ledger's test of a bell asks for {min_ratio:g} times, with the middle "
+            f"layers at relative depth {band[0]:g}-{band[1]:g}")
 
 
 def bell_test(claim_id: str = "p2-f1-decoders-bell") -> str:
     """The test of a bell that the ledger's claim ``claim_id`` applies to each profile, in words, from its params."""
-    params = ledger.claim(claim_id).params
-    low, high = params["band"]
-    return (f"its largest value lies inside the stack, between relative depths {low:g} and {high:g} (the middle "
-            f"layers), and is at least {params['min_ratio']:g} times the mean of each end (its first and its last fifth "
-            f"of depth, so that a plateau reaching an end is no bell)")
+    min_ratio, (low, high) = _test(claim_id)
+    return (f"its middle layers (relative depth {low:g} to {high:g}) average at least {min_ratio:g} times the higher "
+            f"of its two ends (the mean of its first and of its last fifth of depth), so that neither a single high "
+            f"layer nor a plateau reaching an end is a bell")
+
+
+def sink_reading(summary: pd.DataFrame, robust: pd.DataFrame, label: str,
+                 claim_id: str = "p2-f1-decoders-bell") -> str:
+    """The other reading of one decoder's bell, shown beside the ledger's: with each sequence's first position
+    kept (the usual place of an attention sink). Where the rule reads the share without the first position, the
+    share as measured; where the protocol left a <bos> out, the same model measured with its special tokens kept
+    (``with_first_position``'s rows in ``robust``); "" when there is no other reading."""
+    part = summary[summary["label"] == label]
+    if part.empty:
+        return ""
+    if p2.share_column(part) == p2.NO_FIRST:
+        other = part
+    else:
+        other = robust[robust["label"] == f"{label}, special tokens kept"]
+        if other.empty:
+            return ""
+    min_ratio, band = _test(claim_id)
+    _, b = p2.profile_bell(other, min_ratio, band, column="sigma1_share")
+    return f"with each sequence's first position kept (an attention sink's place), {b.words()} times"
 
 
 def speech_sample(frame: pd.DataFrame, n_clips: int, batch_size: int) -> str:

@@ -26,6 +26,15 @@ def phases(part: pd.DataFrame) -> dict:
             "step of largest": int(part["step"].iloc[i]), "at last step": values[-1]}
 
 
+def with_warmup(entries: list[dict], profile: str) -> list[dict]:
+    """The page's checkpoint entries, each with its run's learning-rate warm-up in steps (``warmup``, a constant
+    column of the measured frame that the ledger's training rules start from: ``claims.curves.warmup_steps`` of its
+    suite or registry model)."""
+    from anisotropy.claims import curves
+
+    return [{**e, "warmup": curves.warmup_steps(e.get("suite") or str(e["model"]), profile)} for e in entries]
+
+
 def widths(d) -> str:
     """The distinct widths in ``d`` (a column of layer widths), in words ("64 and 96")."""
     return report.listing(sorted({int(v) for v in d}), empty="no width")

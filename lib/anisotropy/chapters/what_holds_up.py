@@ -1,4 +1,5 @@
-"""The closing page: the gathered verdict rows of every chapter as its tables show them."""
+"""The closing page: the tally of the papers' claims by the question their verdict answers (its four lines, its
+figure), the book's own findings counted apart, and the gathered verdict rows as its tables show them."""
 
 from __future__ import annotations
 
@@ -7,8 +8,18 @@ import pandas as pd
 from anisotropy.claims import ledger, stand_ins
 from anisotropy.pages import report
 
-#: The glue prefix of each question's tally on the page.
-GLUE_PREFIX = {"papers": "q_papers", "real": "q_real", "self-trained": "q_self"}
+#: The glue prefix of each question's line of the tally on the page.
+GLUE_PREFIX = {"papers": "q_papers", "setup": "q_setup", "real": "q_real", "self-trained": "q_self"}
+
+
+def papers_claims(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``frame`` (gathered ledger rows) that are claims of the two papers."""
+    return frame[frame["paper"].isin(["1", "2"])]
+
+
+def books_findings(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``frame`` that are the book's own findings (``paper: book``): counted apart from the papers'."""
+    return frame[frame["paper"] == "book"]
 
 
 def linked(frame: pd.DataFrame) -> pd.DataFrame:
@@ -32,33 +43,34 @@ def untestable_by_scope(frame: pd.DataFrame, untestable: str) -> str:
     return report.listing(parts, empty="no claim")
 
 
-def glue_questions(frame: pd.DataFrame) -> pd.DataFrame:
-    """Glue ``q_<question>_holds`` and ``_fails`` for each question of ``stand_ins.QUESTIONS`` (the decided verdicts
-    of the ledger rows ``frame`` that answer it) and return the table of ``ledger.by_question``."""
-    counts = ledger.by_question(frame)
+def tally(frame: pd.DataFrame) -> pd.DataFrame:
+    """The tally of the ledger rows ``frame``: one line per question of ``stand_ins.QUESTIONS`` (the papers' models,
+    the papers' setup, other real models, the book's training runs) with the decided verdicts that answer it
+    (``ledger.by_question``)."""
+    return ledger.by_question(frame)
+
+
+def glue_tally(frame: pd.DataFrame) -> pd.DataFrame:
+    """Glue ``q_<question>_holds``, ``_fails`` and ``_decided`` for each line of ``tally(frame)`` and return it."""
+    counts = tally(frame)
     for key, (label, _) in stand_ins.QUESTIONS.items():
-        report.glue(f"{GLUE_PREFIX[key]}_holds", int(counts.loc[label, ledger.HOLDS]))
-        report.glue(f"{GLUE_PREFIX[key]}_fails", int(counts.loc[label, ledger.FAILS]))
+        for column, name in ((ledger.HOLDS, "holds"), (ledger.FAILS, "fails"), ("decided", "decided")):
+            report.glue(f"{GLUE_PREFIX[key]}_{name}", int(counts.loc[label, column]))
     return counts
 
 
-def questions_figure(frame: pd.DataFrame):
-    """Horizontal bars: for each question (and "not testable here"), how many claims hold and do not hold."""
+def tally_table(counts: pd.DataFrame, profile: str):
+    """The four-line tally as the page shows it: the question in words beside its short label."""
+    words = {label: question for label, question in stand_ins.QUESTIONS.values()}
+    shown = counts.rename_axis("decided on").reset_index()
+    shown.insert(1, "the question", shown["decided on"].map(words))
+    return (shown.style.hide(axis="index")
+            .set_caption(f"The decided claims of the two papers by the question their verdict answers, under the "
+                         f"{profile} profile"))
+
+
+def tally_figure(frame: pd.DataFrame):
+    """The tally's figure (``pages.plots.verdicts_by_question``): one bar per question, split by verdict."""
     from anisotropy.pages import plots
 
-    counts = ledger.by_question(frame)
-    fig, axes = plots.figure(height=2.6)
-    ax = axes[0, 0]
-    colours = {ledger.HOLDS: "#1b7837", ledger.FAILS: "#b2182b", ledger.UNTESTABLE: "#999999"}
-    rows = list(counts.index)[::-1]
-    left = pd.Series(0, index=rows)
-    for verdict, colour in colours.items():
-        values = counts.loc[rows, verdict]
-        ax.barh(rows, values, left=left, color=colour, label=verdict)
-        for y, (x0, v) in enumerate(zip(left, values)):
-            if v:
-                ax.text(x0 + v / 2, y, str(int(v)), ha="center", va="center", color="white", fontsize=9)
-        left = left + values
-    ax.set_xlabel("claims of the two papers")
-    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, fontsize=8, frameon=False)
-    return fig
+    return plots.verdicts_by_question(tally(frame))

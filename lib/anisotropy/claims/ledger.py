@@ -164,7 +164,7 @@ def _select(c: Claim, frames: list[pd.DataFrame]) -> Selection:
     """The ``Selection`` of ``frames`` for ``c``. A ``training`` claim with a ``stack`` parameter (Paper 2's are about
     decoders) reads the runs of that stack only; a real stand-in decides only a claim of its kind."""
     if c.scope == "any":
-        return Selection(frames, ", ".join(n for f in frames for n in _names(f)[:6]), "", c.question or "papers")
+        return Selection(frames, ", ".join(n for f in frames for n in _names(f)[:6]), "", c.question or "setup")
     stack = c.params.get("stack") if c.scope == "training" else None
     if stack is not None:
         frames = [f[f["stack"] == stack] if "stack" in f.columns else f for f in frames]
@@ -347,24 +347,28 @@ def tally(frame: pd.DataFrame) -> dict:
 
 
 def by_question(frame: pd.DataFrame) -> pd.DataFrame:
-    """Decided verdicts counted by the question they answer (rows: ``stand_ins.QUESTIONS`` in order, by their short
-    labels; columns: holds, does not hold, total), the undecided ones in a row of their own."""
+    """Decided verdicts counted by the question they answer: one row per question of ``stand_ins.QUESTIONS``, in
+    order, by its short label; columns holds, does not hold and decided (their sum). The undecided verdicts are
+    ``tally``'s. A decided verdict that names no question of ``QUESTIONS`` is an error, so that no line counts a
+    verdict that does not answer it."""
+    decided = frame[frame["verdict"] != UNTESTABLE]
+    unknown = sorted(set(decided["question"].fillna("")) - set(stand_ins.QUESTIONS))
+    if unknown:
+        raise ValueError(f"decided verdicts that answer no question of the tally: {unknown}")
     rows = {}
     for key, (label, _) in stand_ins.QUESTIONS.items():
-        part = frame[(frame["question"] == key) & (frame["verdict"] != UNTESTABLE)]
+        part = decided[decided["question"] == key]
         rows[label] = {HOLDS: int((part["verdict"] == HOLDS).sum()), FAILS: int((part["verdict"] == FAILS).sum())}
-    rows[UNTESTABLE] = {HOLDS: 0, FAILS: 0}
-    out = pd.DataFrame.from_dict(rows, orient="index")
-    out[UNTESTABLE] = [0] * len(stand_ins.QUESTIONS) + [int((frame["verdict"] == UNTESTABLE).sum())]
-    out["total"] = out.sum(axis=1)
+    out = pd.DataFrame.from_dict(rows, orient="index", columns=[HOLDS, FAILS])
+    out["decided"] = out.sum(axis=1)
     return out
 
 
 def show(frame: pd.DataFrame, columns=("source", "claim", "evidence", "verdict", "question", "why")):
     """The claims table a chapter page shows: the claim, the paper's evidence, this profile's verdict, the question
-    it answers (``stand_ins.QUESTIONS``: the papers' models, other real models, the book's training runs) and why
-    (the value that decided it, or why it is not testable, with what it was tested on). A claim that is the book's
-    reading of its paper says so in its source and why after its wording (``Claim.reading``)."""
+    it answers (``stand_ins.QUESTIONS``: the papers' models, the papers' setup, other real models, the book's training
+    runs) and why (the value that decided it, or why it is not testable, with what it was tested on). A claim that is
+    the book's reading of its paper says so in its source and why after its wording (``Claim.reading``)."""
     if frame.empty:
         from IPython.display import HTML
 
@@ -441,22 +445,27 @@ def verdict_text(rows: pd.DataFrame, claim_id: str) -> str:
 # ---- Figure 18's points: per-model mean cosines of every chapter that measures models ------------------------------
 
 def measured_summary(layers: pd.DataFrame) -> pd.DataFrame:
-    """Per model: label, registry name, origin, family, its median layer dimension, and its layer mean cosines'
-    mean, minimum and maximum (rows of the layer-wise frame: label, model, layer, dim, mean_cosine, and variant or
-    origin, family or stack)."""
+    """Per model: label, registry name, origin, family, its median layer dimension, its layer mean cosines' mean,
+    minimum and maximum, the means of its layers' interval ends (``mean_cosine_low`` / ``_high``; the point where a
+    layer has no interval) and of their isotropic references (``reference``: 0, or a non-negative layer's support
+    null; ``rules.p1_s3.reference``), from rows of the layer-wise frame: label, model, layer, dim, mean_cosine, and
+    variant or origin, family or stack."""
     from anisotropy.experiments.layerwise import null_q95
 
     if layers.empty:
         return pd.DataFrame(columns=["label", "model", "origin", "family", "dim", "mean_cosine", "min_cosine",
-                                     "max_cosine", "n_layers", "null_q95"])
-    frame = layers.assign(origin=_origin(layers))
+                                     "max_cosine", "n_layers", "mean_cosine_low", "mean_cosine_high", "reference",
+                                     "null_q95"])
+    frame = layers.assign(origin=_origin(layers), _low=p1_s3.lower(layers), _high=p1_s3.upper(layers),
+                          _reference=p1_s3.reference(layers))
     if "family" not in frame.columns:
         frame["family"] = frame["stack"]
     dim_column = "dim" if "dim" in frame.columns else "d"
     out = frame.groupby("label", sort=False).agg(
         model=("model", "first"), origin=("origin", "first"), family=("family", "first"),
         dim=(dim_column, "median"), mean_cosine=("mean_cosine", "mean"), min_cosine=("mean_cosine", "min"),
-        max_cosine=("mean_cosine", "max"), n_layers=("mean_cosine", "size")).reset_index()
+        max_cosine=("mean_cosine", "max"), n_layers=("mean_cosine", "size"), mean_cosine_low=("_low", "mean"),
+        mean_cosine_high=("_high", "mean"), reference=("_reference", "mean")).reset_index()
     out["dim"] = out["dim"].round().astype(int)
     out["null_q95"] = null_q95(out["dim"])
     return out

@@ -1,4 +1,4 @@
-"""Which measured model may decide a claim, and which of three questions its verdict answers.
+"""Which measured model may decide a claim, and which of four questions its verdict answers.
 
 A model's kind is (modality, objective, architecture, unit): ``ModelSpec.kind``, from ``models.yml``. A claim is
 about the kinds of the paper's models it names, or about the kind its ``kind:`` entry states (a mapping of some of
@@ -7,18 +7,22 @@ networks" of any objective). A real pretrained model stands in for a claim's mod
 kind; one that is not is shown as measured and decides nothing. A claim about every model it names needs, for each
 of them, a stand-in of exactly that model's kind: one Whisper does not stand for wav2vec 2.0 and HuBERT.
 
-A verdict answers one of three questions (``QUESTIONS``): do the papers' models (or a setup that needs none: exact
-results, an untrained block) show it; do other real pretrained models of the claim's kind show it; does a short
-training of a small model (the book's own runs) show it.
+A verdict answers one of four questions (``QUESTIONS``): do the papers' own pretrained models or checkpoints show it;
+does the papers' setup show it where the claim needs no pretrained model (an exact result, the untrained block of
+Paper 1's Section 4); do other real pretrained models of the claim's kind show it; does a short training of a small
+model (the book's own runs) show it.
 """
 
 from __future__ import annotations
 
 KIND_KEYS = ("modality", "objective", "architecture", "unit")
 
-#: The three questions a verdict can answer: key -> (short label, the question in words).
+#: The four questions a verdict can answer: key -> (short label, the question in words). A claim that needs no
+#: pretrained model (scope ``any``) answers "setup" unless it names another question (``Claim.question``).
 QUESTIONS = {
-    "papers": ("the papers' models", "Do the papers' own models (or a setup that needs none) show it?"),
+    "papers": ("the papers' models", "Do the papers' own pretrained models or checkpoints show it?"),
+    "setup": ("the papers' setup", "Does the papers' setup show it where it needs no pretrained model (an exact "
+                                   "result, the untrained block of Paper 1's Section 4)?"),
     "real": ("other real models", "Do other real pretrained models of the claim's kind show it?"),
     "self-trained": ("the book's training runs", "Does a short training of a small model, the book's own, show it?"),
 }

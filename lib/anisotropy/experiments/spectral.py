@@ -15,8 +15,9 @@ batch: memory is one pool per layer, whatever the corpus. Paper 1's mean cosine 
 batches, so both papers' measures can be compared vector for vector.
 
 Results are per-batch rows (``measure``, ``profile``, ``series``); ``summary`` turns them into one row per layer
-with the mean and standard deviation over batches, ``profile_shape`` quantifies how bell-shaped a profile is, and
-``weights_fingerprint`` / ``flag_identical`` detect checkpoints that carry identical weights. A decoder's last state
+with the mean and standard deviation over batches (how bell-shaped a profile is, is the bell measure of
+``claims.curves``, which the ledger and the pages read), and ``weights_fingerprint`` / ``flag_identical`` detect
+checkpoints that carry identical weights. A decoder's last state
 is measured before and after its final norm (``measure.final_norm``); clouds with planted geometry, on which both
 measures are known, are in ``measure.planted``.
 """
@@ -540,40 +541,6 @@ def layer_average(frame: pd.DataFrame, metric: str = "twonn_dimension", by: Sequ
     out[f"{metric}_std"] = grouped.std(ddof=0)
     out["n_batches"] = grouped.size()
     return out.reset_index()
-
-
-def profile_shape(summary_frame: pd.DataFrame, metric: str = "sigma1_share", by: Sequence[str] = ("display",),
-                  ) -> pd.DataFrame:
-    """How bell-shaped each profile is: ``peak_depth`` (relative depth of the largest value), ``peak``, ``ends``
-    (mean of the first and last layer), ``peak_to_ends`` = peak / ends (1 = the peak is at an end, a flat or monotone
-    profile; > 1 = a bump inside), and ``interior_peak`` (the peak is neither the first nor the last layer)."""
-    rows = []
-    for key, part in summary_frame.groupby(list(by), sort=False):
-        part = part.sort_values("relative_depth")
-        values = part[metric].to_numpy(dtype=float)
-        i = int(np.nanargmax(values))
-        ends = (values[0] + values[-1]) / 2
-        key = key if isinstance(key, tuple) else (key,)
-        rows.append({**dict(zip(by, key)), "n_layers": len(values),
-                     "peak_depth": float(part["relative_depth"].iloc[i]), "peak": float(values[i]),
-                     "ends": float(ends), "peak_to_ends": float(values[i] / ends),
-                     "interior_peak": bool(0 < i < len(values) - 1)})
-    return pd.DataFrame(rows)
-
-
-def profile_words(shape: pd.DataFrame, summary_frame: pd.DataFrame, label: str,
-                  absent: str = "not measured under this profile") -> str:
-    """One profile in words for a page: its values from embeddings to last block and where its largest value sits
-    (``shape``: ``profile_shape`` by label; ``summary_frame``: ``summary``)."""
-    rows = shape[shape["label"] == label]
-    if rows.empty:
-        return absent
-    r = rows.iloc[0]
-    values = summary_frame[summary_frame["label"] == label].sort_values("relative_depth")["sigma1_share"]
-    where = "inside the stack" if r["interior_peak"] else "at an end"
-    return (f"{', '.join(f'{v:.3f}' for v in values)} from embeddings to last block; its largest value, "
-            f"{r['peak']:.3f}, is {where} (relative depth {r['peak_depth']:.2f}), {r['peak_to_ends']:.2f} times the "
-            f"mean of its two ends")
 
 
 def memory_gib(name: str, dtype: str = "float32") -> float:

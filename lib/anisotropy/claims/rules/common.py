@@ -4,9 +4,10 @@ A rule (``@rule``) is a function of the frame(s) a chapter computed and of a cla
 returns an ``Outcome``: ``holds`` (True, False, or None when the frame cannot decide) and the value that decided it, in
 words. The rules live in one module per part of the papers (``claims.rules.p1_s3``: Appendix B and Section 3,
 ``claims.rules.p1_s4``, ``claims.rules.p1_s5``, ``claims.rules.ablation``: the book's ablation of Paper 1's conclusion, ``claims.rules.p2``); the
-ledger (``claims``) imports them all and looks a claim's rule up by name in ``RULES``. Every rule is tested on
-synthetic frames whose verdict is known (``tests/test_claims.py``), with a case where it must hold and one where it
-must not.
+ledger (``claims``) imports them all and looks a claim's rule up by name in ``RULES``. A rule that reads a trend or a
+shape reads it through ``claims.curves`` (one way to read a curve) and names the shape in its docstring. Every rule is
+tested on synthetic frames whose verdict is known (``tests/test_claims.py``), with a case where it must hold and one
+where it must not.
 """
 
 from __future__ import annotations
@@ -16,6 +17,13 @@ from typing import Callable
 
 import numpy as np
 import pandas as pd
+
+from anisotropy.claims import curves
+# the curve after warm-up and the rank correlation live in ``claims.curves``; their names stay importable from here
+from anisotropy.claims.curves import after_warmup, growth_start, spearman  # noqa: F401
+
+#: The share of its gain a rise keeps at the end (``curves.rises``) where a rule is not given one.
+MIN_KEPT = 0.5
 
 
 @dataclass
@@ -42,15 +50,6 @@ def per_model(frame: pd.DataFrame, by: str = "label") -> list[tuple[str, pd.Data
             for name, part in frame.groupby(key, sort=False)]
 
 
-def spearman(x, y) -> float:
-    """Spearman's rho of ``x`` and ``y``; NaN with fewer than 3 points or a constant side."""
-    from scipy import stats
-
-    if len(x) < 3 or np.ptp(np.asarray(x, float)) == 0 or np.ptp(np.asarray(y, float)) == 0:
-        return float("nan")
-    return float(stats.spearmanr(x, y).statistic)
-
-
 def majority(flags: list[bool]) -> bool:
     """More than half of ``flags`` are true."""
     return sum(flags) > len(flags) / 2
@@ -73,40 +72,16 @@ def run_ends(part: pd.DataFrame):
     return part[part["step"] == part["step"].min()], part[part["step"] == part["step"].max()]
 
 
-def after_warmup(part: pd.DataFrame) -> pd.DataFrame:
-    """One run's rows from its first checkpoint at or after its warm-up (column ``warmup``, steps) on; empty when
-    the warm-up is unknown or no checkpoint follows it."""
-    warmup = pd.to_numeric(part["warmup"], errors="coerce").iloc[0] if "warmup" in part else float("nan")
-    if not np.isfinite(warmup) or not (part["step"] >= warmup).any():
-        return part.iloc[:0]
-    return part[part["step"] >= part.loc[part["step"] >= warmup, "step"].min()]
-
-
-def growth_start(part: pd.DataFrame) -> pd.DataFrame:
-    """One run's rows from where growth is measured: its first checkpoint at or after its warm-up where the frame
-    says the warm-up (``after_warmup``), else its first checkpoint after initialisation (step > 0). From step 0, the
-    representations of random weights, any training at all would count as growth: the one definition every
-    training rule uses."""
-    if "warmup" in part and np.isfinite(pd.to_numeric(part["warmup"], errors="coerce").iloc[0]):
-        return after_warmup(part)
-    return part[part["step"] > 0]
-
-
 def trend(steps, values) -> float:
-    """Spearman's rho of ``values`` against ``steps``: +1 for a series that only rises, -1 for one that only falls,
-    near 0 for a rise that falls back as far (NaN with fewer than 3 points or a constant side; with 2 points, the
-    sign of the change)."""
-    steps, values = np.asarray(steps, float), np.asarray(values, float)
-    if len(values) == 2 and values[0] != values[1]:
-        return float(np.sign((values[1] - values[0]) * (steps[1] - steps[0])))
+    """Spearman's rho of ``values`` against ``steps`` (``curves.spearman``: NaN with fewer than 3 points; two
+    checkpoints make no trend)."""
     return spearman(steps, values)
 
 
-def rises(steps, values, min_rho: float) -> bool:
-    """The whole series rises: its ``trend`` is at least ``min_rho`` and it ends above where it started (a rise that
-    falls back, or a jump before the series starts, does not count)."""
-    rho = trend(steps, values)
-    return bool(np.isfinite(rho) and rho >= min_rho and values[-1] > values[0])
+def rises(steps, values, min_rho: float, min_kept: float = MIN_KEPT) -> bool | None:
+    """The series rises over its whole course (``curves.rises``: rho at least ``min_rho`` with its interval clear of
+    0, and at least ``min_kept`` of the gain kept at the end); None where it cannot tell."""
+    return curves.rises(curves.Curve(np.asarray(steps, float), np.asarray(values, float)), min_rho, min_kept)[0]
 
 
 def over_runs(frame: pd.DataFrame, test: Callable[[pd.DataFrame], tuple[bool | None, str]], min_runs: int = 2,

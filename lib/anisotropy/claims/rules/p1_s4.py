@@ -52,6 +52,15 @@ def _regime(block: pd.DataFrame, variant: str, within: float) -> tuple[float, fl
     return n_star, within * n_star
 
 
+def regime_top(block: pd.DataFrame, variant: str = "post_ln", within: float = 4.0) -> float:
+    """The largest grid norm of the paper's regime, at most ``within`` N* (N* from ``fixed_point``): where a rule
+    that reads "the largest N" reads it, and where a page that words the same reading reads it; NaN when N* is not
+    on the grid."""
+    n_star = fixed_point(block, variant)
+    norms = block.loc[(block["variant"] == variant) & (block["bias_norm"] <= within * n_star), "bias_norm"]
+    return float(norms.max()) if np.isfinite(n_star) and len(norms) else float("nan")
+
+
 def _around(norms, n_star: float, within: float, min_side: int) -> Outcome | None:
     """None when the grid has ``min_side`` bias norms on each side of ``n_star`` within [N*/within, within N*]
     (the crossing is located by the grid near it, not by points far away); else the undecided outcome."""
@@ -271,19 +280,39 @@ def small_at_low_bias(block: pd.DataFrame, variant: str = "post_ln", min_drop: f
                                     "p1-s4-rows-sharpen " + sharpening_points(block, variant, n_star, min_drop))
 
 
+def rounding_tolerance(n_vectors: int, dim: int) -> float:
+    """How far float64 rounding can move the difference of two mean cosines, each of ``n_vectors`` vectors of ``dim``
+    coordinates computed from the sum of their unit vectors (``measure.metrics.mean_cosine``): each is within about
+    2 (n + d) eps of its exact value (n additions, d in each norm, squared), so their difference within 4 (n + d) eps.
+    A gap smaller than this is not resolved by the computation."""
+    return 4.0 * (n_vectors + dim) * float(np.finfo(np.float64).eps)
+
+
 @rule
-def output_cosine_above_input(block: pd.DataFrame, variant: str = "post_ln", max_gap: float = 0.1) -> Outcome:
-    """Section 4.2: at every grid norm (mean over seeds) the output's mean cosine is above the input's, by less than
-    ``max_gap`` ("slightly")."""
+def output_cosine_above_input(block: pd.DataFrame, variant: str = "post_ln", max_gap: float = 0.1,
+                              dim: int = 768) -> Outcome:
+    """Section 4.2: at every grid norm the output's mean cosine is above the input's, by less than ``max_gap``
+    ("slightly"), in every seed (each redraws the block and its inputs), each gap beyond the float64 rounding of the
+    two cosines (``rounding_tolerance`` of the sweep's n_sequences x seq_len vectors of ``dim`` coordinates, 2 vectors
+    where the frame does not say; at large N both are within 1e-6 of 1 and their gap is a few 1e-11). Does not hold when at some grid norm every seed's gap is
+    within rounding of 0 or below it, or at least ``max_gap``; undecided when the seeds disagree."""
     part = block[block["variant"] == variant]
     if part.empty:
         return Outcome(None, f"no {variant} block")
-    gap = part.groupby("bias_norm")[["output_cosine", "input_cosine"]].mean()
-    gap = gap["output_cosine"] - gap["input_cosine"]
-    return Outcome(bool((gap > 0).all() and (gap < max_gap).all()),
-                   f"output minus input mean cosine from {gap.min():+.2e} to {gap.max():+.2e} over N = "
-                   f"{gap.index.min():g} to {gap.index.max():g} ({int((gap > 0).sum())} of {len(gap)} grid norms "
-                   f"above; 'slightly': below {max_gap:g})")
+    n = int((part["n_sequences"] * part["seq_len"]).min()) if {"n_sequences", "seq_len"} <= set(part) else 2
+    tol = rounding_tolerance(n, dim)
+    gaps = part.assign(gap=part["output_cosine"] - part["input_cosine"]).pivot_table(
+        index="bias_norm", columns="seed", values="gap")
+    low, high = gaps.min(axis=1), gaps.max(axis=1)
+    above = (low > tol) & (high < max_gap)
+    not_above = (high <= tol) | (low >= max_gap)
+    holds = True if above.all() else False if not_above.any() else None
+    return Outcome(holds, f"output minus input mean cosine from {gaps.min().min():+.2e} to {gaps.max().max():+.2e} "
+                   f"over N = {gaps.index.min():g} to {gaps.index.max():g} and {gaps.shape[1]} seed(s); above the "
+                   f"float64 rounding of the two cosines ({tol:.1e}) and below {max_gap:g} in every seed at "
+                   f"{int(above.sum())} of {len(gaps)} grid norms" + (
+                       f"; not above in any seed at N = {', '.join(f'{v:g}' for v in gaps.index[not_above])}"
+                       if not_above.any() else ""))
 
 
 @rule
@@ -304,20 +333,29 @@ def anisotropic_at_zero(zero: pd.DataFrame, inputs: str = "BERT's embedding laye
 
 
 @rule
-def shift_direction_is_a_draw(block: pd.DataFrame, variant: str = "post_ln", min_seeds: int = 6) -> Outcome:
+def shift_direction_is_a_draw(block: pd.DataFrame, variant: str = "post_ln", min_seeds: int = 6,
+                              within: float = 4.0) -> Outcome:
     """Figure 7's caption, other draws of the layer and of b_u shift the scores the other way: among the seeds (each
-    redraws the block and b_u), the block's mean pre-softmax score at the largest grid norm is above its value at the
-    smallest N in some and below it in others. When every seed shifts the same way the rule decides only from
-    ``min_seeds`` seeds on (were the direction a fair coin, all n agreeing has chance 2^(1-n): 3% at 6)."""
+    redraws the block and b_u), the block's mean pre-softmax score at the largest grid norm of the paper's regime
+    (at most ``within`` N*) is above its value at the smallest N in some and below it in others. When every seed
+    shifts the same way the rule decides only from ``min_seeds`` seeds on (were the direction a fair coin, all n
+    agreeing has chance 2^(1-n): 3% at 6)."""
     part = block[block["variant"] == variant]
     if part.empty or "score_mean" not in part:
         return Outcome(None, f"no {variant} block with its mean score")
-    lo, hi = part["bias_norm"].min(), part["bias_norm"].max()
+    regime = _regime(block, variant, within)
+    if isinstance(regime, Outcome):
+        return regime
+    n_star, n_max = regime
+    lo, hi = part["bias_norm"].min(), regime_top(block, variant, within)
+    part = part[part["bias_norm"] <= hi]
+    if hi <= lo:
+        return Outcome(None, f"no grid norm above N = {lo:g} up to {within:g} N* = {n_max:.1f}")
     by_seed = part.pivot_table(index="seed", columns="bias_norm", values="score_mean")
     shift = by_seed[hi] - by_seed[lo]
     up, down = int((shift > 0).sum()), int((shift < 0).sum())
-    words = (f"mean score from N = {lo:g} to N = {hi:g}: up in {up}, down in {down} of {len(shift)} seeds "
-             f"({', '.join(f'{v:+.3g}' for v in shift)})")
+    words = (f"mean score from N = {lo:g} to N = {hi:g} ({hi / n_star:.1f} N*): up in {up}, down in {down} of "
+             f"{len(shift)} seeds ({', '.join(f'{v:+.3g}' for v in shift)})")
     if up and down:
         return Outcome(True, words)
     if len(shift) < min_seeds:

@@ -7,28 +7,16 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from anisotropy.claims.rules.common import (Outcome, after_warmup, each_run, majority, over_runs, rises, rule, run_ends,
-                                            too_few, trend)
+from anisotropy.claims import curves
+# the warm-ups of the checkpoint series live in ``claims.curves``; their names stay importable from here
+from anisotropy.claims.curves import MULTIBERTS_WARMUP, after_warmup, warmup_steps  # noqa: F401
+from anisotropy.claims.rules.common import MIN_KEPT, Outcome, each_run, majority, over_runs, rule, run_ends, too_few
 
 
 # Paper 1, Section 5: per-head statistics along training (columns run, layer, head, step, cos_qk, dot_qk, entropy,
 # head_dim, q_mean, k_mean, warmup). The rules compare from the run's first checkpoint at or after the end of its
 # learning-rate warm-up: at step 0 attention is uniform and the mean query and key are unrelated, so any training at
 # all would make "the entropy falls" and "the scalar product grows" hold.
-MULTIBERTS_WARMUP = 10_000  # MultiBERTs follow BERT's recipe: 10,000 warm-up steps (Sellam et al., 2022)
-
-
-def warmup_steps(source: str, profile: str) -> int | None:
-    """The learning-rate warm-up (steps) of the runs a Section 5 page follows: MultiBERTs' for ``"multiberts"``,
-    the recipe's for a self-trained suite of ``profile``; None where unknown (a folder of checkpoints)."""
-    if source == "multiberts":
-        return MULTIBERTS_WARMUP
-    from anisotropy.training import recipes
-
-    try:
-        return int(recipes.suite(source, profile)[0].warmup)
-    except KeyError:
-        return None
 
 
 def _series(part: pd.DataFrame, column: str, how: str = "median", absolute: bool = False) -> pd.Series:
@@ -38,86 +26,97 @@ def _series(part: pd.DataFrame, column: str, how: str = "median", absolute: bool
     return values.groupby(part["step"]).agg(how).sort_index()
 
 
-def _along(curve: pd.Series, fmt: str = ".2f") -> str:
-    """"0.12 → 0.30 (rho +0.90, step 50 → 1,250)": a series' ends and its trend."""
-    rho = trend(curve.index.to_numpy(float), curve.to_numpy(float))
-    return (f"{curve.iloc[0]:{fmt}} → {curve.iloc[-1]:{fmt}} (rho {rho:+.2f}, step {int(curve.index[0]):,} → "
-            f"{int(curve.index[-1]):,})")
+def _rise(curve: pd.Series, min_rho: float, min_kept: float, sign: int = 1) -> tuple[bool | None, curves.Trend]:
+    """``curves.rises`` of one run's per-checkpoint series (index: step)."""
+    return curves.rises(curves.Curve(curve.index.to_numpy(float), curve.to_numpy(float)), min_rho, min_kept, sign)
 
 
-@rule
-def alignment_grows(qk: pd.DataFrame, min_rho: float = 0.5, min_runs: int = 2) -> Outcome:
-    """Per run, from the end of warm-up on, the median |cos(Q̄, K̄)| over heads and the share of heads outside the
-    isotropic 95% band both rise along the whole series (``rises``: Spearman's rho against the step at least
-    ``min_rho`` and above where it started); holds in most runs."""
+def _alignment(part: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """One run's median |cos(Q̄, K̄)| over heads and share of heads outside the isotropic 95% band of their
+    dimension, per checkpoint."""
     from anisotropy.experiments.qk_dynamics import null_cosine_bound
 
+    bound = null_cosine_bound(int(part["head_dim"].iloc[0]))
+    return (_series(part, "cos_qk", absolute=True),
+            (part["cos_qk"].abs() > bound).groupby(part["step"]).mean().sort_index())
+
+
+def _both(*verdicts: bool | None) -> bool | None:
+    """All of ``verdicts`` hold (False if one does not; None if one cannot tell and none fails)."""
+    return False if False in verdicts else None if None in verdicts else True
+
+
+@rule
+def alignment_grows(qk: pd.DataFrame, min_rho: float = 0.5, min_kept: float = MIN_KEPT, min_runs: int = 2) -> Outcome:
+    """Monotone rise (``curves.rises``): per run, from the end of warm-up on, the median |cos(Q̄, K̄)| over heads and
+    the share of heads outside the isotropic 95% band both rise along the whole series (Spearman's rho against the
+    step at least ``min_rho`` with its interval clear of 0, at least ``min_kept`` of the gain kept at the end); holds
+    in most runs."""
     def test(part):
-        bound = null_cosine_bound(int(part["head_dim"].iloc[0]))
-        median = _series(part, "cos_qk", absolute=True)
-        outside = (part["cos_qk"].abs() > bound).groupby(part["step"]).mean().sort_index()
-        steps = median.index.to_numpy(float)
-        ok = rises(steps, median.to_numpy(float), min_rho) and rises(steps, outside.to_numpy(float), min_rho)
-        return ok, f"median |cos| {_along(median)}, outside the band {_along(outside, '.0%')}"
+        median, outside = _alignment(part)
+        (a, ta), (b, tb) = _rise(median, min_rho, min_kept), _rise(outside, min_rho, min_kept)
+        return _both(a, b), f"median |cos| {ta.words()}, outside the band {tb.words('.0%')}"
 
     return over_runs(qk, test, min_runs, from_warmup=True)
 
 
 @rule
-def almost_all_heads_align(qk: pd.DataFrame, share: float = 0.9, min_runs: int = 2) -> Outcome:
-    """Figure 13's caption, "almost all heads see Q̄_s and K̄_s align": per run, at its last checkpoint at least
-    ``share`` of the heads have |cos(Q̄, K̄)| outside the isotropic two-sided 95% band of their dimension
-    (``null_cosine_bound``), and more than at the first checkpoint after warm-up; holds in most runs."""
-    from anisotropy.experiments.qk_dynamics import null_cosine_bound
-
+def almost_all_heads_align(qk: pd.DataFrame, share: float = 0.9, min_rho: float = 0.5, min_kept: float = MIN_KEPT,
+                           min_runs: int = 2) -> Outcome:
+    """Figure 13's caption, "almost all heads see Q̄_s and K̄_s align", a level reached by a monotone rise
+    (``curves.rises``): per run, at its last checkpoint at least ``share`` of the heads have |cos(Q̄, K̄)| outside the
+    isotropic two-sided 95% band of their dimension (``null_cosine_bound``), and that share rises along the series
+    from the end of warm-up (rho at least ``min_rho`` with its interval clear of 0, ``min_kept`` of the gain kept);
+    holds in most runs."""
     def test(part):
-        first, last = run_ends(part)
-        bound = null_cosine_bound(int(part["head_dim"].iloc[0]))
-        before, after = float((first["cos_qk"].abs() > bound).mean()), float((last["cos_qk"].abs() > bound).mean())
-        return bool(after >= share and after > before), (
-            f"heads outside the band |cos| > {bound:.3f}: {before:.0%} at step {int(first['step'].iloc[0]):,}, "
-            f"{after:.0%} at step {int(last['step'].iloc[0]):,} (at least {share:.0%} asked)")
+        _, outside = _alignment(part)
+        rising, t = _rise(outside, min_rho, min_kept)
+        ok = False if outside.iloc[-1] < share else rising
+        return ok, f"heads outside the isotropic band {t.words('.0%')} (at least {share:.0%} asked at the end)"
 
     return over_runs(qk, test, min_runs, from_warmup=True)
 
 
 @rule
-def dot_grows(qk: pd.DataFrame, min_rho: float = 0.5, min_runs: int = 2) -> Outcome:
-    """Per run, from the end of warm-up on, the median |Q̄·K̄| over heads rises along the whole series
-    (``rises``); holds in most runs."""
+def dot_grows(qk: pd.DataFrame, min_rho: float = 0.5, min_kept: float = MIN_KEPT, min_runs: int = 2) -> Outcome:
+    """Monotone rise (``curves.rises``): per run, from the end of warm-up on, the median |Q̄·K̄| over heads rises
+    along the whole series (rho at least ``min_rho`` with its interval clear of 0, at least ``min_kept`` of the gain
+    kept); holds in most runs."""
     def test(part):
-        curve = _series(part, "dot_qk", absolute=True)
-        return rises(curve.index.to_numpy(float), curve.to_numpy(float), min_rho), f"median |Q̄·K̄| {_along(curve, '.3g')}"
+        ok, t = _rise(_series(part, "dot_qk", absolute=True), min_rho, min_kept)
+        return ok, f"median |Q̄·K̄| {t.words('.3g')}"
 
     return over_runs(qk, test, min_runs, from_warmup=True)
 
 
 @rule
-def entropy_falls(qk: pd.DataFrame, min_rho: float = 0.5, min_runs: int = 2) -> Outcome:
-    """Per run, from the end of warm-up on, the mean attention entropy over heads falls along the whole series (its
-    negative ``rises``: Spearman's rho at most -``min_rho`` and below where it started); holds in most runs."""
+def entropy_falls(qk: pd.DataFrame, min_rho: float = 0.5, min_kept: float = MIN_KEPT, min_runs: int = 2) -> Outcome:
+    """Monotone fall (``curves.rises`` with sign -1): per run, from the end of warm-up on, the mean attention entropy
+    over heads falls along the whole series (rho at most -``min_rho`` with its interval clear of 0, at least
+    ``min_kept`` of the drop kept at the end); holds in most runs."""
     def test(part):
-        curve = _series(part, "entropy", how="mean")
-        falls = rises(curve.index.to_numpy(float), -curve.to_numpy(float), min_rho)
-        return falls, f"entropy {_along(curve, '.3f')} nats"
+        ok, t = _rise(_series(part, "entropy", how="mean"), min_rho, min_kept, sign=-1)
+        return ok, f"entropy {t.words('.3f')} nats"
 
     return over_runs(qk, test, min_runs, from_warmup=True)
 
 
 @rule
-def common_first_opposite_last(qk: pd.DataFrame, min_runs: int = 2) -> Outcome:
-    """Per run, the mean over heads of cos(Q̄, K̄) drifts towards +1 in the first layer and towards -1 in the last:
-    at the last checkpoint positive in the first layer and negative in the last, each having moved that way since
-    the end of warm-up."""
+def common_first_opposite_last(qk: pd.DataFrame, min_rho: float = 0.5, min_kept: float = MIN_KEPT,
+                               min_runs: int = 2) -> Outcome:
+    """A monotone rise in the first layer and a monotone fall in the last (``curves.rises``): per run, from the end of
+    warm-up, the mean over heads of cos(Q̄, K̄) of the first layer rises along the series and ends positive, that of
+    the last layer falls and ends negative (rho at least ``min_rho`` in the direction read, its interval clear of 0,
+    ``min_kept`` of the change kept); holds in most runs."""
     def test(part):
-        first, last = run_ends(part)
-        start = first.groupby("layer")["cos_qk"].mean().sort_index()
-        end = last.groupby("layer")["cos_qk"].mean().sort_index()
-        if len(end) < 2:
+        by_layer = part.groupby(["layer", "step"])["cos_qk"].mean()
+        layers = sorted(part["layer"].unique())
+        if len(layers) < 2:
             return None, "a single layer"
-        a0, a, b0, b = start.iloc[0], end.iloc[0], start.iloc[-1], end.iloc[-1]
-        return (bool(a > 0 > b and a > a0 and b < b0),
-                f"first layer {a0:+.2f} → {a:+.2f}, last layer {b0:+.2f} → {b:+.2f}")
+        (up, tu), (down, td) = (_rise(by_layer.loc[layers[0]], min_rho, min_kept),
+                                _rise(by_layer.loc[layers[-1]], min_rho, min_kept, sign=-1))
+        ends = tu.last > 0 > td.last
+        return (_both(up, down) if ends else False), f"first layer {tu.words('+.2f')}, last layer {td.words('+.2f')}"
 
     return over_runs(qk, test, min_runs, from_warmup=True)
 
@@ -167,47 +166,68 @@ def runs_from_warmup(qk: pd.DataFrame, keep_short: bool = False) -> pd.DataFrame
     return pd.concat(parts, ignore_index=True) if parts else qk.iloc[:0]
 
 
-def three_part_test(qk: pd.DataFrame, keep_short: bool = False) -> pd.DataFrame:
+def three_part_test(qk: pd.DataFrame, keep_short: bool = False, min_rho: float = 0.5,
+                    min_kept: float = MIN_KEPT) -> pd.DataFrame:
     """``experiments.qk_dynamics.alignment_summary`` of ``runs_from_warmup``: one row per run, with ``holds``, the
-    three-part test that ``every_run_holds`` requires of every run: from the run's first row to its last the median
-    |cos| grows, more heads sit outside the isotropic band, and the mean attention entropy falls."""
+    three-part test that ``every_run_holds`` requires of every run, three monotone trends (``curves.rises``) from the
+    end of the warm-up: the median |cos| and the share of heads outside the isotropic band rise, and the mean
+    attention entropy falls (rho at least ``min_rho`` with its interval clear of 0, at least ``min_kept`` of the
+    change kept). ``holds`` is None for a run whose trends cannot tell (too few checkpoints). With ``keep_short``
+    (a page's row for every run), a run kept whole (no warm-up known, as the two stages of untrained and pretrained
+    weights: no training series) compares its first and last stage: each of the three moves that way."""
     from anisotropy.experiments.qk_dynamics import alignment_summary  # imported here: the ledger loads no torch
 
     summary = alignment_summary(runs_from_warmup(qk, keep_short))
     if summary.empty:
-        return summary.assign(holds=pd.Series(dtype=bool))
-    return summary.assign(holds=(summary["median_abs_cos_last"] > summary["median_abs_cos_first"])
-                          & (summary["share_beyond_null_last"] > summary["share_beyond_null_first"])
-                          & (summary["entropy_last"] < summary["entropy_first"]))
+        return summary.assign(holds=pd.Series(dtype=object))
+    verdicts = {}
+    for run, part in each_run(qk):
+        trimmed = after_warmup(part)
+        series = trimmed if trimmed["step"].nunique() >= 2 else part
+        (median, outside), entropy = _alignment(series), _series(series, "entropy", how="mean")
+        if series is part:  # kept whole: two stages, not a series
+            verdicts[run] = bool(median.iloc[-1] > median.iloc[0] and outside.iloc[-1] > outside.iloc[0]
+                                 and entropy.iloc[-1] < entropy.iloc[0])
+        else:
+            verdicts[run] = _both(_rise(median, min_rho, min_kept)[0], _rise(outside, min_rho, min_kept)[0],
+                                  _rise(entropy, min_rho, min_kept, sign=-1)[0])
+    return summary.assign(holds=summary["run"].map(verdicts).astype(object))
 
 
 @rule
-def every_run_holds(qk: pd.DataFrame, min_runs: int = 2) -> Outcome:
-    """The three-part test of ``three_part_test`` (median |cos| grows, more heads outside the band, entropy falls),
-    from the end of warm-up to the last checkpoint, holds in every one of at least ``min_runs`` runs."""
-    summary = three_part_test(qk)  # one row per run with two checkpoints after its warm-up
+def every_run_holds(qk: pd.DataFrame, min_rho: float = 0.5, min_kept: float = MIN_KEPT,
+                    min_runs: int = 2) -> Outcome:
+    """Monotone trends in every run (``three_part_test``: the median |cos| and the heads outside the band rise, the
+    entropy falls, each a ``curves.rises`` from the end of warm-up with ``min_rho`` and ``min_kept``) in every one of
+    at least ``min_runs`` runs; undecided where a run cannot tell and none fails."""
+    summary = three_part_test(qk, min_rho=min_rho, min_kept=min_kept)  # runs with two checkpoints after warm-up
     if len(summary) < min_runs:
         return too_few("runs with two checkpoints after their warm-up", len(summary), min_runs)
-    return Outcome(bool(summary["holds"].all()), f"the three-part test holds for {int(summary['holds'].sum())} of "
-                                                 f"{len(summary)} seeds (from step "
-                                                 f"{', '.join(f'{s:,}' for s in summary['first_step'].unique())})")
+    flags = list(summary["holds"])
+    words = (f"the three trends hold for {flags.count(True)} of {len(flags)} seeds"
+             + (f", {flags.count(None)} cannot tell (too few checkpoints)" if None in flags else "")
+             + f" (from step {', '.join(f'{s:,}' for s in summary['first_step'].unique())})")
+    return Outcome(_both(*flags), words)
 
 
 @rule
-def qk_norms_grow(qk: pd.DataFrame, min_ratio: float = 1.1, min_runs: int = 2, min_checkpoints: int = 3) -> Outcome:
-    """Paper 1, Section 5: per run, from its first checkpoint after warm-up to its last, the median over heads of the
-    norm of the mean query (``q_norm``) and of the mean key (``k_norm``) both grow by at least ``min_ratio``; holds
-    in most of at least ``min_runs`` runs."""
+def qk_norms_grow(qk: pd.DataFrame, min_ratio: float = 1.1, min_rho: float = 0.5, min_kept: float = MIN_KEPT,
+                  min_runs: int = 2, min_checkpoints: int = 3) -> Outcome:
+    """Paper 1, Section 5, a monotone rise (``curves.rises``): per run, from its first checkpoint after warm-up on,
+    the median over heads of the norm of the mean query (``q_norm``) and of the mean key (``k_norm``) both rise along
+    the whole series (rho at least ``min_rho`` with its interval clear of 0, at least ``min_kept`` of the gain kept
+    at the end) and end at least ``min_ratio`` times where they started; holds in most of at least ``min_runs``
+    runs."""
     if not {"q_norm", "k_norm"} <= set(qk.columns):
         return Outcome(None, "no norms of the mean query and key in the frame")
 
     def test(part):
-        first, last = run_ends(part)
-        q0, q1 = float(first["q_norm"].median()), float(last["q_norm"].median())
-        k0, k1 = float(first["k_norm"].median()), float(last["k_norm"].median())
-        return bool(q1 >= min_ratio * q0 and k1 >= min_ratio * k0), (
-            f"median |Q̄| {q0:.3g} → {q1:.3g}, |K̄| {k0:.3g} → {k1:.3g} from step {int(first['step'].iloc[0]):,} "
-            f"to {int(last['step'].iloc[0]):,}")
+        verdicts, words = [], []
+        for column, name in (("q_norm", "|Q̄|"), ("k_norm", "|K̄|")):
+            ok, t = _rise(_series(part, column), min_rho, min_kept)
+            verdicts.append(ok if ok is not True else bool(t.last >= min_ratio * t.first))
+            words.append(f"median {name} {t.words('.3g')}")
+        return _both(*verdicts), ", ".join(words)
 
     return over_runs(qk, test, min_runs, from_warmup=True, min_checkpoints=min_checkpoints)
 
@@ -279,22 +299,19 @@ def first_layers_sharper(qk: pd.DataFrame, share_of_layers: float = 1 / 3, min_r
 
 
 @rule
-def qk_anisotropy_emerges(qk: pd.DataFrame, min_rho: float = 0.5, min_runs: int = 2, min_checkpoints: int = 3
-                          ) -> Outcome:
-    """Per run, from its first checkpoint after warm-up on, the median over heads of the mean cosine of the queries
-    (``q_cosine``) and of the keys (``k_cosine``) both rise along the whole series: Spearman's rho of each against
-    the step is at least ``min_rho`` and the last checkpoint is above the first (a rise that falls back does not
-    count); holds in most of at least ``min_runs`` runs."""
+def qk_anisotropy_emerges(qk: pd.DataFrame, min_rho: float = 0.5, min_kept: float = MIN_KEPT, min_runs: int = 2,
+                          min_checkpoints: int = 3) -> Outcome:
+    """Monotone rise (``curves.rises``): per run, from its first checkpoint after warm-up on, the median over heads of
+    the mean cosine of the queries (``q_cosine``) and of the keys (``k_cosine``) both rise along the whole series
+    (rho at least ``min_rho`` with its interval clear of 0, at least ``min_kept`` of the gain kept at the end: a rise
+    that falls back does not count); holds in most of at least ``min_runs`` runs."""
     if not {"q_cosine", "k_cosine"} <= set(qk.columns):
         return Outcome(None, "no mean cosine of the queries and keys in the frame")
 
     def test(part):
-        words, ok = [], True
-        for column, name in (("q_cosine", "queries"), ("k_cosine", "keys")):
-            curve = _series(part, column)
-            ok = ok and rises(curve.index.to_numpy(float), curve.to_numpy(float), min_rho)
-            words.append(f"{name} {_along(curve)}")
-        return ok, ", ".join(words)
+        found = [(name, *_rise(_series(part, column), min_rho, min_kept))
+                 for column, name in (("q_cosine", "queries"), ("k_cosine", "keys"))]
+        return _both(*(ok for _, ok, _ in found)), ", ".join(f"{name} {t.words()}" for name, _, t in found)
 
     return over_runs(qk, test, min_runs, from_warmup=True, min_checkpoints=min_checkpoints)
 
@@ -341,16 +358,20 @@ def other_drifts_opposite(axes: pd.DataFrame, min_heads: int = 1) -> Outcome:
 
 
 @rule
-def alignment_unlikely_at_random(qk: pd.DataFrame, alpha: float = 0.01, min_runs: int = 2) -> Outcome:
+def alignment_unlikely_at_random(qk: pd.DataFrame, alpha: float = 0.01, min_runs: int = 2,
+                                 head_dim: int | None = None) -> Outcome:
     """Section 5, "such an alignment is very unlikely to happen randomly": per run, at its last checkpoint, the
     median over heads of |cos(Q̄, K̄)| has a two-sided probability below ``alpha`` under the exact cosine of two
     independent isotropic vectors of the head dimension (``baseline.isotropic_abs_cosine_tail``); holds in most of at
-    least ``min_runs`` runs."""
+    least ``min_runs`` runs. With ``head_dim`` (the paper's d_h = 64), a run of another head dimension cannot answer:
+    chance alignment is likelier in fewer dimensions, so a claim about d_h = 64 is not decided at d_h = 16."""
     from anisotropy.measure.baseline import isotropic_abs_cosine_tail
 
     def test(part):
         _, last = run_ends(part)
         d = int(part["head_dim"].iloc[0])
+        if head_dim is not None and d != head_dim:
+            return None, f"head dimension {d}, not the claim's d_h = {head_dim}"
         median = float(last["cos_qk"].abs().median())
         p = float(isotropic_abs_cosine_tail(median, d))
         return p < alpha, (f"median |cos| {median:.2f} at step {int(last['step'].iloc[0]):,}, P(|cos| >= it) = {p:.1e} "
@@ -366,14 +387,12 @@ def alignment_links_sharpness(qk: pd.DataFrame, min_rho: float = 0.3, min_runs: 
     Spearman's rho of |cos(Q̄, K̄)| with |Q̄·K̄| is at least ``min_rho``, and of |Q̄·K̄| with the attention entropy at
     most -``min_rho`` (better-aligned heads have larger products, larger products sharper rows); holds in most of at
     least ``min_runs`` runs."""
-    from anisotropy.claims.rules.common import spearman
-
     def test(part):
         _, last = run_ends(part)
         if len(last) < 3:
             return None, "fewer than 3 heads"
         cos, dot = last["cos_qk"].abs().to_numpy(float), last["dot_qk"].abs().to_numpy(float)
-        r1, r2 = spearman(cos, dot), spearman(dot, last["entropy"].to_numpy(float))
+        r1, r2 = curves.spearman(cos, dot), curves.spearman(dot, last["entropy"].to_numpy(float))
         ok = bool(np.isfinite(r1) and np.isfinite(r2) and r1 >= min_rho and r2 <= -min_rho)
         return ok, (f"across {len(last)} heads at step {int(last['step'].iloc[0]):,}: rho(|cos|, |Q̄·K̄|) {r1:+.2f}, "
                     f"rho(|Q̄·K̄|, entropy) {r2:+.2f}")

@@ -1,7 +1,7 @@
 """The book's one figure style, and one function per figure kind, in one module per part of the book: ``style`` (the
 style, and what figures of several parts share), ``suites`` (Foundations: the checkpoint suites), ``p1_s3``,
 ``p1_s4`` and ``p1_s5`` (Paper 1's sections), ``p2`` (Paper 2), ``beyond`` (Beyond the papers: the ablation and
-the profile command) and ``appendices``.
+the profile command), ``appendices`` and ``closing`` (the closing page's tally).
 
 Functions take tidy pandas frames (one row per observation) and return a matplotlib ``Figure``; chapters glue the
 figure with ``pages.report.glue_figure`` and caption it with the paper figure it reproduces. Chapters call them
@@ -28,3 +28,4 @@ from anisotropy.pages.plots.beyond import (  # noqa: F401
     ablation_sharp_vs_isotropic, layer_measure)
 from anisotropy.pages.plots.appendices import (  # noqa: F401
     FAMILY_COLOURS, ORIGIN_MARKERS, cosine_null_densities, cosine_null_quantiles, measured_builds)
+from anisotropy.pages.plots.closing import VERDICT_COLOURS, verdicts_by_question  # noqa: F401
