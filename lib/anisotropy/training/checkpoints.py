@@ -12,10 +12,10 @@ Otherwise (the default store, a checkout's ``results/``, or a URL store) in ``ca
 names a checkpoint ``cache:checkpoints/<suite>/...`` in either place (``results.checkpoint_key``). Tokenizers and token
 arrays stay in the cache: they are remade from the corpus, identically, in a new runtime.
 
-Who trains a run holds its lock (``claimed``: an OS file lock beside the run's folder), so that a process that needs a
-run another one is training (a chapter, while the book build trains the suites as units of their own) waits for it
-and then finds it trained, instead of training it a second time; while it waits, the build gives its core to other
-work (``executor.waiting``).
+Who trains a run holds its lock (``claimed``: an OS file lock of the run's folder, ``run_lock``), so that a process
+that needs a run another one is training (a chapter, while the book build trains the suites as units of their own)
+waits for it and then finds it trained, instead of training it a second time; while it waits, the build gives its
+core to other work (``executor.waiting``).
 """
 
 from __future__ import annotations
@@ -89,13 +89,18 @@ def is_trained(recipe: Recipe, out_dir: str | Path | None = None) -> bool:
 
 
 def run_lock(recipe: Recipe, out_dir: str | Path | None = None):
-    """The lock of ``recipe``'s run: a ``filelock.FileLock`` on ``.seed-<k>.lock`` beside the run's folder (the OS
-    drops it with its holder, so a killed run keeps no lock)."""
+    """The lock of ``recipe``'s run: a ``filelock.FileLock`` named after the run's folder, in the cache's ``locks``
+    folder (an OS lock, which goes with its holder, so a killed run keeps none; on the machine's own disk, not beside
+    the run, which may live on a network drive without OS locks, such as Google Drive on Colab)."""
+    import hashlib
+
     from filelock import FileLock
 
-    run = run_dir(recipe, out_dir)
-    run.parent.mkdir(parents=True, exist_ok=True)
-    return FileLock(run.parent / f".{run.name}.lock", thread_local=False)
+    run = run_dir(recipe, out_dir).resolve()
+    folder = paths.cache_dir() / "locks"
+    folder.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256(str(run).encode()).hexdigest()[:16]
+    return FileLock(folder / f"{recipe.suite}-seed-{recipe.seed}-{digest}.lock", thread_local=False)
 
 
 @contextmanager
