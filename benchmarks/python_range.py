@@ -1,7 +1,9 @@
-"""Which Python versions the pinned set installs on: pyproject.toml's requires-python checked against the registry.
+"""Which Python versions the pinned set installs on: the Makefile's PY_MIN/PY_BELOW checked against the registry.
 
-Not a test (it needs the package index, and its answer changes only when the pins do): run it after changing
-constraints.txt, the Makefile's install lines or requires-python, and commit its result file.
+The pinned set's range lies within pyproject.toml's requires-python, the library's own range, which also holds Colab's
+Python (tests/test_colab_runtime.py resolves that install). Not a test (it needs the package index, and its answer
+changes only when the pins do): run it after changing constraints.txt, the Makefile's install lines or PY_MIN/PY_BELOW,
+and commit its result file.
 
 For each Python version around the claimed range (the one below it, its lowest version, every minor version in it, the
 one above it) and each platform (Linux x86_64 and aarch64, manylinux_2_28; macOS 14 on Apple silicon), ``uv pip
@@ -19,8 +21,8 @@ same version for the same Pythons; this script contacts no other index).
     .venv/bin/uv --version && .venv/bin/python benchmarks/python_range.py   # ~13 min on 2 cores with a cold uv cache, needs PyPI
     .venv/bin/python benchmarks/python_range.py --versions 3.12.0 --platforms x86_64-manylinux_2_28
 
-Writes ``results/python_range.json``; exits 1 if a version inside requires-python fails, or one outside it resolves
-(then the claimed range is wrong one way or the other).
+Writes ``results/python_range.json``; exits 1 if a version inside the Makefile's range fails, or one outside it
+resolves (then the claimed range is wrong one way or the other).
 """
 
 from __future__ import annotations
@@ -110,13 +112,13 @@ def sets() -> dict[str, tuple[list[str], list[str], Path | None]]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--versions", nargs="*", help="default: around pyproject.toml's requires-python")
+    p.add_argument("--versions", nargs="*", help="default: around the Makefile's PY_MIN/PY_BELOW")
     p.add_argument("--platforms", nargs="*", default=list(PLATFORMS))
     p.add_argument("--out", type=Path, default=OUT)
     args = p.parse_args()
-    lo, hi = install_set.requires_python()
+    lo, hi = install_set.pinned_python()
     versions = args.versions or versions_around(lo, hi)
-    claimed = install_set.pyproject()["requires-python"]
+    claimed = f">={'.'.join(map(str, lo))},<{'.'.join(map(str, hi))}"
     rows, wrong = [], []
     for version in versions:
         for platform in args.platforms:
@@ -141,7 +143,7 @@ def main() -> int:
               "claim_holds": not wrong, "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"requires-python {claimed}: {'holds' if not wrong else 'WRONG for ' + str(len(wrong)) + ' cases'} "
+    print(f"the pinned set's range {claimed}: {'holds' if not wrong else 'WRONG for ' + str(len(wrong)) + ' cases'} "
           f"(book and tests sets; {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out})")
     return 0 if not wrong else 1
 

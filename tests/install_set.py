@@ -217,11 +217,18 @@ def environment_yml(root: Path = ROOT) -> tuple[dict, InstallSet]:
 
 
 def requires_python(root: Path = ROOT) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """pyproject.toml's ``requires-python`` as (lowest version, first version above the range)."""
+    """pyproject.toml's ``requires-python`` (the library's range) as (lowest version, first version above the range)."""
     text = pyproject(root)["requires-python"]
     m = re.fullmatch(r">=\s*([\d.]+)\s*,\s*<\s*([\d.]+)", text.replace(" ", ""))
     assert m, f"requires-python should read '>=X.Y.Z,<A.B', not {text!r}"
     return tuple(map(int, m.group(1).split("."))), tuple(map(int, m.group(2).split(".")))
+
+
+def pinned_python(root: Path = ROOT) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The range the pinned set (constraints.txt) installs on, which `make` checks its Python against: the Makefile's
+    ``PY_MIN`` and ``PY_BELOW``, as (lowest version, first version above the range)."""
+    variables = makefile_variables((root / "Makefile").read_text())
+    return (tuple(map(int, variables["PY_MIN"].split("."))), tuple(map(int, variables["PY_BELOW"].split("."))))
 
 
 # ---- a Colab runtime's installation, for the Colab-route tests (tests/test_paper_profile.py) --------------------------
@@ -250,31 +257,38 @@ def find_links() -> list[str]:
     return links
 
 
+def torch_routes(install: list[str], root: Path = ROOT) -> list[list[str]]:
+    """The commands that install the Makefile's torch pin (``TORCH``) with the installer command ``install`` (``uv
+    pip install ... --python PY``), in the Makefile's order: the machine's find-links without an index, else the
+    PyTorch CPU index (macOS, or no TORCH_INDEX: the configured index). Never the CUDA build."""
+    import platform
+
+    variables = makefile_variables((root / "Makefile").read_text())
+    torch = expand(variables["TORCH"], variables)
+    index = expand(variables.get("TORCH_INDEX", ""), variables)
+    routes, links = [], find_links()
+    if links:
+        routes.append([*install, "--no-deps", "--no-index", *(f"--find-links={link}" for link in links), torch])
+    if platform.system() == "Darwin" or not index:
+        routes.append([*install, "--no-deps", torch])
+    else:
+        routes.append([*install, "--no-deps", "--index-url", index, torch])
+    return routes
+
+
 def colab_runtime(venv: Path, source: Path, uv: str, python: str, root: Path = ROOT) -> dict:
     """The commands that make ``venv`` a Colab runtime as far as this book is concerned: the interpreter ``python``,
     torch the way the Makefile installs it (its pin, the machine's find-links first, else the CPU wheel index: never
     the CUDA build), then the copy ``source`` installed the way a chapter's first cell installs it on Colab (not
     editable, ``anisotropy[colab] @ <url>``) with constraints.txt, so that the numbers match the book's, and papermill
     and ipykernel (``COLAB_PREINSTALLED``). Nothing else: the book-building stack and the tests' peers stay out."""
-    import platform
-
-    variables = makefile_variables((root / "Makefile").read_text())
-    torch = expand(variables["TORCH"], variables)
-    index = expand(variables.get("TORCH_INDEX", ""), variables)
     py = str(venv / "bin" / "python")
     # no --compile-bytecode: compiling all of torch costs ten times the rest of the installation; the runtime's first
     # processes compile what they import (the Colab-route tests let them write the bytecode into the runtime)
     install = [uv, "pip", "install", "-q", "--python", py]
-    torch_routes, links = [], find_links()
-    if links:
-        torch_routes.append([*install, "--no-deps", "--no-index", *(f"--find-links={link}" for link in links), torch])
-    if platform.system() == "Darwin" or not index:
-        torch_routes.append([*install, "--no-deps", torch])
-    else:
-        torch_routes.append([*install, "--no-deps", "--index-url", index, torch])
     return {
         "venv": [uv, "venv", "-q", "--python", python, str(venv)],
-        "torch": torch_routes,  # tried in this order, as the Makefile's `||`
+        "torch": torch_routes(install, root),  # tried in this order, as the Makefile's `||`
         "package": [*install, "-c", str(root / "constraints.txt"), f"anisotropy[colab] @ {source.resolve().as_uri()}",
                     *COLAB_PREINSTALLED],
     }

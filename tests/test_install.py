@@ -60,6 +60,21 @@ def test_the_installed_package_is_the_wheel_not_the_checkout(installed):
     assert Path(where).is_relative_to(installed["venv"]) and root == "None", proc.stderr
 
 
+def test_the_public_api_comes_with_the_wheel(installed):
+    """``import anisotropy`` of the installed wheel exports its public functions (``anisotropy.api``, a package of
+    the wheel) and they compute: the cosine's 0.95-quantile in R^3 is 0.9, the mean cosine of the +-e_i is -0.2."""
+    import anisotropy
+
+    code = ("import anisotropy, numpy as np; print(anisotropy.__all__); print(anisotropy.api.__file__); "
+            "print(round(anisotropy.isotropic_null(3), 12), "
+            "anisotropy.mean_cosine(np.vstack([np.eye(3), -np.eye(3)])))")
+    proc = run(installed, "python", "-c", code)
+    assert proc.returncode == 0, proc.stderr
+    names, where, values = proc.stdout.splitlines()
+    assert names == str(anisotropy.__all__) and Path(where).is_relative_to(installed["venv"])
+    assert values == "0.9 -0.2"
+
+
 def test_anisotropy_help_lists_the_commands(installed):
     proc = run(installed, "anisotropy", "--help")
     assert proc.returncode == 0, proc.stderr

@@ -1,9 +1,12 @@
 """The device path of anisotropy.measure.metrics against the CPU reference and against float64 brute force.
 
 ``metrics.on_device(torch.device("cpu"))`` runs the device code (torch only, the dtypes it uses on CUDA) without a
-GPU; with CUDA present the same comparisons run on the GPU too. Every comparison uses a ``metrics.DEVICE_*`` bound,
-derived in metrics.py from the precision of each step before any number was seen; a one-path bound (device path
-against exact float64 arithmetic) is half of the two-path one. Sizes are small so the file runs in seconds.
+GPU; with CUDA present the same comparisons run on the GPU too. The one-shot comparisons use a ``metrics.DEVICE_*``
+bound, derived in measure/rows.py from the precision of each step before any number was seen; a one-path bound
+(device path against exact float64 arithmetic) is half of the two-path one. Those bounds hold for any size up to
+2^15 terms per reduction, so at these sizes they are far above the errors; the accumulators' section at the end
+derives its bounds for its own sizes instead, against float64 truth written in this file, tight enough that a
+float32 accumulation across updates fails them (shown there). Sizes are small so the file runs in seconds.
 """
 
 from __future__ import annotations
@@ -273,3 +276,155 @@ def test_batched_layer_measures_on_the_device_path(device):
             assert abs(g[k] - w[k]) <= M.DEVICE_MEAN_COSINE_ABS
         for k in ("drift_norm", "mean_norm"):
             assert abs(g[k] - w[k]) <= M.DEVICE_NORM_REL * mean_norm
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The accumulators' device path against float64 truth computed here, with bounds for this test's own sizes
+# ---------------------------------------------------------------------------------------------------------------------
+#
+# The rows: n = K x B float32 vectors of width D (an offset of norm 10 plus unit-scale noise, mean cosine ~0.89), fed
+# to each accumulator B rows per update inside on_device(cpu), as taps feeds a GPU's hidden states. The truth is NumPy
+# in float64 on the same float32 values, written below from the definitions (nothing of measure/ is called for it).
+#
+# Bounds, under the rounding model measure.rows' own bounds rest on (Higham & Mary 2019): each float32 operation's
+# relative error is an independent mean-zero variable of size at most u = 2^-24, so a computed quantity's first-order
+# error sum_t delta_t a_t is within LAM u sqrt(sum_t a_t^2) with probability >= 1 - 2 exp(-LAM^2 / 2) (Hoeffding);
+# LAM = 8: 2.5e-14 per bounded number, < 1e-11 for the ~150 numbers bounded here. Per quantity, the terms a_t are:
+# - sum of unit vectors, coordinate j: each row's u_ij carries ~D + 3 roundings (its norm's D squares and sums, the
+#   square root, the reciprocal or division, the product), and each update's float32 sum of B rows B - 1 partial
+#   sums, each at most sum_{i in batch} |u_ij|: sum a_t^2 <= (D + 3) sum_i u_ij^2 + (B - 1) sum_batches (sum |u_ij|)^2;
+#   the mean cosine (||S||^2 - n) / (n (n - 1)) then moves by at most (2 ||S|| ||dS|| + ||dS||^2) / (n (n - 1));
+# - sum of norms: each norm D + 1 roundings of its size (the norms are summed in float64);
+# - sum of vectors (FirstMoments' drift): B - 1 partial sums per update of sum_{i in batch} |x_ij| (LayerStats sums
+#   each update in float64 and merges the means: the same bound holds for it, loosely);
+# - scatter entry (j, k) (LayerStats): per row 3 roundings of |c_ij c_ik| (two centrings, the product; c = x - the
+#   update's mean) and B - 1 partial sums per update of sum |c_ij c_ik|; sigma_1's share then moves by at most
+#   (||E||_F + share |tr E|) / (tr S - |tr E|) (Weyl), plus the device's top eigenvalue, 1e-8 relative;
+# - what is summed across updates in float64: K additions, at most K u64 of the sums of magnitudes (about 1e-12
+#   relative here), bounded worst-case.
+# At K = 5000, B = 4, D = 8 these bounds are 3.0e-8 on the mean cosine, 1.1e-7 on the mean norm, 1.2e-7 on the drift
+# (the rows' units), 1.6e-8 on sigma_1's share and at most 5.5e-8 on a covariance entry; the float64 path's errors
+# are 0.6% to 10% of them. Accumulated across the updates in float32 instead, the same sums are off by about
+# sqrt(K) u of their size: 20 to 200 times these bounds (measured when this test was written: FirstMoments 37, 35
+# and 30 times; LayerStats 37, 35, 110, 22 and 211 times). test_float32_accumulation_would_break_these_bounds patches
+# the accumulators to float32 and asserts that every bound fails.
+
+LAM, U32, U64 = 8.0, 2.0**-24, 2.0**-53
+ACC_D, ACC_B, ACC_K = 8, 4, 5000
+
+
+def accumulated_rows() -> np.ndarray:
+    g = rng(7)
+    direction = g.standard_normal(ACC_D)
+    direction *= 10 / np.linalg.norm(direction)
+    return (g.standard_normal((ACC_B * ACC_K, ACC_D)) * np.linspace(0.5, 2.0, ACC_D) + direction).astype(np.float32)
+
+
+def float64_truth_and_bounds(x: np.ndarray) -> tuple[dict, dict]:
+    """The accumulators' quantities in float64 NumPy, and the bounds of the comment above for these rows."""
+    a = x.astype(np.float64)
+    n, d = a.shape
+    batches = a.reshape(ACC_K, ACC_B, d)
+    norms = np.linalg.norm(a, axis=1)
+    unit = a / norms[:, None]
+    s = unit.sum(axis=0)
+    gamma64 = ACC_K * U64 / (1 - ACC_K * U64)  # the float64 sums across updates, worst case
+    # sum of unit vectors
+    per_row = (d + 3) * (unit**2).sum(axis=0)
+    per_update = (ACC_B - 1) * (np.abs(unit).reshape(ACC_K, ACC_B, d).sum(axis=1) ** 2).sum(axis=0)
+    ds = np.linalg.norm(LAM * U32 * np.sqrt(per_row + per_update) + gamma64 * np.abs(unit).sum(axis=0))
+    cosine = (s @ s - n) / (n * (n - 1))
+    cosine_bound = (2 * np.linalg.norm(s) * ds + ds**2) / (n * (n - 1)) + 4 * d * U64
+    # sum of norms
+    norm_bound = (LAM * U32 * np.sqrt((d + 1) * (norms**2).sum()) + gamma64 * norms.sum()) / n
+    # sum of vectors (FirstMoments' drift)
+    total = np.linalg.norm(LAM * U32 * np.sqrt((ACC_B - 1) * (np.abs(batches).sum(axis=1) ** 2).sum(axis=0))
+                           + gamma64 * np.abs(a).sum(axis=0))
+    drift_bound = total / n + 4 * d * U64 * np.linalg.norm(a.mean(axis=0))
+    # scatter (LayerStats): entries about each update's mean, then merged
+    c = batches - batches.mean(axis=1, keepdims=True)
+    c = np.abs(c) + U32 * np.abs(batches.mean(axis=1, keepdims=True))  # the float32 mean's rounding in the centring
+    prod = c[..., :, None] * c[..., None, :]  # (K, B, d, d): |c_ij c_ik|
+    entry = LAM * U32 * np.sqrt(3 * (prod**2).sum(axis=(0, 1)) + (ACC_B - 1) * (prod.sum(axis=1) ** 2).sum(axis=0))
+    centred = a - a.mean(axis=0)
+    scatter = centred.T @ centred
+    diag = np.sqrt(np.diag(scatter))
+    entry += 3 * gamma64 * 2 * np.outer(diag, diag)  # the float64 merges (|S_jk| <= sqrt(S_jj S_kk))
+    eigenvalues = np.linalg.eigvalsh(scatter)
+    share = eigenvalues[-1] / eigenvalues.sum()
+    e_fro, e_trace = np.linalg.norm(entry), np.trace(entry)
+    share_bound = ((e_fro + share * e_trace) / (np.trace(scatter) - e_trace) + 1e-8 * share + 8 * d * U64)
+    truth = {"mean_cosine": cosine, "mean_norm": norms.mean(), "drift_norm": np.linalg.norm(a.mean(axis=0)),
+             "sigma1_share": share, "covariance": scatter / (n - 1)}
+    bounds = {"mean_cosine": cosine_bound, "mean_norm": norm_bound, "drift_norm": drift_bound,
+              "sigma1_share": share_bound, "covariance": entry / (n - 1) + 2 * U64 * np.abs(scatter) / (n - 1)}
+    return truth, bounds
+
+
+def fed_on_device(accumulator, x: np.ndarray):
+    with M.on_device(CPU):
+        for part in np.split(x, ACC_K):
+            accumulator.update(torch.from_numpy(part))
+        return accumulator
+
+
+ACCUMULATED = {"FirstMoments": ("mean_cosine", "mean_norm", "drift_norm"),
+               "LayerStats": ("mean_cosine", "mean_norm", "drift_norm", "sigma1_share", "covariance")}
+
+
+def made(name: str):
+    return streaming.FirstMoments(ACC_D) if name == "FirstMoments" else streaming.LayerStats(ACC_D, reservoir_size=0)
+
+
+@pytest.fixture(scope="module")
+def truth_and_bounds():
+    x = accumulated_rows()
+    return x, *float64_truth_and_bounds(x)
+
+
+def errors(accumulator, truth: dict, names) -> dict:
+    """|device - truth| per quantity (the covariance: entrywise)."""
+    return {q: np.abs(getattr(accumulator, q) - truth[q]) for q in names}
+
+
+@pytest.mark.parametrize("name", list(ACCUMULATED))
+def test_accumulators_on_the_device_path_are_within_bounds_of_their_float64_truth(name, truth_and_bounds):
+    x, truth, bounds = truth_and_bounds
+    acc = fed_on_device(made(name), x)
+    assert (acc.n, acc.n_excluded) == (len(x), 0)
+    for q, err in errors(acc, truth, ACCUMULATED[name]).items():
+        assert np.all(err <= bounds[q]), (q, np.max(err), np.max(bounds[q]))
+
+
+def test_accumulators_keep_their_sums_and_scatter_in_float64_on_the_device_path(truth_and_bounds):
+    # What the bounds above need in float64: every sum across updates (and a chunk's scatter once it leaves the
+    # float32 product).
+    x = truth_and_bounds[0][: 3 * ACC_B]
+    first, stats = made("FirstMoments"), made("LayerStats")
+    with M.on_device(CPU):
+        for acc in (first, stats):
+            for part in np.split(x, 3):
+                acc.update(torch.from_numpy(part))
+        mean, scatter = statistics.batch_moments(torch.from_numpy(x))
+    for tensor in (first._sum_unit, first._sum, first._sum_norm, first._sum_squares,
+                   stats._sum_unit, stats._sum_norm, stats._mean, stats._scatter, mean, scatter):
+        assert tensor.dtype == torch.float64
+
+
+def as_float32(accumulator, monkeypatch):
+    """The accumulator with every sum across updates kept in float32 (what the bounds must catch)."""
+    for name in ("_sum_unit", "_sum", "_sum_norm", "_sum_squares", "_mean", "_scatter"):
+        if hasattr(accumulator, name):
+            setattr(accumulator, name, getattr(accumulator, name).float())
+    moments = streaming.batch_moments
+    monkeypatch.setattr(streaming, "batch_moments", lambda c: tuple(t.float() for t in moments(c)))
+    return accumulator
+
+
+@pytest.mark.parametrize("name", list(ACCUMULATED))
+def test_float32_accumulation_would_break_these_bounds(name, truth_and_bounds, monkeypatch):
+    x, truth, bounds = truth_and_bounds
+    acc = fed_on_device(as_float32(made(name), monkeypatch), x)
+    assert acc._sum_unit.dtype == torch.float32  # the patch held through every update
+    broken = {q for q, err in errors(acc, truth, ACCUMULATED[name]).items() if np.any(err > bounds[q])}
+    assert broken == set(ACCUMULATED[name])

@@ -232,14 +232,14 @@ def test_disk_full_discards_the_checkpoint_in_progress_and_the_rerun_continues(s
                         r"kept\. Free space .* and run again: it continues where it stopped", line), line
     blobs = tmp_path / "hf_home" / "hub" / "models--EleutherAI--pythia-2.8b" / "blobs"
     assert not list(blobs.glob("*.incomplete"))
-    stored = {json.loads(p.with_suffix(".json").read_text())["key"]["revision"]: p.stat().st_mtime_ns
+    stored = {json.loads(p.with_suffix(".json").read_text())["key"]["model"]["revision"]: p.stat().st_mtime_ns
               for p in _stored(repo_copy)}
     assert set(stored) == set(revisions[:2])  # the two measured before the disk filled
     rerun = run_guarded([PYTHON, str(script)], expected_s=CHAPTER_S, cwd=repo_copy, env=env, capture_output=True,
                         text=True)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert json.loads(rerun.stdout.strip().splitlines()[-1]) == sorted(revisions)
-    again = {json.loads(p.with_suffix(".json").read_text())["key"]["revision"]: p.stat().st_mtime_ns
+    again = {json.loads(p.with_suffix(".json").read_text())["key"]["model"]["revision"]: p.stat().st_mtime_ns
              for p in _stored(repo_copy)}
     assert set(again) == set(revisions) and all(again[r] == stored[r] for r in stored)  # continued, not redone
 

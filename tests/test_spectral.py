@@ -186,6 +186,24 @@ def test_the_whole_stream_is_shuffled_before_batching_not_only_its_first_vectors
     assert abs(np.mean(acc.values["mean_norm"]) / (1 + position.mean()) - 1) < 0.2
 
 
+def test_rows_wider_than_the_scatter_take_the_gram_matrix_and_give_the_same_share(monkeypatch):
+    """Past ``SCATTER_MAX_DIM`` (a CNN's flattened map), fewer rows than columns: the n x n Gram matrix of the centred
+    rows has the scatter's non-zero eigenvalues, so the share is the same (up to metrics' float32 products), and a
+    rank-one cloud 20,000 wide still gives 1."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(20, 64, generator=g) * torch.linspace(0.1, 3.0, 64)
+    narrow = batches.sigma1_share(x)
+    assert narrow == metrics.sigma1_share(x)  # at or below the threshold: metrics' own path
+    monkeypatch.setattr(batches, "SCATTER_MAX_DIM", 16)
+    np.testing.assert_allclose(batches.sigma1_share(x), narrow, rtol=1e-7)
+    centred = x.double() - x.double().mean(0)
+    s = torch.linalg.svdvals(centred)
+    np.testing.assert_allclose(batches.sigma1_share(x), float(s[0] ** 2 / (s ** 2).sum()), rtol=1e-12)
+    monkeypatch.undo()
+    line = torch.randn(10, 1, generator=g) * torch.randn(1, 20_000, generator=g)
+    assert 20_000 > batches.SCATTER_MAX_DIM and abs(batches.sigma1_share(line) - 1) < 1e-12
+
+
 def test_batched_layer_rejects_bad_input():
     with pytest.raises(ValueError, match="unknown metric"):
         batches.BatchedLayer(4, metric_names=("anisotropy",))
@@ -212,6 +230,10 @@ def test_identical_checkpoints_are_detected(tmp_path, texts, monkeypatch):
         loaded.preprocessor.save_pretrained(folders[name])
     fps = {k: spectral.weights_fingerprint(registry.load(v).model) for k, v in folders.items()}
     assert fps["a"] == fps["b"] != fps["c"]
+
+    def refuse(model):
+        raise AssertionError("the weights were hashed on the host where their files give a digest")
+    monkeypatch.setattr(spectral, "weights_fingerprint", refuse)  # a folder's files are hashed instead
     store = results.Store(tmp_path / "results")
     entries = [{"model": str(folders[k]), "step": s, "label": "tiny"} for k, s in (("a", 0), ("b", 10), ("c", 20))]
     frame, skipped = spectral.series(entries, n_texts=48, batch_size=64, n_batches=1, store=store)

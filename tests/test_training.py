@@ -196,7 +196,9 @@ def test_relative_positions_enter_the_scores_as_shaw_et_al():
     r = tiny("mlm", positions="relative_key")
     model = training_recipes.build_model(r).eval()
     assert model.config.position_embedding_type == "relative_key" and model.config._attn_implementation == "eager"
-    assert model.bert.embeddings.position_embedding_type == "relative_key"  # no absolute positions added
+    with torch.no_grad():  # no absolute positions added: one token embeds the same at every position
+        same = model.bert.embeddings(input_ids=torch.full((1, 20), 7))
+    torch.testing.assert_close(same[0, 1:], same[0, :1].expand(19, -1), rtol=0, atol=0)
     ids = torch.randint(5, 300, (2, 20), generator=torch.Generator().manual_seed(0))
     caps = attention.capture(model, {"input_ids": ids})
     for layer, cap in caps.items():

@@ -146,7 +146,9 @@ def closure(*modules: str) -> tuple[str, ...]:
 
 @lru_cache(maxsize=1)
 def versions() -> dict[str, str]:
-    """Installed versions of the packages that shape numbers."""
+    """Installed versions of the packages that shape numbers. On Colab a chapter's install cell pins each of them to
+    the version the default runtime ships (``pages.colab.pins``), so a key is the same in every session on that image
+    and a store kept on Drive is read back in the next one."""
     out = {}
     for name in PACKAGES:
         try:

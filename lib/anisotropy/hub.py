@@ -281,6 +281,15 @@ def is_cached(repo: str, revision: str | None = None, repo_type: str = "model") 
     return isinstance(found, str)
 
 
+def cached_snapshot(repo: str, revision: str | None = None, repo_type: str = "model") -> Path | None:
+    """The folder of ``repo@revision``'s snapshot in the local cache (``.../snapshots/<commit>``, whose links name the
+    blobs: ``weight_blobs``), or None where its ``config.json`` is not cached."""
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(repo, "config.json", revision=revision or "main", repo_type=repo_type)
+    return Path(found).parent if isinstance(found, str) else None
+
+
 def delete(repo: str, revision: str | None = None, repo_type: str = "model") -> int:
     """Remove ``repo@revision`` from the local cache (files no other cached revision shares); returns bytes freed."""
     from huggingface_hub import scan_cache_dir

@@ -36,22 +36,34 @@ def paired_ipynb_text(name: str) -> str:
 #: The metadata Colab writes for a notebook saved on a GPU runtime (Edit > Notebook settings > T4 GPU).
 COLAB_GPU = {"accelerator": "GPU", "colab": {"gpuType": "T4", "provenance": []}}
 
-_INSTALL_LINE = re.compile(r'^( *)%pip install -q "anisotropy\[colab\] @ git\+[^"]*"$', flags=re.M)
+# The install cell's block: its `if` line and every line indented below it (the cell's fence ends it).
+_INSTALL_BLOCK = re.compile(r'^( *)if "google\.colab" in sys\.modules:\n(?:\1 +\S.*(?:\n|$))+', flags=re.M)
+
+
+def install_block(text: str, lines: list[str]) -> str:
+    """``text`` with the body of its install block (``if "google.colab" in sys.modules:``) replaced by ``lines``."""
+    def body(m):
+        indent = m.group(1)
+        return (f'{indent}if "google.colab" in sys.modules:\n'
+                + "".join(f"{indent}    {line}\n" for line in lines))
+
+    return _INSTALL_BLOCK.sub(body, text)
 
 
 def sync(check: bool = False) -> list[str]:
-    """Write (or with ``check``, only compare) every chapter's Colab install line, derived from the repository of
-    ``_config.yml`` (``pages.report.install_command``), and every ``notebooks/<name>.ipynb`` from its MyST source.
+    """Write (or with ``check``, only compare) every chapter's Colab install cell, derived from the repository of
+    ``_config.yml``, the last commit that changed the library and Colab's default runtime
+    (``pages.report.install_lines``), and every ``notebooks/<name>.ipynb`` from its MyST source.
 
     Returns the names whose source or .ipynb was (or would be) changed.
     """
-    from anisotropy.pages.report import install_command
+    from anisotropy.pages.report import install_lines
 
-    command = install_command()
+    lines = install_lines()
     changed = []
     for md in sorted((runner.root() / "notebooks").glob("*.md")):
         text = md.read_text()
-        installed = _INSTALL_LINE.sub(lambda m: m.group(1) + command, text)
+        installed = install_block(text, lines)
         if installed != text:
             changed.append(md.stem)
             if not check:

@@ -70,7 +70,7 @@ def _profile(args) -> None:
 
     table = model_profile.profile_models(args.models, text=args.text, source=args.source, n=args.n,
                                          max_length=args.max_length, device=args.device, dtype=args.dtype,
-                                         variant=args.variant)
+                                         variant=args.variant, images=args.images, audio=args.audio)
     written = model_profile.write(table, args.out)
     block = model_verdicts.markdown(model_verdicts.verdicts(table))
     (Path(args.out) / "verdicts.md").write_text(block)
@@ -149,16 +149,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", default="local", help="whose suite recipes to time (default: local)")
     p.add_argument("--out", default=None, metavar="FILE", help="also write the calibration as JSON")
 
-    p = sub.add_parser("profile", help="measure any text model's layer-wise geometry (both papers' measures)",
+    p = sub.add_parser("profile", help="measure any model's layer-wise geometry (text, images or speech; both "
+                                       "papers' measures)",
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=(
                            "MODEL: a registry name, a Hub id (owner/name@revision), a save_pretrained folder or a "
-                           ".gguf file\nexamples:\n  python -m anisotropy profile smollm2-135m gemma3-270m --n 64\n"
-                           "  python -m anisotropy profile ./my-checkpoint --text notes.txt --out profile-out"))
+                           ".gguf file: the registry's models, and any text, image or speech model that transformers' "
+                           "AutoModel loads with its tokenizer, image processor or feature extractor\nexamples:\n"
+                           "  python -m anisotropy profile smollm2-135m gemma3-270m --n 64\n"
+                           "  python -m anisotropy profile ./my-checkpoint --text notes.txt --out profile-out\n"
+                           "  python -m anisotropy profile ./my-vit --images photos/\n"
+                           "  python -m anisotropy profile ./my-wav2vec2 --audio clips/"))
     p.add_argument("models", nargs="+", metavar="MODEL")
     data = p.add_mutually_exclusive_group()
     data.add_argument("--text", metavar="FILE", help="one example per line (per paragraph if it has blank lines)")
+    data.add_argument("--images", metavar="DIR", help="a folder of images (.png, .jpg, ...) for an image model")
+    data.add_argument("--audio", metavar="DIR", help="a folder of audio files (.wav, .flac, ...) for a speech model")
     data.add_argument("--source", default="prose", help="a named data source (default: prose)")
-    p.add_argument("--n", type=int, default=None, help="examples (default: 256 of a source, every one of a file)")
+    p.add_argument("--n", type=int, default=None,
+                   help="examples (default: 256 of a source, every one of a file or folder)")
     p.add_argument("--max-length", type=int, default=128, help="tokens per example at most (default: 128)")
     p.add_argument("--device", default="auto", help="cpu, cuda, or auto (default)")
     p.add_argument("--dtype", default=None, choices=("float32", "float16", "bfloat16"),

@@ -163,18 +163,20 @@ def with_first_position(summary: pd.DataFrame, entries, models, by, **measure) -
 
 # ---- what the page asks of a runtime (``chapters.plans``) -------------------------------------------------------------
 
-def plan(p: dict, out: budget.Plan, metrics=batches.DEFAULT_METRICS, extra_states: int = 0) -> None:
+def plan(p: dict, out: budget.Plan, metrics=batches.DEFAULT_METRICS, extra_states: int = 0,
+         robust: bool = True) -> None:
     """What a Paper 2 page measures with its parameters ``p`` (this one, and the other Paper 2 pages through their own
     ``plan``): every model, and every checkpoint of a Pythia or Bloom series, reads ``n_texts`` texts (enwik8's
     windows are shorter than ``max_length``: ``budget.text_positions``), ``spectral.profile``'s ``extraction_batch``
     at a time; every hidden state (and ``extra_states`` more, e.g. a split final norm) pools ``batch_size`` x
-    ``n_batches`` vectors (``spectral.measure``), measured ``batch_size`` at a time with ``metrics``."""
+    ``n_batches`` vectors (``spectral.measure``), measured ``batch_size`` at a time with ``metrics`` (and the robust
+    readings of the sigma_1 share with ``robust``)."""
     texts_at_once = inspect.signature(spectral.profile).parameters["extraction_batch"].default
     dtype = p.get("dtype", "float32")
     names = list(p.get("pretrained", [])) + (list(p.get("models", []))
                                              if p.get("variant", "pretrained") == "pretrained" else [])
     host = dict(pool=p["batch_size"] * p["n_batches"], metric_batch=p["batch_size"], extra_states=extra_states,
-                metrics=tuple(metrics))
+                metrics=tuple(metrics), robust=robust)
     positions = budget.text_positions(p["source"], p["max_length"])
     out.checkpoints += [budget.Checkpoint(m, None, p["n_texts"], positions, dtype, texts_at_once, **host)
                         for m in names]

@@ -52,6 +52,11 @@ ROBUST_SHARES = {"sigma1_share": "as measured (Paper 2)", "sigma1_share_no_first
                  "sigma1_share_no_top_norms": "without the largest 1% of norms"}
 
 
+#: What the page says where its ``shares`` parameter left the robust readings out.
+NOT_COMPUTED = ('not computed under this profile (shares = "paper"; shares = "robust" adds them, two more sigma_1 '
+                'shares per batch)')
+
+
 def robust_average(frame: pd.DataFrame, by) -> pd.DataFrame:
     """Per checkpoint (``by``), the layer-averaged sigma_1 share in each of ``ROBUST_SHARES``' readings, stacked: the
     share in column ``sigma1_share`` (and ``_std`` over batches), the reading in ``measure``."""
@@ -75,5 +80,5 @@ def robust_words(average: pd.DataFrame) -> str:
 
 def plan(p: dict, out: budget.Plan) -> None:
     """Paper 2's protocol (``p2_layer_profiles.plan``) on every checkpoint of the page's series, with its
-    ``METRICS`` (TwoNN too)."""
-    p2_layer_profiles.plan(p, out, metrics=METRICS)
+    ``METRICS`` (TwoNN too) and the robust readings where ``shares`` asks for them."""
+    p2_layer_profiles.plan(p, out, metrics=METRICS, robust=p.get("shares", "robust") == "robust")

@@ -4,7 +4,9 @@ attention variant (``models.attention_variants``), measured at every checkpoint 
 Per checkpoint (variant, seed, step): the validation loss (nats per masked token, from the trainer); per layer and head
 the mean attention entropy (nats, ``experiments.qk_dynamics.head_statistics``) and cos(Q̄, K̄) of the EFFECTIVE queries and keys;
 per hidden layer (0 = embeddings) the mean cosine and sigma1_share of the token representations (padding excluded,
-special tokens included). Everything goes through ``results.Store`` under ``CHAPTER``.
+special tokens included). Everything goes through ``results.Store`` under ``CHAPTER``. A checkpoint is measured on the
+device its run trained on (the recipe's ``device``: a GPU under ``paper``, where the statistics take the device path of
+``measure.rows``), not on the CPU ``registry.load`` defaults to.
 """
 
 from __future__ import annotations
@@ -41,14 +43,17 @@ def held_out_texts(n: int, corpus: str = "prose") -> list[str]:
     return texts
 
 
-def checkpoint_statistics(folder, texts: list[str], max_length: int = 64, batch_size: int = 8) -> pd.DataFrame:
-    """Tidy rows for one checkpoint: ``what`` = "head" (layer, head, entropy, entropy_uniform, cos_qk) or "hidden"
-    (layer, mean_cosine, sigma1_share)."""
+def checkpoint_statistics(folder, texts: list[str], max_length: int = 64, batch_size: int = 8,
+                          device="cpu") -> pd.DataFrame:
+    """Tidy rows for one checkpoint, loaded and measured on ``device`` (``devices.resolve``'s names): ``what`` =
+    "head" (layer, head, entropy, entropy_uniform, cos_qk) or "hidden" (layer, mean_cosine, sigma1_share)."""
     per_layer: dict[int, list[torch.Tensor]] = {}
-    with session(folder, batch_size=batch_size, attn_implementation="eager") as loaded, torch.no_grad():
+    with session(folder, batch_size=batch_size, device=device, attn_implementation="eager") as loaded, \
+            torch.no_grad():
+        where = next(loaded.model.parameters()).device
         body = qk_dynamics.model_body(loaded)
-        heads = qk_dynamics.head_statistics(body, qk_dynamics.batches(loaded, texts, batch_size, max_length))
-        for inputs, valid in qk_dynamics.batches(loaded, texts, batch_size, max_length):
+        heads = qk_dynamics.head_statistics(body, qk_dynamics.batches(loaded, texts, batch_size, max_length, where))
+        for inputs, valid in qk_dynamics.batches(loaded, texts, batch_size, max_length, where):
             for layer, h in enumerate(body(**inputs, output_hidden_states=True).hidden_states):
                 per_layer.setdefault(layer, []).append(h[valid])
         del body  # a name still holding the model would keep it past the session's end
@@ -84,10 +89,11 @@ def run(variants, seeds, recipe: dict, n_texts: int = 32, max_length: int = 64, 
 
 def _measure_checkpoint(job: tuple) -> None:
     """Measure one checkpoint into the store (in a worker process of ``executor.map``)."""
-    root, key, folder, texts, max_length, threads = job
+    root, key, folder, texts, max_length, threads, device = job
     progress_lines.say(f"measuring {key['suite']} seed {key['seed']} at step {key['step']:,}")
     with trainer.torch_threads(threads):
-        results.Store(root).cached(CHAPTER, key, lambda: checkpoint_statistics(folder, texts, max_length))
+        results.Store(root).cached(CHAPTER, key, lambda: checkpoint_statistics(folder, texts, max_length,
+                                                                               device=device))
 
 
 def _run(runs, n_texts, max_length, threads, store, workers) -> dict[str, pd.DataFrame]:
@@ -100,13 +106,14 @@ def _run(runs, n_texts, max_length, threads, store, workers) -> dict[str, pd.Dat
             key = {"what": "ablation checkpoint statistics", "recipe": r.hash, "suite": r.suite, "seed": r.seed,
                    "step": ck.step, "n_texts": n_texts, "max_length": max_length, "version": 2}
             jobs.append((r, ck, key))
-    missing = [(store.root, key, ck.path, texts, max_length, threads) for r, ck, key in jobs
+    missing = [(store.root, key, ck.path, texts, max_length, threads, r.device) for r, ck, key in jobs
                if not store.has(CHAPTER, key)]
     if missing:
         executor.map(_measure_checkpoint, missing, workers=min(workers or executor.cores(), len(missing)))
     frames = []
     for r, ck, key in jobs:
-        frame = store.cached(CHAPTER, key, lambda ck=ck: checkpoint_statistics(ck.path, texts, max_length))
+        frame = store.cached(CHAPTER, key, lambda ck=ck, r=r: checkpoint_statistics(ck.path, texts, max_length,
+                                                                                     device=r.device))
         frames.append(frame.assign(variant=r.attention_variant, seed=r.seed, step=ck.step, val_loss=ck.loss))
     stats = pd.concat(frames, ignore_index=True)
     loss = trainer.loss_curves(runs)

@@ -16,8 +16,10 @@ batches, so both papers' measures can be compared vector for vector.
 
 Results are per-batch rows (``measure``, ``profile``, ``series``); ``summary`` turns them into one row per layer
 with the mean and standard deviation over batches (how bell-shaped a profile is, is the bell measure of
-``claims.curves``, which the ledger and the pages read), and ``weights_fingerprint`` / ``flag_identical`` detect
-checkpoints that carry identical weights. A decoder's last state
+``claims.curves``, which the ledger and the pages read), ``n_excluded`` counts the vectors dropped as zero, NaN or inf
+(float16 overflow shows there), and a checkpoint's ``fingerprint`` (``models.identity.weights_digest``: its weight
+files' SHA-256 as the Hub hashed them, or ``weights_fingerprint`` of the loaded weights where there is none) lets
+``flag_identical`` detect checkpoints that carry identical weights. A decoder's last state
 is measured before and after its final norm (``measure.final_norm``); clouds with planted geometry, on which both
 measures are known, are in ``measure.planted``.
 """
@@ -36,8 +38,8 @@ import torch
 
 from anisotropy.measure.final_norm import find_final_norm, final_norm_split
 from anisotropy.measure.batches import BATCH_METRICS, BATCH_SIZE, DEFAULT_METRICS, ROBUST_METRICS, BatchedLayer
-from anisotropy import devices, progress
-from anisotropy.models.identity import identity
+from anisotropy import devices, hub, progress
+from anisotropy.models.identity import identity, weights_digest
 
 STORE_CHAPTER = "paper2_spectral"  # every measurement of this module lives under results/<STORE_CHAPTER>/
 
@@ -161,7 +163,8 @@ def _batch_rows(loaded, result: dict, has_split: bool, has_final_norm: bool, bat
         for row in stats.rows():
             rows.append({"layer": shown, "relative_depth": shown / last if last else 0.0, "n_layers": last + 1,
                          "d": stats.dim, "after_final_norm": bool(has_final_norm and layer == layers[-1]),
-                         "batches_available": stats.batches_done, "n_seen": stats.n, **row})
+                         "batches_available": stats.batches_done, "n_seen": stats.n,
+                         "n_excluded": stats.n_excluded, **row})
     return pd.DataFrame(rows)
 
 
@@ -175,7 +178,8 @@ def by_length_within(texts: Sequence, window: int) -> list:
 
 def weights_fingerprint(model) -> str:
     """SHA-256 (16 hex digits) of every tensor of the state dict (names, dtypes, shapes and bytes, in name order):
-    equal fingerprints mean bit-identical weights."""
+    equal fingerprints mean bit-identical weights. Copies every weight to the host: ``profile`` uses it only where
+    the files give no digest (``models.identity.weights_digest``)."""
     h = hashlib.sha256()
     for name, tensor in sorted(model.state_dict().items()):
         t = tensor.detach().cpu().contiguous()
@@ -196,19 +200,22 @@ def profile(model: str | Path, variant: str = "pretrained", revision: str | None
             metric_names: Sequence[str] = DEFAULT_METRICS, max_length: int = 128, extraction_batch: int = 8,
             split_final_norm: bool = False, model_seed: int = 0, device=None, dtype=None,
             store=None, extra: dict | None = None, part: str | None = None,
-            data_options: dict | None = None, shuffle: bool = True, keep_special: bool = False) -> pd.DataFrame:
+            data_options: dict | None = None, shuffle: bool = True, keep_special: bool = False,
+            robust: bool = True) -> pd.DataFrame:
     """``measure`` one model (a registry name with a variant and revision, or a ``save_pretrained`` folder) on
     ``data.load(source, n_texts, data_seed)``, cached in the results store under ``STORE_CHAPTER``.
 
     Adds the columns ``model`` (registry name or folder), ``label`` (legend; ``extra["label"]`` overrides it),
     ``display``, ``variant``, ``revision``, ``stack`` ("encoder" / "decoder"), ``fingerprint``
-    (``weights_fingerprint``) and the ``extra`` constant columns (not part of the key). ``model_seed`` seeds untrained
+    (``models.identity.weights_digest``, read while the checkpoint is still in the cache; ``weights_fingerprint`` of the
+    loaded weights where the files give none) and the ``extra`` constant columns (not part of the key). ``model_seed`` seeds untrained
     weights. ``device`` "auto" picks the GPU when there is one; ``dtype`` e.g. "float16" for large models.
     ``part`` measures one stack of an encoder-decoder (Whisper: "encoder" on frames, "decoder" on transcript tokens)
     and ``data_options`` go to ``data.load`` (e.g. eSpeak speech); both enter the key only when given.
     ``shuffle``: the layer's vectors are shuffled (seed ``data_seed``) before they are split into batches, as the
     second paper does (``BatchedLayer``). ``keep_special`` keeps the special tokens (<bos>, [CLS]) among the
-    vectors, which the protocol leaves out (``measure.taps``); it enters the key only when True.
+    vectors, which the protocol leaves out (``measure.taps``); it enters the key only when True. ``robust``: with
+    ``sigma1_share``, also ``ROBUST_METRICS`` (two more shares per batch); it enters the key only when False.
     """
     from anisotropy.data import sources
     from anisotropy.models.session import session
@@ -220,7 +227,8 @@ def profile(model: str | Path, variant: str = "pretrained", revision: str | None
     key = _profile_key(model=model, variant=variant, revision=revision, source=source, n_texts=n_texts,
                        data_seed=data_seed, batch_size=batch_size, n_batches=n_batches, metric_names=metric_names,
                        max_length=max_length, split_final_norm=split_final_norm, model_seed=model_seed, dtype=dtype,
-                       part=part, data_options=data_options, shuffle=shuffle, keep_special=keep_special)
+                       part=part, data_options=data_options, shuffle=shuffle, keep_special=keep_special,
+                       robust=robust)
 
     store = store or results.Store()
 
@@ -228,11 +236,14 @@ def profile(model: str | Path, variant: str = "pretrained", revision: str | None
         dev = devices.resolve(device)
         progress.say(f"measuring {(extra or {}).get('label') or model}" + (f" at {revision}" if revision else "")
                      + (f" ({part})" if part else "") + f", {n_texts} texts of {source}")
-        options = {} if is_folder else {"variant": variant, "revision": revision, "seed": model_seed,
-                                        "release": revision is not None}
+        options = {} if is_folder else {"variant": variant, "revision": revision, "seed": model_seed}
         with session(folder if is_folder else model, batch_size=extraction_batch, device=dev,
                      dtype=_torch_dtype(dtype), **options) as loaded:
-            fingerprint = weights_fingerprint(loaded.model)
+            # the weight files' hashes while the checkpoint is in the cache; then it may leave it (``registry.load``'s
+            # release, which would otherwise come before them)
+            fingerprint = weights_digest(model, variant, revision, model_seed) or weights_fingerprint(loaded.model)
+            if revision is not None and not is_folder:
+                hub.release(*loaded.spec.hub_location(revision))
             # A self-trained checkpoint is saved with its LM head; the hidden states are the base model's, and
             # computing logits over the vocabulary for every token would only cost time.
             loaded.model = getattr(loaded.model, "base_model", loaded.model)
@@ -244,7 +255,8 @@ def profile(model: str | Path, variant: str = "pretrained", revision: str | None
             frames = measure_parts(loaded, texts, parts, batch_size=batch_size, n_batches=n_batches,
                                    metric_names=metric_names, max_length=max_length,
                                    extraction_batch=extraction_batch, split_final_norm=split_final_norm,
-                                   keep_special=keep_special, device=dev, shuffle_seed=data_seed if shuffle else None)
+                                   keep_special=keep_special, device=dev, shuffle_seed=data_seed if shuffle else None,
+                                   robust=robust)
             head = {"model": results.checkpoint_key(folder)["folder"] if is_folder else str(model),
                     "label": loaded.label,
                     "display": loaded.spec.display,
@@ -272,7 +284,7 @@ def _is_folder(model) -> bool:
 
 def _profile_key(*, model, variant, revision, source, n_texts, data_seed, batch_size, n_batches, metric_names,
                  max_length, split_final_norm, model_seed, dtype, part, data_options, shuffle,
-                 keep_special=False) -> dict:
+                 keep_special=False, robust=True) -> dict:
     """What ``profile`` stores its frame under (before the code's fingerprint is added); its keywords are
     ``profile``'s arguments of the same names."""
     key = {"what": "paper 2 per-layer batches", "model": identity(model, variant, revision),
@@ -286,6 +298,8 @@ def _profile_key(*, model, variant, revision, source, n_texts, data_seed, batch_
         key["data_options"] = dict(data_options)
     if keep_special:
         key["keep_special"] = True
+    if not robust:
+        key["robust"] = False
     return key
 
 
@@ -493,7 +507,8 @@ def model_table(names: Sequence[str]) -> pd.DataFrame:
 
 def flag_identical(frame: pd.DataFrame, group: str = "label", order: str = "step") -> pd.DataFrame:
     """Add ``same_weights_as``: for each checkpoint (row group with one ``fingerprint``), the ``order`` value of the
-    earliest checkpoint of the same ``group`` with bit-identical weights, or NaN when its weights are new."""
+    earliest checkpoint of the same ``group`` with bit-identical weights (equal fingerprints: equal weight files), or
+    NaN when its weights are new."""
     frame = frame.copy()
     frame["same_weights_as"] = np.nan
     groups = frame.groupby(group, sort=False) if group in frame.columns else [(None, frame)]
@@ -517,7 +532,7 @@ def summary(frame: pd.DataFrame, by: Sequence[str] | None = None) -> pd.DataFram
     ``measure.metrics.batched``), and ``n_batches``."""
     present = [m for m in (*BATCH_METRICS, *ROBUST_METRICS) if m in frame.columns]
     if by is None:
-        per_batch = {"batch", "n_vectors", "n_seen", "batches_available", *present}
+        per_batch = {"batch", "n_vectors", "n_seen", "n_excluded", "batches_available", *present}
         by = [c for c in frame.columns if c not in per_batch]
     grouped = frame.groupby(list(by), sort=False, dropna=False)
     out = grouped[present].mean()
@@ -527,12 +542,20 @@ def summary(frame: pd.DataFrame, by: Sequence[str] | None = None) -> pd.DataFram
     return out.reset_index()
 
 
+def dropped(frame: pd.DataFrame) -> int:
+    """Vectors dropped as zero, NaN or inf (``BatchedLayer.n_excluded``) over every state of every model in a
+    ``measure`` frame: each state's count once (its first batch's row)."""
+    if not len(frame) or "n_excluded" not in frame.columns:
+        return 0
+    return int(frame.loc[frame["batch"] == 0, "n_excluded"].sum())
+
+
 def layer_average(frame: pd.DataFrame, metric: str = "twonn_dimension", by: Sequence[str] | None = None,
                   ) -> pd.DataFrame:
     """Paper 2, Figure 2: per model or checkpoint, ``metric`` averaged over its layers within each batch (batch k of
     every layer holds the same tokens), then the mean and ``<metric>_std`` (ddof=0) of that average over batches.
     Pass a frame measured without ``split_final_norm`` (or filtered to one state per layer)."""
-    per_layer = {"layer", "relative_depth", "d", "after_final_norm", "n_seen", "batches_available"}
+    per_layer = {"layer", "relative_depth", "d", "after_final_norm", "n_seen", "n_excluded", "batches_available"}
     if by is None:
         by = [c for c in frame.columns if c not in per_layer | {"batch", "n_vectors", *BATCH_METRICS, *ROBUST_METRICS}]
     per_batch = frame.groupby([*by, "batch"], sort=False, dropna=False)[metric].mean().reset_index()

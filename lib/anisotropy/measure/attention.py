@@ -5,6 +5,8 @@ Supported self-attention modules:
 
 - BERT family (``BertSelfAttention`` and its copies: RoBERTa, RoBERTa-PreLayerNorm, ELECTRA, ViT, DeiT, ...): hooks
   on the ``.query`` / ``.key`` linear maps, reshaped to (batch, heads, seq, head_dim);
+- the same attention with ``.q_proj`` / ``.k_proj`` maps and no rotary positions (transformers 5's ViT, DeiT, ...):
+  hooks on those, reshaped the same way;
 - GPT-2 (``GPT2Attention``): a hook on the fused ``.c_attn`` projection, split into query, key and value;
 - Llama-style decoders (``LlamaAttention``, ``Gemma3Attention``: ``.q_proj`` / ``.k_proj``, rotary positions,
   grouped-query attention): hooks on the projections (on Gemma 3's ``.q_norm`` / ``.k_norm`` after them), then the
@@ -59,7 +61,7 @@ class _Site:
 
     name: str
     module: nn.Module
-    kind: str  # "bert", "gpt2" or "rotary"
+    kind: str  # "bert", "projection", "gpt2" or "rotary"
     heads: int
     head_dim: int
     captured: dict = field(default_factory=dict)
@@ -77,7 +79,8 @@ class _Site:
     @property
     def causal(self) -> bool:
         return self.kind == "gpt2" or bool(getattr(self.module, "is_decoder", False)) or bool(
-            self.kind == "rotary" and getattr(self.module, "is_causal", True))
+            self.kind == "rotary" and getattr(self.module, "is_causal", True)) or bool(
+            self.kind == "projection" and getattr(self.module, "is_causal", False))
 
 
 def _rotary_function(module: nn.Module):
@@ -105,10 +108,12 @@ def attention_sites(model: nn.Module) -> list[_Site]:
             sites.append(_Site(name, module, "gpt2", module.num_heads, module.head_dim))
         elif (isinstance(getattr(module, "q_proj", None), nn.Linear) and isinstance(getattr(module, "k_proj", None),
                                                                                     nn.Linear)
-              and hasattr(module, "head_dim") and hasattr(module, "num_key_value_groups")
-              and _rotary_function(module) is not None):
-            heads = module.config.num_attention_heads
-            sites.append(_Site(name, module, "rotary", heads, module.head_dim))
+              and hasattr(module, "head_dim")):
+            if hasattr(module, "num_key_value_groups") and _rotary_function(module) is not None:
+                sites.append(_Site(name, module, "rotary", module.config.num_attention_heads, module.head_dim))
+            elif (_rotary_function(module) is None and hasattr(module, "num_attention_heads")
+                  and getattr(module, "num_key_value_groups", 1) == 1):
+                sites.append(_Site(name, module, "projection", module.num_attention_heads, module.head_dim))
     return sites
 
 
@@ -145,7 +150,8 @@ def hooks(model: nn.Module, layers=None, keep_probs: bool = True):
     if not sites:
         raise NotImplementedError(
             f"No supported self-attention module in {type(model).__name__}: anisotropy.measure.attention knows BERT-style "
-            "modules (.query/.key linear maps), GPT-2 (.c_attn) and Llama-style rotary attention (.q_proj/.k_proj)."
+            "modules (.query/.key or .q_proj/.k_proj linear maps), GPT-2 (.c_attn) and Llama-style rotary attention "
+            "(.q_proj/.k_proj)."
         )
     chosen = range(len(sites)) if layers is None else [layers] if isinstance(layers, int) else list(layers)
     captures: dict[int, AttentionCapture] = {}
@@ -213,6 +219,9 @@ def hooks(model: nn.Module, layers=None, keep_probs: bool = True):
                 handles.append(q_src.register_forward_hook(keep_rotary(site, "queries")))
                 handles.append(k_src.register_forward_hook(keep_rotary(site, "keys")))
                 handles.append(m.register_forward_pre_hook(positions(site), with_kwargs=True))
+            elif site.kind == "projection":
+                handles.append(site.module.q_proj.register_forward_hook(keep(site, "queries")))
+                handles.append(site.module.k_proj.register_forward_hook(keep(site, "keys")))
             else:
                 handles.append(site.module.query.register_forward_hook(keep(site, "queries")))
                 handles.append(site.module.key.register_forward_hook(keep(site, "keys")))

@@ -9,12 +9,41 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
+from anisotropy.measure import statistics
 from anisotropy.measure.rows import device_for
-from anisotropy.measure.statistics import drift_norm, mean_cosine, mean_norm, sigma1_share
+from anisotropy.measure.statistics import drift_norm, mean_cosine, mean_norm
 from anisotropy.measure.streaming import Accumulator
 from anisotropy.measure.twonn import twonn_dimension
 
 BATCH_SIZE = 4096  # the paper's batch of token vectors
+
+# Rows wider than this (a CNN's stage map flattened per image: 10^5 to 10^6 coordinates) have their sigma_1 share
+# from the n x n Gram matrix of the centred rows (``sigma1_share``): its non-zero eigenvalues are the d x d scatter's,
+# which at such widths cannot be held (d^2 float64: 0.5 GiB at this width, 5 TB at ResNet-50's first stage). Narrower
+# rows keep ``measure.statistics.sigma1_share``.
+SCATTER_MAX_DIM = 8192
+_GRAM_COLUMNS = 1 << 16  # columns per float64 chunk of the Gram product
+
+
+def sigma1_share(rows: torch.Tensor) -> float:
+    """``statistics.sigma1_share`` of a batch of valid rows (n, d): sigma_1^2 / sum_i sigma_i^2 of the centred rows;
+    where d > ``SCATTER_MAX_DIM`` and n < d, the top eigenvalue of the n x n Gram matrix C C^T (float64, accumulated
+    over column chunks) over its trace, the same quantity."""
+    n, d = rows.shape
+    if d <= SCATTER_MAX_DIM or n >= d:
+        return statistics.sigma1_share(rows)
+    rows = torch.as_tensor(rows)
+    mean = rows.sum(dim=0, dtype=torch.float64) / n
+    gram = torch.zeros(n, n, dtype=torch.float64, device=rows.device)
+    for start in range(0, d, _GRAM_COLUMNS):
+        c = rows[:, start:start + _GRAM_COLUMNS].double() - mean[start:start + _GRAM_COLUMNS]
+        gram += c @ c.T
+    gram = ((gram + gram.T) / 2).cpu()
+    total = float(torch.trace(gram))
+    if not total > 0:
+        raise ValueError("sigma1_share is undefined: the rows have zero variance (all valid rows are identical)")
+    return float(torch.linalg.eigvalsh(gram)[-1]) / total
+
 
 #: Per-batch statistics: name -> function of an (n, d) array. Paper 2: sigma1_share, twonn_dimension; Paper 1:
 #: mean_cosine, drift_norm; and the scale they are read against (mean_norm).

@@ -54,7 +54,8 @@ DEVICE_NORM_REL = 2 * _LAMBDA * math.sqrt(_MAX_TERMS) * _U32
 # sigma1 share (absolute): each chunk's scatter entry is within lambda sqrt(b) u32 sqrt(S_ii S_jj) (b <= 4096 rows),
 # plus 2 u32 for the rounded centring, so ||dS||_2 <= (lambda sqrt(b) + 2) u32 trace (the entrywise bound is the
 # nonnegative rank-one matrix sqrt(diag S) sqrt(diag S)^T, of norm trace S); Weyl moves sigma_1^2 and the trace by that,
-# the share by twice it; 2 paths: 4 (lambda sqrt(b) + 2) u32 ~ 1.2e-4. float64 eigensolvers add ~d u64, negligible.
+# the share by twice it; 2 paths: 4 (lambda sqrt(b) + 2) u32 ~ 1.2e-4. The eigenvalues add ~d u64 (scipy's on the CPU)
+# and 1e-8 relative (``measure.eigen.top_eigenvalue`` on the device), negligible.
 DEVICE_SIGMA1_SHARE_ABS = 4 * (_LAMBDA * math.sqrt(MOMENT_CHUNK_ROWS) + 2) * _U32
 # TwoNN (relative, per squared distance): both paths certify the same two nearest rows, then sum d exact float64
 # squares of differences in different orders: gamma_(d+3) = (d + 3) u64 each (nonnegative terms; float64 rows add a
@@ -168,7 +169,11 @@ class Chunk:
 def scan(t: torch.Tensor, keep: torch.Tensor | None, dtype: torch.dtype | None = None,
          chunk_rows: int | None = None, device: torch.device | None = None) -> Iterator[Chunk]:
     """Walk the rows in chunks, keeping rows that are in the mask, finite and nonzero; chunks are on ``device``
-    (the device path) or the CPU."""
+    (the device path) or the CPU.
+
+    On a GPU a chunk waits for the device once, to count its invalid rows (the valid rows' number decides the shapes
+    of everything after it; zeroing the invalid rows instead would change the shapes of the float32 reductions,
+    hence their rounding); the mask (a CPU array) selects rows by their index, without a wait."""
     dtype = dtype or _work_dtype(t)
     n, d = t.shape
     step = chunk_rows or max(256, CHUNK_BYTES // (4 * max(d, 1)))
@@ -176,14 +181,15 @@ def scan(t: torch.Tensor, keep: torch.Tensor | None, dtype: torch.dtype | None =
         c = t[start:start + step]
         idx = np.arange(start, start + c.shape[0])
         if keep is not None:
-            k = keep[start:start + step]
-            if not bool(k.all()):
-                c = c[k.to(c.device)]
-                idx = idx[k.numpy()]
+            k = keep[start:start + step].numpy()
+            if not k.all():
+                idx = idx[k]
+                c = c.index_select(0, torch.from_numpy(idx - start).to(c.device))
         c = c.to(device=device or "cpu", dtype=dtype)
         norms = torch.linalg.vector_norm(c, dim=1)
         ok = torch.isfinite(norms) & (norms > 0)
-        if not bool(ok.all()):
+        n_bad = int((~ok).sum())
+        if n_bad:
             # A finite row whose float32 squared norm overflows is still a valid vector: re-measure it in float64.
             redo = (~ok) & torch.isfinite(c).all(dim=1)
             if bool(redo.any()):
@@ -191,7 +197,7 @@ def scan(t: torch.Tensor, keep: torch.Tensor | None, dtype: torch.dtype | None =
                 norms = norms.clone()
                 norms[redo] = big.to(dtype)
                 ok = torch.isfinite(norms) & (norms > 0)
-        n_bad = int((~ok).sum())
+                n_bad = int((~ok).sum())
         if n_bad:
             c, norms, idx = c[ok], norms[ok], idx[ok.cpu().numpy()]
         yield Chunk(c, norms, idx, n_bad)

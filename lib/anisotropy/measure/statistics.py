@@ -14,8 +14,11 @@ Paper 2 measures sigma_1^2 / sum_i sigma_i^2 of the centred matrix. Beside them:
 correlation of two per-layer series (``layer_correlation``) and the mean cosine's bootstrap intervals.
 
 Device path (``measure.rows``): first moments (float32 products, float64 sums), the float64 scatter with Chan's update
-and its top eigenvalue (``torch.linalg.eigvalsh`` in float64: ~4/3 d^3 flops, CUDA runs float64 at a fraction of
-float32 speed but the CPU would take hours on 2 vCPUs) run where the rows are.
+and its top eigenvalue run where the rows are. The top eigenvalue there is ``measure.eigen.top_eigenvalue``'s (Lanczos
+in float64 with a certificate, within ``TOP_EIGENVALUE_REL_TOL`` = 1e-8 relative of lambda_1, else eigvalsh): a full
+float64 eigendecomposition, ~4/3 d^3 flops, ran at a T4's float64 rate (1/32 of float32) three times per batch of
+Paper 2. The CPU path, the reference, keeps scipy's eigh of the top eigenvalue: its numbers are the local book's, bit
+for bit, and the CPU's float64 rate is not what limits it.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import scipy.linalg
 import torch
 from scipy import stats
 
+from anisotropy.measure.eigen import top_eigenvalue
 from anisotropy.measure.rows import (CHUNK_BYTES, MOMENT_CHUNK_ROWS, as_rows, device_for, one_thread, scan, too_few,
                                      valid_rows)
 
@@ -43,7 +47,8 @@ def _first_moments(x, mask, unit=False, total=False) -> dict:
     t, keep = as_rows(x, mask)
     d = t.shape[1]
     dev = device_for(t)
-    n, n_bad, s_norm = 0, 0, 0.0
+    n, n_bad = 0, 0
+    s_norm = torch.zeros((), dtype=torch.float64, device=dev)  # where the rows are: no wait for the device per chunk
     s_unit = torch.zeros(d, dtype=torch.float64, device=dev) if unit else None
     s_tot = torch.zeros(d, dtype=torch.float64, device=dev) if total else None
     with one_thread():
@@ -57,8 +62,8 @@ def _first_moments(x, mask, unit=False, total=False) -> dict:
                 s_unit += (ch.norms.reciprocal() @ ch.rows).double()
             if total:
                 s_tot += ch.rows.sum(dim=0).double()
-            s_norm += float(ch.norms.double().sum())
-    return {"n": n, "n_excluded": n_bad, "sum_unit": s_unit, "sum": s_tot, "sum_norm": s_norm}
+            s_norm += ch.norms.double().sum()
+    return {"n": n, "n_excluded": n_bad, "sum_unit": s_unit, "sum": s_tot, "sum_norm": float(s_norm)}
 
 
 def mean_cosine_from_sums(sum_unit: torch.Tensor | np.ndarray, n: int) -> float:
@@ -201,14 +206,15 @@ def sigma1_share_from_scatter(scatter: torch.Tensor | np.ndarray) -> float:
 
 
 def sigma1_share_on_device(scatter: torch.Tensor) -> float:
-    """The device path's ``sigma1_share_from_scatter``: torch.linalg.eigvalsh of the float64 scatter where it is
-    (all d eigenvalues, ~4/3 d^3 flops; the top one is within ~d u64 of scipy's, see
-    ``measure.rows.DEVICE_SIGMA1_SHARE_ABS``)."""
+    """The device path's ``sigma1_share_from_scatter``, where the float64 scatter is: ``measure.eigen.top_eigenvalue``
+    (Lanczos, ~2 d^2 flops a step, certified within ``TOP_EIGENVALUE_REL_TOL`` relative of lambda_1, or
+    torch.linalg.eigvalsh where no certificate holds) over the trace. The share is then within 1e-8 relative of the
+    exact share of this scatter, far inside ``measure.rows.DEVICE_SIGMA1_SHARE_ABS``."""
     s = (scatter + scatter.T) / 2
     total = float(torch.trace(s))
     if not total > 0:
         raise ValueError("sigma1_share is undefined: the rows have zero variance (all valid rows are identical)")
-    return float(torch.linalg.eigvalsh(s)[-1]) / total
+    return top_eigenvalue(s).value / total
 
 
 def sigma1_share(x, mask=None) -> float:

@@ -10,6 +10,13 @@ with the number of rows, behind one interface (``Accumulator``): fed with ``upda
 
 ``measure.taps.extract`` makes one accumulator per layer and feeds it every batch of that layer's hidden states.
 Rows fed on a GPU (or inside ``measure.rows.on_device``) are reduced there (the device path, ``measure.rows``).
+
+Waiting for the device: the float64 sums stay where the rows are and come back only when read. What still waits, per
+update, is what decides a shape or must be on the host: the number of valid rows (``measure.rows.scan``'s one count
+per chunk for ``LayerStats``; ``FirstMoments``' selection of the valid rows), a ``FirstMoments`` update's per-example
+sums (copied to host memory, where they wait for the bootstrap), and ``BatchedLayer``'s rows, whose pool lives in host
+memory by design. Keeping invalid rows as zeros instead would change the shapes of the float32 reductions, hence
+their rounding; ``LayerStats``' reservoir keys are drawn on the host so that every device keeps the same rows.
 """
 
 from __future__ import annotations
@@ -90,7 +97,7 @@ class LayerStats(Accumulator):
         self._n = 0
         self._n_excluded = 0
         self._sum_unit = torch.zeros(dim, dtype=torch.float64)
-        self._sum_norm = 0.0
+        self._sum_norm = torch.zeros((), dtype=torch.float64)
         self._mean = torch.zeros(dim, dtype=torch.float64)
         self._scatter = torch.zeros(dim, dim, dtype=torch.float64)
         self._keys = np.empty(0)
@@ -104,6 +111,7 @@ class LayerStats(Accumulator):
             return
         where = device or torch.device("cpu")
         self._sum_unit, self._mean = self._sum_unit.to(where), self._mean.to(where)
+        self._sum_norm = self._sum_norm.to(where)
         self._scatter, self._rows = self._scatter.to(where), self._rows.to(where)
         self._device = device
 
@@ -125,7 +133,7 @@ class LayerStats(Accumulator):
             if not m:
                 continue
             self._sum_unit += (ch.norms.reciprocal() @ c).double()
-            self._sum_norm += float(ch.norms.double().sum())
+            self._sum_norm += ch.norms.double().sum()  # a float64 addition where the rows are: no wait per chunk
             bm, bs = batch_moments(c)
             self._n, self._mean, self._scatter = chan_merge(self._n, self._mean, self._scatter, m, bm, bs)
             self._offer(self._rng.random(m), c)
@@ -141,7 +149,7 @@ class LayerStats(Accumulator):
             enter = keys < self._keys.max()
             if not enter.any():
                 return
-            keys, rows = keys[enter], rows[torch.from_numpy(enter).to(rows.device)]
+            keys, rows = keys[enter], rows.index_select(0, torch.from_numpy(np.flatnonzero(enter)).to(rows.device))
         keys = np.concatenate([self._keys, keys])
         rows = torch.cat([self._rows, rows.to(device=self._rows.device, dtype=torch.float32)])
         if keys.size > self.reservoir_size:
@@ -161,7 +169,7 @@ class LayerStats(Accumulator):
             self._n, self._mean, self._scatter, other._n, other._mean.to(where), other._scatter.to(where))
         self._n_excluded += other._n_excluded
         self._sum_unit += other._sum_unit.to(where)
-        self._sum_norm += other._sum_norm
+        self._sum_norm += other._sum_norm.to(where)
         self._offer(other._keys.copy(), other._rows.clone())
         self._twonn.clear()
         return self
@@ -197,7 +205,7 @@ class LayerStats(Accumulator):
         """Mean row norm."""
         if self._n < 1:
             raise too_few("mean_norm", self._n, 1, self._n_excluded)
-        return self._sum_norm / self._n
+        return float(self._sum_norm) / self._n
 
     @property
     def sigma1_share(self) -> float:
@@ -291,6 +299,11 @@ class FirstMoments(Accumulator):
 
     def update(self, batch, mask=None, groups=None) -> "FirstMoments":
         rows = torch.as_tensor(batch).detach().reshape(-1, self.dim)
+        # On the device path (a GPU, or inside ``measure.rows.on_device``) the batch is reduced where it lies, in
+        # float32 (a batch's sums lose nothing that matters), and the float64 sums across batches stay there; on the
+        # CPU path everything is float64.
+        dev = device_for(rows)
+        rows = rows.to(device="cpu", dtype=torch.float64) if dev is None else rows.to(device=dev, dtype=torch.float32)
         if groups is not None:
             groups = torch.as_tensor(groups).reshape(-1).to(rows.device)
         else:
@@ -299,9 +312,6 @@ class FirstMoments(Accumulator):
             keep = torch.as_tensor(mask).reshape(-1).to(device=rows.device).bool()
             rows = rows[keep]
             groups = groups[keep] if groups is not None else None
-        # On a GPU the batch is reduced where it lies, in float32 (a batch's sums lose nothing that matters), and the
-        # float64 sums across batches stay there; on the CPU everything is float64.
-        rows = rows.to(torch.float64 if rows.device.type == "cpu" else torch.float32)
         self._place(rows.device)
         norms = torch.linalg.vector_norm(rows, dim=1)
         valid = torch.isfinite(norms) & (norms > 0)

@@ -26,6 +26,8 @@ Which vectors count (every rule applies to every variant of a model):
   special, excluded by default. MiT (Segformer encoder): each stage's map gives one vector per spatial position.
 - CNNs (ResNet, EfficientNet, CvT, ConvNeXt, VAN): each stage's (or block's) map is flattened to one vector of
   dimension C*H*W per image. Layer 0 = the stem where the model exposes it; models without one start at layer 1.
+- an image model outside the registry (layout "hidden_states", ``models.registry.generic_spec``): token states as a
+  vision transformer's, the tokens in front of the patch grid special; stage maps as a CNN's.
 
 ``part`` selects "encoder" / "decoder" (T5, ByT5, Whisper) or a CANINE part; layer numbers stay those of the whole
 model.
@@ -254,6 +256,16 @@ def _text(loaded, texts, ctx):
     return [("layers", out.hidden_states, _content_mask(enc, ctx["keep_special"]))]
 
 
+def decoder_start(model) -> int:
+    """The token an encoder-decoder's decoder starts from: its config's ``decoder_start_token_id``, else its generation
+    config's (transformers 5 keeps it there unless the config names it), else the padding id (T5's convention)."""
+    for source in (model.config, getattr(model, "generation_config", None)):
+        start = getattr(source, "decoder_start_token_id", None)
+        if start is not None:
+            return start
+    return model.config.pad_token_id
+
+
 def _shift_right(ids: torch.Tensor, start: int) -> torch.Tensor:
     return torch.cat([torch.full_like(ids[:, :1], start), ids[:, :-1]], dim=1)
 
@@ -268,9 +280,7 @@ def _encoder_decoder(loaded, texts, ctx):
     if ctx["part"] == "encoder":
         out = model.get_encoder()(input_ids=ids.to(device), attention_mask=attn.to(device), output_hidden_states=True)
         return [("encoder", out.hidden_states, enc_keep)]
-    start = model.config.decoder_start_token_id
-    start = model.config.pad_token_id if start is None else start
-    dec_ids = _shift_right(ids, start)
+    dec_ids = _shift_right(ids, decoder_start(model))
     dec_keep = _decoder_keep(enc, ctx["keep_special"])
     out = model(input_ids=ids.to(device), attention_mask=attn.to(device), decoder_input_ids=dec_ids.to(device),
                 decoder_attention_mask=attn.to(device), output_hidden_states=True)
@@ -327,8 +337,7 @@ def _manta(loaded, texts, ctx):
     has no padding, every block is content and the decoder's positions are its bytes shifted right (start token
     special, as for ByT5)."""
     model, device = loaded.model, ctx["device"]
-    start = model.config.decoder_start_token_id
-    start = model.config.pad_token_id if start is None else start
+    start = decoder_start(model)
     enc_states, dec_states, dec_keep = [], [], []
     for text in texts:
         enc = _tokenize(loaded.preprocessor, [text], ctx["max_length"])
@@ -394,7 +403,7 @@ def _whisper(loaded, examples, ctx):
     tok = loaded.tokenizer
     dec = tok([t or "" for t in texts], padding=True, truncation=True, max_length=ctx["max_length"] - 1,
               return_tensors="pt", return_special_tokens_mask=True, padding_side="right")
-    start = model.config.decoder_start_token_id
+    start = decoder_start(model)
     ids, special, attn = dec["input_ids"], dec["special_tokens_mask"], dec["attention_mask"]
     if ids.shape[1] == 0 or not bool((ids[:, 0] == start).all()):
         ones = torch.ones_like(attn[:, :1])
@@ -406,9 +415,13 @@ def _whisper(loaded, examples, ctx):
     return [("encoder", out.encoder_hidden_states, enc_keep), ("decoder", out.decoder_hidden_states, dec_keep)]
 
 
-def _pixels(loaded, images, ctx):
+def _pixel_values(loaded, images) -> torch.Tensor:
     arrays = [_image(e) for e in images]
-    pixels = loaded.preprocessor(arrays, return_tensors="pt", input_data_format="channels_last")["pixel_values"]
+    return loaded.preprocessor(arrays, return_tensors="pt", input_data_format="channels_last")["pixel_values"]
+
+
+def _pixels(loaded, images, ctx, pixels: torch.Tensor | None = None):
+    pixels = _pixel_values(loaded, images) if pixels is None else pixels
     model = loaded.model
     return model(pixel_values=pixels.to(device=ctx["device"], dtype=model.dtype), output_hidden_states=True)
 
@@ -434,7 +447,42 @@ def _cnn(loaded, images, ctx):
     return [("stages", [h.reshape(h.shape[0], 1, -1) for h in hs], None)]
 
 
-_LAYOUT_FN = {"hidden_states": _text, "encoder-decoder": _encoder_decoder, "canine": _canine,
+def _prefix_tokens(config, tokens: int, pixels: torch.Tensor) -> int:
+    """Tokens in front of the patch grid (CLS, distillation, register tokens) of an image model outside the registry:
+    ``tokens`` less the (H / patch) x (W / patch) patches of its input; 0 where the config has no patch size or the
+    tokens are no grid plus a prefix."""
+    patch = getattr(config, "patch_size", None)
+    patch = (patch, patch) if isinstance(patch, int) else tuple(patch) if isinstance(patch, (list, tuple)) else None
+    if patch is None or len(patch) != 2:
+        return 0
+    prefix = tokens - (pixels.shape[-2] // patch[0]) * (pixels.shape[-1] // patch[1])
+    return prefix if 0 <= prefix < tokens else 0
+
+
+def _image_states(loaded, images, ctx):
+    """An image model outside the registry, read from its own hidden states: token states (batch, tokens, d) give one
+    vector per token, those in front of the patch grid special (``_prefix_tokens``), as ``_vit``; stage maps
+    (batch, C, H, W) one flattened vector per image, as ``_cnn``."""
+    pixels = _pixel_values(loaded, images)
+    hs = _pixels(loaded, images, ctx, pixels).hidden_states
+    if all(h.ndim == 4 for h in hs):
+        return [("stages", [h.reshape(h.shape[0], 1, -1) for h in hs], None)]
+    if not all(h.ndim == 3 for h in hs):
+        raise ValueError(f"{loaded.spec.name}: hidden states of shapes {sorted({tuple(h.shape) for h in hs})}; "
+                         f"an image model's must all be token states (batch, tokens, d) or all stage maps")
+    keep = torch.ones(hs[0].shape[:2], dtype=torch.bool)
+    if not ctx["keep_special"]:
+        keep[:, : _prefix_tokens(loaded.model.config, hs[0].shape[1], pixels)] = False
+    return [("layers", hs, keep)]
+
+
+def _hidden_states(loaded, examples, ctx):
+    """The model's own ``output_hidden_states``, read as its modality's: tokens of text (``_text``), tokens or stage
+    maps of images (``_image_states``)."""
+    return (_image_states if loaded.spec.modality == "vision" else _text)(loaded, examples, ctx)
+
+
+_LAYOUT_FN = {"hidden_states": _hidden_states, "encoder-decoder": _encoder_decoder, "canine": _canine,
               "character-bert": _character_bert, "manta": _manta,
               "speech-encoder": _speech_encoder, "whisper": _whisper, "vit": _vit, "spatial-stages": _spatial_stages,
               "cnn": _cnn}

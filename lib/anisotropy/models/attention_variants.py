@@ -15,7 +15,8 @@ The transforms live in the ``.query`` / ``.key`` linear maps (``VariantLinear``,
 ``measure.attention.capture``'s hooks on those maps read the EFFECTIVE queries and keys the scores are made of, and the
 model's probabilities equal ``softmax(scale * q k^T + mask)`` of what is captured. Variant models run eager attention.
 ``apply_attention_variant(model, name)`` installs a variant in place (the trainer calls it after building a model);
-``restore(model, folder)`` re-installs the variant a checkpoint's config records and loads its parameters.
+``restore(model, folder)`` re-installs the variant a checkpoint's config records and loads its parameters, and the
+relative positions its config names where the library computes them (``relative_positions``, transformers 5).
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ from pathlib import Path
 
 import torch
 from torch import nn
+
+from anisotropy import compat
+from anisotropy.models import relative_positions
 
 VARIANTS = ("standard", "qk_norm", "centred", "temperature")
 RMS_EPS = 1e-6
@@ -72,10 +76,14 @@ def _valid_tokens(attention_mask: torch.Tensor | None, seq: int) -> torch.Tensor
     return (m > torch.finfo(m.dtype).min / 2)[:, -seq:]
 
 
-def _self_attention_class():
+def _self_attention_class(model: nn.Module):
+    """The variants' self-attention class: over BERT's own, or over ``relative_positions``' where the model's
+    relative positions are computed by this library (transformers 5)."""
     from transformers.models.bert.modeling_bert import BertSelfAttention
 
-    class VariantSelfAttention(BertSelfAttention):
+    base = relative_positions.self_attention_class() if relative_positions.needed(model) else BertSelfAttention
+
+    class VariantSelfAttention(base):
         """BERT's eager self-attention whose ``.query``/``.key`` are ``VariantLinear`` maps; hands them the mask."""
 
         def forward(self, hidden_states, attention_mask=None, *args, **kwargs):
@@ -118,17 +126,21 @@ def apply_attention_variant(model: nn.Module, name: str) -> nn.Module:
     if not blocks:
         raise NotImplementedError(f"attention variants need BERT-style self-attention; {type(model).__name__} has "
                                   "none (GPT-2 and ViT are not supported)")
-    cls = _self_attention_class()
+    cls = _self_attention_class(model)
     with torch.random.fork_rng(devices=[]):  # the throw-away initialisation below must not move the caller's RNG
         _install(model, blocks, cls, name)
     model.config.attention_variant = name
+    if compat.transformers_major() >= 5:  # its BERT picks the implementation at each call, from the config
+        model.config._attn_implementation = "eager"
     return model
 
 
 def _install(model, blocks, cls, name: str) -> None:
     for parent, attr, old in blocks:
         config = model.config
-        new = cls(config, position_embedding_type=old.position_embedding_type, layer_idx=old.layer_idx)
+        # transformers 5's BERT self-attention takes no position type (its positions: relative_positions)
+        kwargs = {"position_embedding_type": old.position_embedding_type} if compat.transformers_major() < 5 else {}
+        new = cls(config, layer_idx=old.layer_idx, **kwargs)
         new.load_state_dict(old.state_dict())
         new.query = VariantLinear(old.query, name, old.num_attention_heads)
         new.key = VariantLinear(old.key, name, old.num_attention_heads)
@@ -139,11 +151,13 @@ def _install(model, blocks, cls, name: str) -> None:
 def restore(model: nn.Module, folder: str | Path) -> nn.Module:
     """Re-install the variant that ``folder``'s config records on a model ``from_pretrained`` loaded from it (which
     dropped the variant's parameters) and load them from the folder's weights: the model then computes exactly what
-    was saved. A no-op for standard checkpoints."""
+    was saved. The same for relative positions (``relative_positions.restore``). A no-op for standard checkpoints
+    (and, under transformers 4, for relative positions, which it computes itself)."""
     import json
 
     from safetensors.torch import load_file
 
+    relative_positions.restore(model, folder)  # first: a variant's attention is built over them
     config = json.loads((Path(folder) / "config.json").read_text())
     name = config.get("attention_variant", "standard")
     if name == "standard":
@@ -161,7 +175,8 @@ def restore(model: nn.Module, folder: str | Path) -> nn.Module:
 
 
 def from_pretrained(cls, folder: str | Path, **kwargs) -> nn.Module:
-    """``cls.from_pretrained(folder)`` with the checkpoint's attention variant active (eager attention)."""
+    """``cls.from_pretrained(folder)`` with the checkpoint's attention variant active (eager attention) and its
+    relative positions (``restore``)."""
     import json
 
     name = json.loads((Path(folder) / "config.json").read_text()).get("attention_variant", "standard")

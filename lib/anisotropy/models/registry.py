@@ -20,7 +20,10 @@ Remote-code models (CharacterBERT, MANTa-LM: ``remote_code``, pretrained only) l
 ``trust_remote_code`` at the entry's ``code_revision`` where a commit was read; CharacterBERT's input comes from its
 authors' indexer contract (``character_indexer``), not a tokenizer of the Hub's.
 
-A folder written by ``save_pretrained`` (a self-trained checkpoint) loads with the same ``load``.
+A folder written by ``save_pretrained`` (a self-trained checkpoint) loads with the same ``load``; one of a
+``model_type`` no entry has (any text, image or speech model of transformers) is loaded by transformers' Auto classes
+with a spec derived from the model and its preprocessor (``load_auto``, ``generic_spec``; what it takes:
+``SUPPORTED``).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from anisotropy import devices, hub
+from anisotropy import compat, devices, hub
 from anisotropy.errors import ModelTooLargeError
 from anisotropy.models.character_indexer import CharacterIndexer
 from anisotropy.models.offline_tokenizers import OFFLINE_TOKENIZERS, offline_tokenizer
@@ -182,6 +185,21 @@ def out_of_memory(name: str, dtype=None, batch_size: int | None = None) -> Model
 # ---------------------------------------------------------------------------------------------------------------------
 
 
+def check_transformers(s: ModelSpec) -> None:
+    """Raise ``ModelUnavailableError`` (one line) when the installed transformers is not one that can load ``s``
+    (its ``transformers`` specifier: VAN and the remote-code models need transformers 4)."""
+    if not s.transformers:
+        return
+    import transformers
+    from packaging.specifiers import SpecifierSet
+
+    if transformers.__version__ not in SpecifierSet(s.transformers):
+        raise ModelUnavailableError(
+            f"{s.name} needs transformers {s.transformers} ({s.transformers_why}), and this runtime has "
+            f"{transformers.__version__}: measure it where transformers 4.57 is installed (the book's own "
+            f"environment, `make book`)")
+
+
 def _class(name: str):
     import transformers
 
@@ -207,6 +225,13 @@ def _build_preprocessor(s: ModelSpec, variant: str):
                   else s.preprocessor_kwargs)
     if s.preprocessor.endswith("Tokenizer") and not kwargs:
         return _fileless_tokenizer(s.preprocessor)
+    if s.preprocessor.endswith("ImageProcessor"):
+        try:
+            return compat.image_processor(s.preprocessor)(**kwargs)
+        except ImportError as err:  # transformers 5's SegFormer processors need torchvision, even the PIL one
+            why = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
+            raise ModelUnavailableError(f"{s.name}: its image processor cannot be built here: "
+                                        f"{why.split('. ')[0]}") from None
     return _class(s.preprocessor)(**kwargs)
 
 
@@ -233,7 +258,7 @@ def _match_special_ids(config, tokenizer) -> None:
     for key, value in ids.items():
         if value is not None and hasattr(config, key):
             setattr(config, key, value)
-    if hasattr(config, "decoder_start_token_id") and config.model_type in ("t5", "whisper"):
+    if config.model_type in ("t5", "whisper"):  # transformers 5's T5Config has no such attribute until it is set
         config.decoder_start_token_id = tokenizer.pad_token_id if config.model_type == "t5" else ids["bos_token_id"]
 
 
@@ -294,15 +319,18 @@ def _pretrained(s: ModelSpec, revision, device, dtype, attn_implementation):
         pre = hub.load(AutoTokenizer.from_pretrained, repo, git_rev, gated, trust_remote_code=True)
         return model, pre, repo
     model = hub.load(_class(s.architecture).from_pretrained, repo, git_rev, gated, **kwargs)
+    options = {}
     if s.modality == "text":
         from transformers import AutoTokenizer as auto
     elif s.modality == "speech":
         from transformers import AutoFeatureExtractor as auto
     else:
         from transformers import AutoImageProcessor as auto
+
+        options = compat.image_processor_options()
     if s.tokenizer_repo is not None:  # the checkpoint's repository has no tokenizer files
-        return model, hub.load(auto.from_pretrained, s.tokenizer_repo, None, gated), repo
-    return model, hub.load(auto.from_pretrained, repo, git_rev, gated), repo
+        return model, hub.load(auto.from_pretrained, s.tokenizer_repo, None, gated, **options), repo
+    return model, hub.load(auto.from_pretrained, repo, git_rev, gated, **options), repo
 
 
 def load(name_or_path: str | os.PathLike, variant: str = "pretrained", revision: str | None = None,
@@ -326,6 +354,8 @@ def load(name_or_path: str | os.PathLike, variant: str = "pretrained", revision:
     if str(name_or_path) not in MODELS and path.is_dir():
         return load_folder(path, device=device, dtype=dtype, attn_implementation=attn_implementation)
     s = spec(str(name_or_path))
+    if variant == "pretrained" or not s.remote_code:  # a remote-code model has no other variant under any version
+        check_transformers(s)
     tokenizer = None
     if variant == "pretrained" and s.converter:
         if revision is not None:
@@ -365,17 +395,22 @@ def load(name_or_path: str | os.PathLike, variant: str = "pretrained", revision:
 
 def load_folder(folder: str | os.PathLike, device="cpu", dtype=None, attn_implementation: str | None = None) -> Loaded:
     """Load a ``save_pretrained`` folder (a self-trained checkpoint): the spec is copied from the first registry entry
-    with the same ``model_type``; the preprocessor is the folder's own, else the entry's offline one."""
+    with the same ``model_type`` (an encoder-decoder saved as its encoder alone, ``T5EncoderModel``, is read as an
+    encoder); the preprocessor is the folder's own, else the entry's offline one. A ``model_type`` no entry has is
+    loaded by transformers' Auto classes (``load_auto``)."""
     from transformers import AutoConfig
 
     folder = Path(folder)
     if not (folder / "config.json").is_file():
         raise FileNotFoundError(f"{folder} has no config.json: it is not a folder written by save_pretrained "
                                 f"(which holds config.json and the weights, model.safetensors)")
-    config = AutoConfig.from_pretrained(folder)
+    try:
+        config = AutoConfig.from_pretrained(folder)
+    except (ValueError, KeyError) as err:  # a model_type this transformers does not know
+        raise _unsupported(folder, (str(err).strip().splitlines() or [type(err).__name__])[0][:200]) from None
     base = next((s for s in MODELS.values() if s.config and s.config.get("model_type") == config.model_type), None)
     if base is None:
-        raise UnknownModelError(f"{folder}: no registry entry has model_type {config.model_type!r}")
+        return load_auto(folder, device=device, dtype=dtype, attn_implementation=attn_implementation)
     arch = (config.architectures or [base.architecture])[0]
     import transformers
 
@@ -393,11 +428,7 @@ def load_folder(folder: str | os.PathLike, device="cpu", dtype=None, attn_implem
     try:
         model = _class(arch).from_pretrained(str(folder), **kwargs)
     except Exception as err:  # a damaged checkpoint: name the folder and file, not the library's internals
-        weights = next((f.name for f in sorted(folder.glob("*.safetensors")) + sorted(folder.glob("*.bin"))),
-                       "no weights file")
-        reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
-        raise ModelUnavailableError(f"{folder}: could not load the weights ({weights}): {reason}; the checkpoint "
-                                    f"is damaged or incomplete, save it again") from None
+        raise _damaged(folder, err) from None
     finally:
         if quiet:
             hf_logging.set_verbosity(verbosity)
@@ -409,6 +440,8 @@ def load_folder(folder: str | os.PathLike, device="cpu", dtype=None, attn_implem
     s = replace(base, name=folder.name, display=folder.name, hub_id=str(folder), architecture=arch, n_params=n_params,
                 config=None, tiny=None, revisions=(), papers=(), local_package=None,
                 notes=f"self-trained checkpoint, {base.display} architecture")
+    if s.layout == "encoder-decoder" and not _reads_decoder_input(model):  # T5EncoderModel: the encoder alone
+        s = replace(s, layout="hidden_states", stack="encoder")
     tokenizer = None
     if s.layout == "whisper":
         tokenizer = pre if not hasattr(pre, "sampling_rate") else offline_tokenizer("bpe")
@@ -418,6 +451,15 @@ def load_folder(folder: str | os.PathLike, device="cpu", dtype=None, attn_implem
     return Loaded(model, pre, s, "self-trained", None, str(folder), tokenizer)
 
 
+def _damaged(folder: Path, err: Exception) -> ModelUnavailableError:
+    """The one line for weights that do not load: the folder, its weights file and the library's first line."""
+    weights = next((f.name for f in sorted(folder.glob("*.safetensors")) + sorted(folder.glob("*.bin"))),
+                   "no weights file")
+    reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+    return ModelUnavailableError(f"{folder}: could not load the weights ({weights}): {reason}; the checkpoint is "
+                                 f"damaged or incomplete, save it again")
+
+
 def _folder_preprocessor(folder: Path, base: ModelSpec):
     if base.modality == "text" and ((folder / "tokenizer.json").is_file() or (folder / "vocab.txt").is_file()
                                     or (folder / "tokenizer_config.json").is_file()):
@@ -425,12 +467,119 @@ def _folder_preprocessor(folder: Path, base: ModelSpec):
 
         return AutoTokenizer.from_pretrained(str(folder))
     if (folder / "preprocessor_config.json").is_file():
-        from transformers import AutoFeatureExtractor, AutoImageProcessor
+        from transformers import AutoFeatureExtractor
 
-        auto = AutoImageProcessor if base.modality == "vision" else AutoFeatureExtractor
-        return auto.from_pretrained(str(folder))
+        if base.modality == "vision":
+            return compat.image_processor_from(folder)
+        return AutoFeatureExtractor.from_pretrained(str(folder))
     warnings.warn(f"{folder} has no tokenizer or preprocessor files: using {base.untrained_tokenizer}", stacklevel=3)
     return _build_preprocessor(base, "untrained")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Any transformers model outside the registry: a spec derived from what its Auto classes load
+# ---------------------------------------------------------------------------------------------------------------------
+
+#: What ``load_auto`` takes, in the one line an unsupported model gets.
+SUPPORTED = ("text models with a tokenizer (AutoModel and AutoTokenizer), image models with an image processor "
+             "(AutoModel and AutoImageProcessor), and speech encoders of the waveform with a feature extractor "
+             "(AutoModel and AutoFeatureExtractor: wav2vec 2.0, HuBERT, WavLM, Data2Vec-Audio, ...; Whisper)")
+# The input a model's class reads first (``main_input_name``) says its modality.
+INPUT_MODALITY = {"input_ids": "text", "pixel_values": "vision", "input_values": "speech"}
+
+
+class UnsupportedModelError(ValueError):
+    """A model that transformers' Auto classes do not load as one of ``SUPPORTED`` (one line)."""
+
+
+def _unsupported(folder, reason: str) -> UnsupportedModelError:
+    return UnsupportedModelError(f"{folder}: {reason}; supported: {SUPPORTED}")
+
+
+def _reads_decoder_input(model) -> bool:
+    """Whether the model's forward pass takes ``decoder_input_ids`` (an encoder-decoder, not its encoder alone)."""
+    import inspect
+
+    return "decoder_input_ids" in inspect.signature(model.forward).parameters
+
+
+def generic_spec(model, preprocessor, folder: str | os.PathLike) -> ModelSpec:
+    """The ``ModelSpec`` of a model no registry entry describes, from the loaded model and its preprocessor.
+
+    Modality: the input its class reads (``INPUT_MODALITY``). Layout (how ``measure.taps`` reads its layers):
+    "encoder-decoder" for a text model whose forward takes ``decoder_input_ids``, "speech-encoder" for a waveform
+    encoder with a convolutional front end (its frames per clip: ``_get_feat_extract_output_lengths``), else
+    "hidden_states", the model's own ``output_hidden_states`` (``measure.taps``: tokens of text; tokens or stage maps
+    of images). Stack: a text model's from transformers' task tables (a causal LM and no masked LM: "decoder"); an
+    image model without attention heads is "convolutional". Raises ``UnsupportedModelError`` for anything else."""
+    from transformers.models.auto import modeling_auto
+
+    folder, config = Path(folder), model.config
+    modality = INPUT_MODALITY.get(model.main_input_name)
+    if modality is None:
+        raise _unsupported(folder, f"{type(model).__name__} reads {model.main_input_name!r}")
+    family, stack, layout = "token-level", "encoder", "hidden_states"
+    if modality == "text":
+        if _reads_decoder_input(model):
+            stack = layout = "encoder-decoder"
+        elif (config.model_type in modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+              and config.model_type not in modeling_auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES):
+            stack = "decoder"
+    elif modality == "vision":
+        convolutional = not any(hasattr(config, a) for a in ("num_attention_heads", "num_heads"))
+        family, stack = ("cnn", "convolutional") if convolutional else ("vision-transformer", "encoder")
+    else:
+        if not (hasattr(model, "_get_feat_extract_output_lengths") and hasattr(config, "conv_kernel")):
+            raise _unsupported(folder, f"{type(model).__name__} is a speech model without a convolutional front end "
+                                       f"over the waveform")
+        family, layout = "speech", "speech-encoder"
+    return ModelSpec(name=folder.name, display=folder.name, hub_id=str(folder), modality=modality, family=family,
+                     stack=stack, architecture=type(model).__name__, layout=layout,
+                     preprocessor=type(preprocessor).__name__, n_params=sum(p.numel() for p in model.parameters()),
+                     config=None, tiny=None, papers=(), notes=f"{config.model_type} loaded by transformers' AutoModel")
+
+
+def _auto_preprocessor(folder: Path, modality: str):
+    """The folder's own tokenizer, image processor or feature extractor (``modality``'s Auto class)."""
+    from transformers import AutoFeatureExtractor, AutoImageProcessor, AutoTokenizer
+
+    auto, what = {"text": (AutoTokenizer, "tokenizer"), "vision": (AutoImageProcessor, "image processor"),
+                  "speech": (AutoFeatureExtractor, "feature extractor")}[modality]
+    try:
+        return auto.from_pretrained(str(folder))
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
+        raise _unsupported(folder, f"a {modality} model without a {what} that {auto.__name__} loads ({reason})"
+                           ) from None
+
+
+def load_auto(folder: str | os.PathLike, device="cpu", dtype=None, attn_implementation: str | None = None) -> Loaded:
+    """Load a ``save_pretrained`` folder of a model no registry entry describes: the base model with
+    ``AutoModel``, its preprocessor with the Auto class of its modality, the spec from both (``generic_spec``); the
+    variant is "self-trained", as ``load_folder``'s. One ``UnsupportedModelError`` line for what it cannot take."""
+    from transformers import AutoModel
+
+    folder = Path(folder)
+    kwargs = {"dtype": dtype} if dtype is not None else {}
+    if attn_implementation is not None:
+        kwargs["attn_implementation"] = attn_implementation
+    try:
+        model = AutoModel.from_pretrained(str(folder), **kwargs)
+    except ValueError as err:
+        if "Unrecognized configuration class" not in str(err):
+            raise _damaged(folder, err) from None
+        raise _unsupported(folder, "transformers' AutoModel has no class for it") from None
+    except Exception as err:  # a damaged checkpoint: name the folder and file, not the library's internals
+        raise _damaged(folder, err) from None
+    modality = INPUT_MODALITY.get(model.main_input_name)
+    if modality is None:
+        raise _unsupported(folder, f"{type(model).__name__} reads {model.main_input_name!r}")
+    pre = _auto_preprocessor(folder, modality)
+    s = generic_spec(model, pre, folder)
+    _ensure_pad(pre)
+    model = model.to(device=devices.resolve(device))
+    model.eval()
+    return Loaded(model, pre, s, "self-trained", None, str(folder))
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -482,10 +631,11 @@ def hub_folder(repo: str, revision: str | None = None) -> Path:
 def load_any(model: str | os.PathLike, revision: str | None = None, device="cpu", dtype=None,
              variant: str = "pretrained") -> Loaded:
     """``load`` of whatever names a model: a registry name (pretrained weights, at ``revision``; or its ``variant``
-    "untrained" or "tiny", which only a registry entry has), a Hub id of a registry entry, a ``save_pretrained`` folder, a ``.gguf`` file (dequantised once, ``gguf_folder``) or any other
-    Hub id (its snapshot loaded as a folder, ``hub_folder``); a folder must be a ``model_type`` some registry entry
-    has. Raises ``FileNotFoundError`` for a path that does not exist, ``ModelTooLargeError`` before loading weights
-    that would not fit."""
+    "untrained" or "tiny", which only a registry entry has), a Hub id of a registry entry, a ``save_pretrained``
+    folder, a ``.gguf`` file (dequantised once, ``gguf_folder``) or any other Hub id (its snapshot loaded as a folder,
+    ``hub_folder``); a folder of a ``model_type`` no registry entry has is loaded by transformers' Auto classes
+    (``load_auto``). Raises ``FileNotFoundError`` for a path that does not exist, ``ModelTooLargeError`` before
+    loading weights that would not fit."""
     text = str(model)
     path = Path(text)
     if known(text):

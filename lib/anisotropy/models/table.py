@@ -80,6 +80,11 @@ class ModelSpec:
     # a public page of the Hub; the final model loads at it, so the code that runs is the code that was read. None:
     # no commit was read (the notes say so), and main is loaded.
     code_revision: str | None = None
+    # The transformers versions that can load the model, where not every version the library supports can (a PEP 440
+    # specifier: "<5" for VAN, whose classes transformers 5 removed, and for remote code written against 4), and why
+    # in a few words: ``registry.load`` refuses it in one line under another version.
+    transformers: str | None = None
+    transformers_why: str = ""
 
     @property
     def kind(self) -> tuple[str, str, str, str]:
@@ -118,7 +123,8 @@ class ModelSpec:
 
 
 _LAYOUT_WORDS = {
-    "hidden_states": "layer 0 = embeddings, then one layer per Transformer block",
+    "hidden_states": "layer 0 = embeddings, then one layer per Transformer block (an image model outside the "
+                     "registry: its own hidden states, tokens as a vision transformer's or stage maps as a CNN's)",
     "encoder-decoder": "encoder embeddings and blocks, then decoder embeddings and blocks (decoder fed the input "
                        "shifted right)",
     "canine": "character part (embeddings + initial character encoder), downsampled part (molecules: deep stack "

@@ -113,7 +113,8 @@ class Checkpoint:
     state (``measure.batches.BatchedLayer``), measured ``metric_batch`` vectors at a time (``extra_states``: states beyond
     the layers, e.g. the split final norm);
     ``per_example``, Section 3's sum of unit vectors per example and layer (``experiments.layerwise.FirstMoments``).
-    ``metrics``: the per-batch statistics measured on each pooled batch (``measure.batches.BATCH_METRICS`` names).
+    ``metrics``: the per-batch statistics measured on each pooled batch (``measure.batches.BATCH_METRICS`` names);
+    ``robust``: with ``sigma1_share``, the robust readings too (``measure.batches.ROBUST_METRICS``: two more shares).
     ``stats_reservoir``: the measurement keeps a ``measure.metrics.LayerStats`` per hidden state with a reservoir of
     that many rows (``measure.taps.extract``'s default accumulator), where the model is (``layer_stats_bytes``).
 
@@ -136,6 +137,7 @@ class Checkpoint:
     reused_from: str = ""
     metrics: tuple[str, ...] = ()
     stats_reservoir: int | None = None
+    robust: bool = True
 
 
 @dataclass
@@ -254,28 +256,32 @@ def metric_flops(metric: str, batch: int, width: int) -> tuple[float, float]:
     """(float32, float64) flops of one ``measure.metrics`` call on ``batch`` vectors of ``width`` (d), as its device
     path runs it on the GPU:
 
-    - ``sigma1_share``: the scatter products X^T X of the chunks, 2 b d^2 in float32, and the float64
-      eigendecomposition of the d x d scatter, 4/3 d^3 (Householder tridiagonalisation, Golub & Van Loan; the
-      tridiagonal eigenvalues add O(d^2));
+    - ``sigma1_share``: the scatter products X^T X of the chunks, 2 b d^2 in float32, and the float64 top eigenvalue
+      of the d x d scatter (``measure.eigen.top_eigenvalue_flops``: Lanczos at its most steps and a Cholesky, ~d^3 / 3,
+      instead of a full eigendecomposition's 4/3 d^3; its matrix-vector products are memory-bound, 4 bytes a flop,
+      which a T4's bandwidth and ``EFFICIENCY`` x its float64 rate serve about equally fast);
     - ``twonn_dimension``: the Gram blocks of the augmented rows, 2 b^2 (d + 1) in float32 (the float64 re-measure of
       3 candidates per row is O(b d));
     - the first moments (mean cosine, drift, norms): O(b d), counted as 0.
 
     Units: floating-point operations."""
+    from anisotropy.measure import eigen  # imported here, as batches in ``pool_bytes``
+
     b, d = float(batch), float(width)
     if metric == "sigma1_share":
-        return 2 * b * d * d, 4 / 3 * d**3
+        return 2 * b * d * d, eigen.top_eigenvalue_flops(width)
     if metric == "twonn_dimension":
         return 2 * b * b * (d + 1), 0.0
     return 0.0, 0.0
 
 
-def batch_metric_flops(names, batch: int, width: int) -> tuple[float, float]:
+def batch_metric_flops(names, batch: int, width: int, robust: bool = True) -> tuple[float, float]:
     """(float32, float64) flops of ``measure.batches.BatchedLayer`` measuring one batch: every metric in ``names``,
-    and with ``sigma1_share`` the robust metrics' two more sigma1 shares (on at most the whole batch)."""
+    and with ``sigma1_share`` and ``robust`` the robust metrics' two more sigma1 shares (on at most the whole
+    batch)."""
     from anisotropy.measure import batches  # imported here, as in ``pool_bytes``
 
-    names = list(names) + (["sigma1_share", "sigma1_share"] if "sigma1_share" in names else [])
+    names = list(names) + (["sigma1_share", "sigma1_share"] if robust and "sigma1_share" in names else [])
     parts = [metric_flops(m, batch, width) for m in names if m in batches.BATCH_METRICS]
     return sum(f for f, _ in parts), sum(f for _, f in parts)
 
@@ -288,7 +294,7 @@ def checkpoint_metric_flops(c: Checkpoint) -> tuple[float, float]:
     width, layers, _ = _shape(c.model)
     batch = c.metric_batch or c.pool
     n = (layers + 1 + c.extra_states) * (c.pool // batch) * c.passes
-    f32, f64 = batch_metric_flops(c.metrics, batch, width)
+    f32, f64 = batch_metric_flops(c.metrics, batch, width, c.robust)
     return n * f32, n * f64
 
 
@@ -347,10 +353,11 @@ def metric_bytes(batch: int, width: int) -> int:
 
 def layer_stats_bytes(widths, reservoir: int) -> int:
     """Bytes of the ``measure.metrics.LayerStats`` state of one measurement, one accumulator per width in ``widths``:
-    the float64 d x d scatter (8 d^2), the float64 sum of unit vectors and mean (16 d), and the full reservoir of
-    float32 rows (4 x reservoir x d), whatever the number of rows fed (the transient products of one update are left
-    out). For 33 states of d = 2560 with a reservoir of 2048: 2.4e9 bytes. Units: bytes."""
-    return int(sum(8 * d * d + 16 * d + 4 * reservoir * d for d in widths))
+    the float64 d x d scatter (8 d^2), the float64 sum of unit vectors and mean (16 d), the float64 sum of norms kept
+    beside them on the device (8), and the full reservoir of float32 rows (4 x reservoir x d), whatever the number of
+    rows fed (the transient products of one update are left out). For 33 states of d = 2560 with a reservoir of 2048:
+    2.4e9 bytes. Units: bytes."""
+    return int(sum(8 * d * d + 16 * d + 8 + 4 * reservoir * d for d in widths))
 
 
 def per_example_bytes(examples: int, widths, n_boot: int | None = None) -> int:
@@ -560,7 +567,7 @@ def table(p: Plan):
                      "less if checkpoint_suites trained them in this runtime" if p.trained else ""))
     if e["metric_minutes"]:
         rows.append(("of which metrics", minutes_text(e["metric_minutes"]),
-                     "on the GPU: scatter products, float64 eigenvalues" + (", TwoNN" if any(
+                     "on the GPU: scatter products, float64 top eigenvalues" + (", TwoNN" if any(
                          "twonn_dimension" in c.metrics for c in p.checkpoints) else "")))
     if p.reused_from:
         rows.append(("reused when they ran in this runtime", ", ".join(p.reused_from),

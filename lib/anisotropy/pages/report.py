@@ -60,11 +60,54 @@ def committed_text(relative: str) -> str:
         return response.read().decode()
 
 
+def install_commit() -> str:
+    """The commit a chapter's install cell installs the library at: in a git checkout, the last commit that changed
+    the library (``lib/`` or ``pyproject.toml``), so that the notebooks name the code they were synced with and
+    change only when it does (``make sync``); outside one, the commit pip installed this package from (a Colab
+    runtime); in a checkout without git (a tarball), the commit its notebooks name."""
+    import importlib.metadata
+    import json
+    import re
+
+    root = paths.project_root()
+    if root is None:
+        try:
+            origin = json.loads(importlib.metadata.distribution("anisotropy").read_text("direct_url.json") or "{}")
+        except (importlib.metadata.PackageNotFoundError, ValueError):
+            origin = {}
+        commit = origin.get("vcs_info", {}).get("commit_id")
+        if not commit:
+            raise FileNotFoundError("no checkout here, and this package was not installed from git: no commit to "
+                                    "install")
+        return commit
+    try:
+        commit = subprocess.run(["git", "log", "-1", "--format=%H", "--", "lib", "pyproject.toml"], cwd=root,
+                                capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    if re.fullmatch(r"[0-9a-f]{40}", commit):
+        return commit
+    for notebook in sorted((root / "notebooks").glob("*.md")):
+        found = re.search(r'anisotropy\[colab\] @ git\+\S+@([0-9a-f]{40})"', notebook.read_text())
+        if found:
+            return found.group(1)
+    raise FileNotFoundError(f"{root} is not a git checkout and no notebook names a commit to install")
+
+
 def install_command() -> str:
-    """The Colab cell's install line: this library with the dependencies a chapter needs (the ``colab`` extra), not
-    the book-building stack, from the repository's branch."""
-    url, branch = repository()
-    return f'%pip install -q "anisotropy[colab] @ git+{url}@{branch}"'
+    """The Colab cell's install line: this library at ``install_commit()`` with the dependencies a chapter needs (the
+    ``colab`` extra), not the book-building stack, and the exact versions of the packages that shape numbers that
+    Colab's default runtime ships (``pages.colab``)."""
+    from anisotropy.pages import colab
+
+    return colab.install_command(repository()[0], install_commit())
+
+
+def install_lines() -> list[str]:
+    """The body of the install cell's ``if "google.colab" in sys.modules:`` block (``pages.colab.install_lines``)."""
+    from anisotropy.pages import colab
+
+    return colab.install_lines(repository()[0], install_commit())
 
 
 def colab_url(notebook: str) -> str:

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from anisotropy.data import docstrings, images as data_images, prose, wikipedia
-from anisotropy import fingerprint, paths
+from anisotropy import compat, fingerprint, paths
 
 KINDS = ("mlm", "clm", "char-mlm", "vit", "cnn")
 TEXT_KINDS = ("mlm", "clm", "char-mlm")
@@ -282,11 +282,10 @@ def tokenizer(recipe: Recipe):
 
 def image_processor(recipe: Recipe):
     """Resize to ``image_size`` and map pixel values to [-1, 1] (per channel ``(x / 255 - 0.5) / 0.5``)."""
-    from transformers import ViTImageProcessor
-
-    return ViTImageProcessor(do_resize=True, size={"height": recipe.image_size, "width": recipe.image_size},
-                             do_rescale=True, rescale_factor=1 / 255, do_normalize=True,
-                             image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5])
+    size = {"height": recipe.image_size, "width": recipe.image_size}
+    return compat.image_processor("ViTImageProcessor")(do_resize=True, size=size, do_rescale=True,
+                                                       rescale_factor=1 / 255, do_normalize=True,
+                                                       image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5])
 
 
 def pixel_values(images: np.ndarray, processor) -> torch.Tensor:
@@ -358,6 +357,10 @@ def build_model(recipe: Recipe, task=None):
     config = model_config(recipe, vocab, special)
     torch.manual_seed(recipe.seed)
     model = model_class(recipe.kind)(config)
+    if recipe.positions != "absolute":  # transformers 5 no longer computes them itself (a no-op under 4)
+        from anisotropy.models.relative_positions import install
+
+        install(model)
     if recipe.attention_variant != "standard":
         from anisotropy.models.attention_variants import apply_attention_variant
 
@@ -368,7 +371,7 @@ def build_model(recipe: Recipe, task=None):
 def load_model(recipe: Recipe, folder: Path):
     """The recipe's model read from a checkpoint ``folder``, with its attention variant and implementation."""
     kwargs = {} if recipe.kind == "cnn" else {"attn_implementation": _attn_implementation(recipe)}
-    if recipe.attention_variant != "standard":
+    if recipe.attention_variant != "standard" or recipe.positions != "absolute":
         from anisotropy.models.attention_variants import from_pretrained
 
         return from_pretrained(model_class(recipe.kind), folder, **kwargs)

@@ -142,7 +142,8 @@ def whisper_config(ct2: CT2Model, extra: dict | None = None, tokenizer_file: str
         max_source_positions=ct2["encoder/position_encodings/encodings"].shape[0],
         max_target_positions=ct2["decoder/position_encodings/encodings"].shape[0],
         pad_token_id=ids.get("eos"), bos_token_id=ids.get("eos"), eos_token_id=ids.get("eos"),
-        decoder_start_token_id=ids.get("start"),
+        # without a tokenizer, WhisperConfig's own start id (transformers 5 takes no None for it)
+        **({"decoder_start_token_id": ids["start"]} if "start" in ids else {}),
         scale_embedding=False, activation_function="gelu", tie_word_embeddings=True)
 
 
