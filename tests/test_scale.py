@@ -289,8 +289,10 @@ def test_an_interrupted_parallel_build_stops_its_kernels_and_resumes(tmp_path):
     import psutil
 
     repo = copy_repo(tmp_path / "repo")
-    # Three chapters that depend on nothing: a short one beside a long one, then a third once a core is free.
-    short, long, third = "appendix_performance", "p1_s4_untrained_block", "beyond_sharp_without_anisotropy"
+    # Three chapters that depend on nothing: a short one beside a long one, then a third once a core is free. The
+    # build starts the longest first (the committed reference build's CPU seconds): the third is the shortest of all,
+    # and none reads a suite (which would add its training units).
+    short, long, third = "profile_a_model", "beyond_sharp_without_anisotropy", "appendix_performance"
     (repo / "_toc.yml").write_text(f"format: jb-book\nroot: book/intro\nchapters:\n  - file: book/executed/{short}\n"
                                    f"  - file: book/executed/{long}\n  - file: book/executed/{third}\n")
     executed = repo / "book" / "executed"
