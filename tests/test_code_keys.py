@@ -390,18 +390,21 @@ def test_recompute_recomputes_and_clean_removes_what_no_code_reaches(repo, tmp_p
     assert _build(copy)["glued"] == edited["glued"]  # what is left is what the current code reads
 
 
-def test_a_chapter_stamp_follows_the_parameters_of_the_chapters_it_runs_after(monkeypatch):
-    # p2_training_dynamics runs after the suites and measures their checkpoints: the suites with other recipes must
-    # execute it again (it was reused with the old recipes' numbers); Section 4, which runs after nothing, is unmoved.
+def test_a_chapter_stamp_follows_the_recipes_of_the_suites_it_measures_and_the_chapters_it_runs_after(monkeypatch):
+    # p2_training_dynamics measures the mlm suite's checkpoints: the suite with another recipe must execute it again
+    # (it was reused with the old recipe's numbers); p2_counterpoint_pythia measures only the clm suite and Section 4
+    # no suite, so they are unmoved. p2_two_measures reads p2_layer_profiles' stored measurements: other parameters
+    # there execute it again.
     from anisotropy import profiles
     from anisotropy.book import runner
 
+    names = ("p2_training_dynamics", "p2_counterpoint_pythia", "p1_s4_untrained_block", "p2_two_measures")
+
     def stamps():
-        return {name: runner._stamp("smoke", runner._parameters(name, "smoke")[1], name)
-                for name in ("p2_training_dynamics", "p1_s4_untrained_block")}
+        return {name: runner._stamp("smoke", runner._parameters(name, "smoke")[1], name) for name in names}
 
     before = stamps()
-    assert "checkpoint_suites" in before["p2_training_dynamics"]["after"]
+    assert "mlm" in before["p2_training_dynamics"]["suites"] and "mlm" not in before["p2_counterpoint_pythia"]["suites"]
     real = profiles.chapter_parameters
 
     def more_updates(profile, chapter):
@@ -415,4 +418,12 @@ def test_a_chapter_stamp_follows_the_parameters_of_the_chapters_it_runs_after(mo
     monkeypatch.setattr(profiles, "chapter_parameters", more_updates)
     after = stamps()
     assert after["p2_training_dynamics"] != before["p2_training_dynamics"]
+    assert after["p2_counterpoint_pythia"] == before["p2_counterpoint_pythia"]
     assert after["p1_s4_untrained_block"] == before["p1_s4_untrained_block"]
+
+    def other_texts(profile, chapter):
+        params = real(profile, chapter)
+        return {**params, "n_texts": params["n_texts"] + 1} if chapter == "p2_layer_profiles" else params
+
+    monkeypatch.setattr(profiles, "chapter_parameters", other_texts)
+    assert stamps()["p2_two_measures"] != before["p2_two_measures"]

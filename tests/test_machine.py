@@ -64,3 +64,54 @@ def test_gemm_rate_is_the_flop_count_over_the_best_time(monkeypatch):
 
     monkeypatch.setattr(machine.time, "perf_counter", lambda: next(times))
     assert machine.gemm_gflops(1, n=8, repeats=2) == pytest.approx(2 * 8**3 / 0.5 / 1e9)
+
+
+# ---- a build's timeline: cores busy, its critical path, the idle core-seconds on it ------------------------------------
+
+def test_cores_busy_and_idle_core_seconds_on_the_critical_path_of_a_known_build():
+    from anisotropy.book import timeline
+
+    # Two cores, 150 s. A (one core) from 0 to 100; B (one core) 0-40; C, started on B's core, 40-100 at half a
+    # core (it waited on A's process for part of it); D after A, 100-150, one core. Worked by hand: the cores held
+    # 100 + 40 + 30 + 50 = 220 CPU-s in 150 s; idle 0 until 40, half a core from 40 to 100 (30 core-s), one core from
+    # 100 to 150 (50 core-s).
+    spans = [timeline.Span("A", 0, 100, 100), timeline.Span("B", 0, 40, 40), timeline.Span("C", 40, 100, 30),
+             timeline.Span("D", 100, 150, 50, after=("A",))]
+    assert timeline.cores_busy(220, 150) == pytest.approx(220 / 150)
+    path = timeline.critical_path(spans)
+    assert [s.name for s in path] == ["A", "D"]  # C ended with A, but D ran after A
+    assert timeline.idle_core_seconds(spans, path, cores=2) == pytest.approx(30 + 50)
+    # a core waited for: E starts when B ends; the path runs through B, the item whose end let it start
+    waited = [timeline.Span("B", 0, 40, 40), timeline.Span("F", 0, 30, 30), timeline.Span("E", 40, 60, 20)]
+    path = timeline.critical_path(waited)
+    assert [s.name for s in path] == ["B", "E"]
+    assert timeline.idle_core_seconds(waited, path, cores=2) == pytest.approx(10 + 20)  # 30-40 and 40-60: one idle
+    # more busy than the cores (a chapter's own worker processes): never below zero idle
+    assert timeline.idle_core_seconds([timeline.Span("G", 0, 10, 30)], [timeline.Span("G", 0, 10, 30)], 2) == 0.0
+    assert timeline.critical_path([]) == []
+
+
+def test_item_seconds_spread_an_old_references_suites_chapter_over_the_units_by_cost():
+    from anisotropy.book import units
+    from anisotropy.training import recipes, trainer
+
+    runs = [units.Unit(r.suite, r.seed) for name, spec in recipes.suite_specs("local").items()
+            for r in recipes.recipes(name, spec)]
+    cost = {u.name: trainer.cost(u.recipe("local")) for u in runs}
+    ref = {"profile": "local", "chapters_cpu_seconds": {"checkpoint_suites": 1000.0, "other": 50.0}}
+    items = [u.name for u in runs] + ["checkpoint_suites", "other", "new"]
+    seconds = machine.item_seconds(ref, items)
+    for u in runs:  # the suites chapter's seconds, shared by cost
+        assert seconds[u.name] == pytest.approx(1000.0 * cost[u.name] / sum(cost.values()))
+    assert seconds["checkpoint_suites"] == 0.0 and seconds["other"] == 50.0 and "new" not in seconds
+    # a reference with units: the rate of its own units
+    clm = [u for u in runs if u.suite == "clm"]
+    newer = {"profile": "local", "chapters_cpu_seconds": {clm[0].name: 600.0, "checkpoint_suites": 30.0}}
+    seconds = machine.item_seconds(newer, [u.name for u in runs] + ["checkpoint_suites"])
+    assert seconds[clm[1].name] == pytest.approx(600.0) and seconds["checkpoint_suites"] == 30.0
+    cnn = next(u for u in runs if u.suite == "cnn")
+    assert seconds[cnn.name] == pytest.approx(600.0 * cost[cnn.name] / cost[clm[0].name])
+    # the estimate of a fresh build counts the training once, whether the reference has units or not
+    assert machine.estimate_build(calibration(), {**ref, "cpu_seconds": 1050.0, "wall_seconds": 600.0,
+                                                  "calibration": calibration()}, items)["cpu_seconds"] == \
+        pytest.approx(1050.0)

@@ -246,14 +246,23 @@ def test_every_chapter_states_what_it_runs_after_and_the_gatherers_run_last():
     from anisotropy import profiles
     from anisotropy.book import runner
 
+    from anisotropy.book import units
+
     after = runner.dependencies()
     order = runner.chapters()
+    suites = set(profiles.chapter_parameters("local", "checkpoint_suites")["suites"])
     for name in order:
         meta = profiles.read_notebook(name).metadata
         assert isinstance(meta.get("anisotropy", {}).get("after"), list), f"{name}: no `anisotropy: {{after: [...]}}`"
         text = profiles.notebook_source(name).read_text()
         if "train_missing" in text or "qk.runs(" in text:  # it measures (or would train) the self-trained suites
-            assert "checkpoint_suites" in after[name], name
+            for profile in ("local", "smoke"):  # its front matter names every suite its parameters read
+                params = profiles.chapter_parameters(profile, name)
+                read = [*params.get("self_trained", []), *params.get("suites", []), *params.get("extensions", []),
+                        params.get("encoder")]
+                assert {s for s in read if s in suites} <= set(units.suites_read(name)), (name, profile)
+        assert "checkpoint_suites" not in after[name], f"{name} waits for the suites' runs, not for their chapter"
+    assert set(units.suites_read("checkpoint_suites")) == suites
     # the chapters whose stamp depends on what others stored (claims.stamp_inputs) run after all of those
     assert set(ledger.MEASURING_CHAPTERS) <= set(after["appendix_b_isotropic"])
     assert set(ledger._chapters()) - {"what_holds_up"} <= set(after["what_holds_up"])
@@ -280,8 +289,10 @@ def test_an_interrupted_parallel_build_stops_its_kernels_and_resumes(tmp_path):
     import psutil
 
     repo = copy_repo(tmp_path / "repo")
-    # Three chapters that depend on nothing: a short one beside a long one, then a third once a core is free.
-    short, long, third = "appendix_performance", "p1_s4_untrained_block", "beyond_sharp_without_anisotropy"
+    # Three chapters that depend on nothing: a short one beside a long one, then a third once a core is free. The
+    # build starts the longest first (the committed reference build's CPU seconds): the third is the shortest of all,
+    # and none reads a suite (which would add its training units).
+    short, long, third = "profile_a_model", "beyond_sharp_without_anisotropy", "appendix_performance"
     (repo / "_toc.yml").write_text(f"format: jb-book\nroot: book/intro\nchapters:\n  - file: book/executed/{short}\n"
                                    f"  - file: book/executed/{long}\n  - file: book/executed/{third}\n")
     executed = repo / "book" / "executed"
@@ -367,6 +378,64 @@ def test_schedule_runs_items_after_their_dependencies_and_blocks_what_follows_a_
     assert isinstance(results["e"], executor.Blocked) and results["e"].because == "x"
     assert isinstance(results["f"], executor.Blocked) and results["f"].because == "e"
     assert "e" not in started and "f" not in started and sorted(seen) == sorted(results)
+
+
+def test_a_build_starts_the_longest_units_first_and_a_chapter_waits_only_for_the_run_it_reads(tmp_path):
+    # A fake build on 2 cores: two training units (clm seed 0, the longest, and mlm seed 0), a chapter that measures
+    # a real model and then the clm run, a chapter that needs no suite. The units start first, longest first; when
+    # mlm ends, the clm chapter starts beside clm's unit, does its real-model part, and waits for clm's run only
+    # (the run's lock), giving its core to the chapter that needs no suite; it then reads the run, trains nothing.
+    from filelock import FileLock, Timeout
+
+    from anisotropy import executor
+    from anisotropy.book import runner
+
+    guard = hang_guard(1)
+    estimates = {"train:clm:0": 300.0, "train:mlm:0": 250.0, "reads_clm": 200.0, "no_suite": 100.0}
+    order = runner.longest_first(["no_suite", "reads_clm", "train:mlm:0", "train:clm:0"], estimates)
+    assert order == ["train:clm:0", "train:mlm:0", "reads_clm", "no_suite"]
+    started = {item: threading.Event() for item in order}
+    ended = {item: threading.Event() for item in order}
+    go = {item: threading.Event() for item in ("train:clm:0", "train:mlm:0")}
+    measured, waiting, trained, seen = threading.Event(), threading.Event(), [], {}
+    runs = {item: tmp_path / f"{item.replace(':', '-')}.lock" for item in go}
+
+    def fn(item, env):
+        started[item].set()
+        if item in go:  # a unit: trains its run, the run's lock held
+            with FileLock(runs[item], thread_local=False):
+                assert go[item].wait(guard)
+                trained.append(item)
+        elif item == "reads_clm":
+            measured.set()  # its real-model part, done while the suites train
+            lock = FileLock(runs["train:clm:0"], thread_local=False)
+            try:
+                lock.acquire(timeout=0)
+            except Timeout:
+                waiting.set()  # before its core goes: what starts on it sees the wait
+                with executor.waiting(env):
+                    lock.acquire()
+            seen[item] = list(trained)  # the run is trained when the chapter reads it: it trains nothing
+            lock.release()
+        else:  # needs no suite: what is running beside it
+            seen[item] = (measured.is_set(), waiting.is_set(), list(trained))
+        ended[item].set()
+        return "ok"
+
+    build = threading.Thread(target=lambda: seen.update(
+        results=executor.schedule(fn, order, {}, jobs=2)), daemon=True)
+    build.start()
+    assert started["train:clm:0"].wait(guard) and started["train:mlm:0"].wait(guard)
+    assert not started["reads_clm"].is_set() and not started["no_suite"].is_set()  # both cores train
+    go["train:mlm:0"].set()  # mlm's run ends: the chapter reading clm starts, though clm still trains
+    assert waiting.wait(guard) and not ended["train:clm:0"].is_set()
+    assert ended["no_suite"].wait(guard)  # on the core the waiting chapter gave back, clm's unit still training
+    assert seen["no_suite"] == (True, True, ["train:mlm:0"])
+    go["train:clm:0"].set()
+    build.join(guard)
+    assert not build.is_alive()
+    assert seen["reads_clm"] == ["train:mlm:0", "train:clm:0"]
+    assert seen["results"] == {item: "ok" for item in order}
 
 
 @pytest.mark.slow

@@ -5,10 +5,12 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from conftest import hang_guard
 
 from anisotropy.data import prose
 from anisotropy.training import trainer, checkpoints, recipes as training_recipes, tasks
@@ -311,6 +313,76 @@ def test_trained_suite_is_reused_not_retrained(tmp_path):
     again = run(r, out_dir=tmp_path)
     assert again == first and (again[-1].path / "model.safetensors").stat().st_mtime_ns == stamp
     assert checkpoints.checkpoints(replace(r, lr=1e-2), out_dir=tmp_path) == []  # a new recipe starts empty
+
+
+HOLDER = """
+import json, shutil, sys
+from anisotropy.training import checkpoints
+from anisotropy.training.recipes import Recipe
+
+recipe, source, shared = Recipe(**json.loads(sys.argv[1])), sys.argv[2], sys.argv[3]
+lock = checkpoints.run_lock(recipe, shared)
+lock.acquire()
+print("held", flush=True)
+sys.stdin.readline()  # the other process waits for the run by now
+shutil.copytree(checkpoints.run_dir(recipe, source), checkpoints.run_dir(recipe, shared))  # the run, trained
+lock.release()
+"""
+ASKER = """
+import json, sys
+from anisotropy.training import trainer
+from anisotropy.training.recipes import Recipe
+
+def refuse(recipe):
+    raise AssertionError("trained a run that another process was training")
+
+trainer.task_for = refuse  # training starts by making the run's task: this process may not train
+found = trainer.train(Recipe(**json.loads(sys.argv[1])), out_dir=sys.argv[2], progress=False)
+print(json.dumps([str(c.path) for c in found]))
+"""
+
+
+def test_a_run_another_process_is_training_is_waited_for_and_not_trained_again(tmp_path):
+    # The book build trains each run of the suites in a process of its own; a chapter that needs a run such a process
+    # is training waits for it (the run's lock) and reads it. One process holds the run's lock, then puts the trained
+    # run in place (trained here first) and lets the lock go; the other asks for the run meanwhile: it says it waits,
+    # then returns the holder's checkpoints, and never makes the run's task (it would fail if it did).
+    import json
+    import subprocess
+    import sys
+    from dataclasses import asdict
+
+    from anisotropy import progress
+
+    r = tiny("cnn", steps=3)
+    trained = run(r, out_dir=tmp_path / "trained")  # alone, a run is trained where it is asked for
+    shared = tmp_path / "shared"
+    spec = json.dumps(asdict(r))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1] / "lib"),
+                                                         os.environ.get("PYTHONPATH", "")])}
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, spec, str(tmp_path / "trained"), str(shared)], env=env,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    asker = None
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        asker = subprocess.Popen([sys.executable, "-c", ASKER, spec, str(shared)], env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+        said = ""
+        while not said.startswith(progress.MARK + "waiting for tiny-cnn seed 0"):
+            said = asker.stderr.readline()
+            assert said, "the asking process ended without waiting"
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        out, err = asker.communicate(timeout=hang_guard(60))
+        assert holder.wait(timeout=hang_guard(60)) == 0
+    finally:
+        for proc in (holder, asker):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+    assert asker.returncode == 0, err
+    found = [Path(p) for p in json.loads(out)]
+    assert [p.relative_to(shared) for p in found] == [c.path.relative_to(tmp_path / "trained") for c in trained]
+    assert_same_weights(weights(found[-1]), weights(trained[-1].path))
 
 
 def test_chapter_defaults_are_the_local_profile():

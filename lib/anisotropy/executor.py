@@ -16,7 +16,9 @@ How many worker processes ``map`` starts on this machine:
 
 ``schedule(fn, items, after)`` is the build's side: every item after the items it depends on, as many at a time as
 there are cores (slots), in threads of this process that each wait on a chapter's kernel (or, ``processes=True``,
-in Dask worker processes; ``benchmarks/bench_parallel.py`` compares the two).
+in Dask worker processes; ``benchmarks/bench_parallel.py`` compares the two). A process an item started that waits
+on another one (a chapter that needs a training run another item is training) gives its core back to the build for
+the time it waits, and takes one again after (``waiting``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import logging
 import os
 import tempfile
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +38,7 @@ from anisotropy.errors import UserError
 SCHEDULER_ENV = "DASK_SCHEDULER_ADDRESS"
 WORKERS_ENV = "ANISOTROPY_WORKERS"
 SLOTS_ENV = "ANISOTROPY_SLOTS"
+HOLDER_ENV = "ANISOTROPY_SLOT_HOLDER"  # which of the build's items this process is (``waiting`` lends its core)
 CONNECT_TIMEOUT_S = 10
 POLL_S = 0.5  # how often a running map looks for cores the build has freed (never a synchronisation by itself)
 # glibc hands every freed block above its mmap threshold (32 MiB at most) back to the operating system, and the next
@@ -80,8 +84,9 @@ class Slots:
     """The cores of a build as a folder of files, one per core (a jobserver, as ``make -j`` shares its jobs with the
     makes it starts). Whoever holds the OS file lock beside a core's file (``filelock.FileLock``: flock on POSIX,
     LockFileEx on Windows) may keep one core busy; the lock goes away with its holder, so a killed kernel never keeps
-    a core. The build holds one slot per chapter it runs; a chapter's ``map`` takes the free ones for extra worker
-    processes and gives them back when it ends."""
+    a core. The build holds one slot per chapter it runs (given up while the chapter's kernel waits on another
+    process: ``waiting``); a chapter's ``map`` takes the free ones for extra worker processes and gives them back
+    when it ends."""
 
     def __init__(self, folder: str | Path):
         self.folder = Path(folder)
@@ -95,8 +100,8 @@ class Slots:
         return cls(folder)
 
     @classmethod
-    def from_env(cls) -> "Slots | None":
-        folder = os.environ.get(SLOTS_ENV)
+    def from_env(cls, env=None) -> "Slots | None":
+        folder = (os.environ if env is None else env).get(SLOTS_ENV)
         if not folder or not Path(folder).is_dir():
             return None
         return cls(folder)
@@ -124,10 +129,39 @@ class Slots:
             return lock
         return None
 
+    def signal(self, holder: str, what: str) -> Path:
+        """The file by which the process of the build's item ``holder`` tells the build that it waits on another
+        process (``what`` = "lent": the build gives the core it holds for the item to other work) or that its wait
+        has ended ("wanted": the build takes a core for it again, before it starts another item). The build removes
+        the file once done (``schedule``); ``waiting`` writes them."""
+        return self.folder / f"{what}-{holder}"
+
     @staticmethod
     def release(lock) -> None:
         if lock is not None:
             lock.release()
+
+
+@contextmanager
+def waiting(env=None):
+    """A block in which this process waits on another one (a training run it needs that another process is
+    training) and computes nothing. Inside a build (``schedule``: ``$ANISOTROPY_SLOTS`` and ``$ANISOTROPY_SLOT_HOLDER``
+    in ``env``, default ``os.environ``), the core the build holds for this process goes to other work while the block
+    runs, and the block ends once the build holds a core for it again (polled every ``POLL_S``, as a ``make -j`` job
+    waits for a token). Anywhere else it changes nothing."""
+    env = os.environ if env is None else env
+    holder, slots = env.get(HOLDER_ENV, ""), Slots.from_env(env)
+    if not holder or slots is None:
+        yield
+        return
+    slots.signal(holder, "lent").touch()
+    try:
+        yield
+    finally:
+        wanted = slots.signal(holder, "wanted")
+        wanted.touch()
+        while wanted.exists() and slots.folder.is_dir():
+            time.sleep(POLL_S)
 
 
 # ---- a Dask client --------------------------------------------------------------------------------------------------
@@ -177,6 +211,8 @@ def client(address: str | None = None, workers: int | None = None, *, retries: i
                 "distributed.worker.memory.terminate": False}
     # the nanny's own 64 KiB trim threshold would make every training step fault its activations in again
     settings.update({f"distributed.nanny.pre-spawn-environ.{k}": v for k, v in malloc_env().items()})
+    # a worker is not the build's item whose kernel started it: only that kernel may lend the item's core (``waiting``)
+    settings[f"distributed.nanny.pre-spawn-environ.{HOLDER_ENV}"] = ""
     with dask.config.set(settings):
         dashboard = "127.0.0.1:0" if announce else None
         with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
@@ -374,12 +410,16 @@ def schedule(fn: Callable, items: list, after: dict, *, jobs: int | None = None,
     thread only waits on it), or with ``processes=True`` in a worker process of a LocalCluster. An exception ``fn``
     raises becomes the item's result (and counts as failed). ``on_done(item, result)`` is called in this thread as
     each item ends. Returns ``{item: result}``. KeyboardInterrupt (Ctrl-C, or SIGTERM through the CLI) propagates at
-    once; stopping what the items started (their kernels) is the caller's part."""
+    once; stopping what the items started (their kernels) is the caller's part.
+
+    Each item's ``env`` names it (``$ANISOTROPY_SLOT_HOLDER``): while a process it started waits on another one
+    (``waiting``), its core is given to other items; when the wait ends, it gets a core again before any other item
+    starts."""
     jobs = max(1, jobs or cores())
     wanted = set(items)
     deps = {item: [d for d in after.get(item, ()) if d in wanted] for item in items}
     results: dict = {}
-    running: dict = {}  # item -> (future, slot lock)
+    running: dict = {}  # item -> (future, slot lock or None once lent, holder)
     woken = threading.Event()
 
     def bad(result) -> bool:
@@ -392,10 +432,11 @@ def schedule(fn: Callable, items: list, after: dict, *, jobs: int | None = None,
 
     with tempfile.TemporaryDirectory(prefix="anisotropy-slots-") as folder, _pool(processes, jobs) as submit:
         slots = Slots.create(jobs, folder)
-        env = {SLOTS_ENV: folder}
+        holders = {item: str(i) for i, item in enumerate(items)}
         try:
             while len(results) < len(items):
-                for item in items:
+                pending = _lend(slots, running)  # items whose processes wait for a core again, before new ones
+                for item in items if not pending else ():
                     if item in results or item in running:
                         continue
                     failure = next((d for d in deps[item] if d in results and bad(results[d])), None)
@@ -407,9 +448,9 @@ def schedule(fn: Callable, items: list, after: dict, *, jobs: int | None = None,
                     fd = slots.take()
                     if fd is None:
                         break  # every core is busy: wait for one
-                    future = submit(fn, item, env)
+                    future = submit(fn, item, {SLOTS_ENV: folder, HOLDER_ENV: holders[item]})
                     future.add_done_callback(lambda _: woken.set())
-                    running[item] = (future, fd)
+                    running[item] = (future, fd, holders[item])
                 if len(results) == len(items):
                     break
                 if not running and len(results) < len(items) and slots_free(slots):
@@ -417,20 +458,46 @@ def schedule(fn: Callable, items: list, after: dict, *, jobs: int | None = None,
                     raise ValueError(f"these items wait on each other: {stuck}")
                 woken.wait(POLL_S)  # an item has ended, or (after the timeout) a kernel may have given a slot back
                 woken.clear()
-                for item, (future, fd) in list(running.items()):
+                for item, (future, fd, holder) in list(running.items()):
                     if future.done():
                         del running[item]
                         Slots.release(fd)
+                        for what in ("lent", "wanted"):
+                            slots.signal(holder, what).unlink(missing_ok=True)
                         try:
                             result = future.result()
                         except Exception as exc:  # noqa: BLE001 - reported as the item's failure
                             result = exc
                         finish(item, result)
         finally:
-            for future, fd in running.values():
+            for future, fd, _ in running.values():
                 future.cancel()
                 Slots.release(fd)
     return results
+
+
+def _lend(slots: Slots, running: dict) -> bool:
+    """Act on what the running items' processes signal (``waiting``): give up the core of one that waits ("lent"),
+    take one again for one whose wait has ended ("wanted"). ``running``: item -> (future, slot lock or None,
+    holder), updated. Whether an item still waits for a core. ``waiting`` writes "lent" before "wanted", so "wanted"
+    is looked for first: seen with a core still held, the item keeps that core."""
+    pending = False
+    for item, (future, fd, holder) in list(running.items()):
+        lent, wanted = slots.signal(holder, "lent"), slots.signal(holder, "wanted")
+        if wanted.exists():
+            if fd is None:
+                fd = slots.take()
+                if fd is None:
+                    pending = True
+                    continue
+            wanted.unlink()
+            lent.unlink(missing_ok=True)
+        elif lent.exists():
+            Slots.release(fd)
+            fd = None
+            lent.unlink()
+        running[item] = (future, fd, holder)
+    return pending
 
 
 def slots_free(slots: Slots) -> bool:

@@ -1,5 +1,6 @@
 """The Jupyter kernels that execute chapters: each started with its own environment, working folder and log, so that
-several run at once from threads of one process; its process tree's CPU time and peak memory; stopping them all."""
+several run at once from threads of one process; its process tree's CPU time and peak memory; the plain processes of
+the build's training units (``process``); stopping them all."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import logging
 import os
 import re
 import signal
+import subprocess
 import threading
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,7 +16,7 @@ from pathlib import Path
 # -- kernels: started with their own environment, working folder and log, so that several run at once from threads
 # of one process (nothing process-wide is changed: no os.environ, no working directory, no file descriptor 2) --------
 
-_KERNELS: dict[int, object] = {}  # pid -> kernel manager, of the kernels this process has running
+_KERNELS: dict[int, object] = {}  # pid -> kernel manager (or Popen), of the kernels and units this process has running
 _KERNELS_LOCK = threading.Lock()
 
 
@@ -133,9 +135,30 @@ def kernel(env: dict, cwd: str, log: Path, cpu: list | None = None, peak: list |
                     _KERNELS.pop(pid, None)
 
 
+def process(cmd: list[str], env: dict, cwd: str, log: Path) -> tuple[int, float | None]:
+    """Run ``cmd`` (a training unit of the build) to its end with ``env`` in ``cwd``, in a session of its own that
+    ``stop_kernels`` stops, its output going to ``log``. Returns its exit status and its CPU seconds (user and
+    system, its own and its waited-for children's, from ``os.wait4``; None where that is missing)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as stream:
+        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=stream, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        with _KERNELS_LOCK:
+            _KERNELS[proc.pid] = proc
+        try:
+            if not hasattr(os, "wait4"):  # not POSIX
+                return proc.wait(), None
+            _, status, usage = os.wait4(proc.pid, 0)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            return proc.returncode, usage.ru_utime + usage.ru_stime
+        finally:
+            with _KERNELS_LOCK:
+                _KERNELS.pop(proc.pid, None)
+
+
 def stop_kernels() -> int:
-    """Kill every kernel this process has running (each runs in its own session, with whatever it started: its
-    Dask workers, a training run), e.g. when a build is interrupted. Returns how many."""
+    """Kill every kernel and unit this process has running (each runs in its own session, with whatever it started:
+    its Dask workers, a training run), e.g. when a build is interrupted. Returns how many."""
     with _KERNELS_LOCK:
         pids = list(_KERNELS)
     for pid in pids:

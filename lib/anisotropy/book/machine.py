@@ -35,6 +35,7 @@ from anisotropy import executor, paths
 
 REFERENCE = Path("benchmarks") / "results" / "build_reference.json"
 REFERENCE_PROFILE = "local"  # the build whose times benchmarks/results/builds.csv records, calibrated before it starts
+SUITES_CHAPTER = "checkpoint_suites"  # the chapter whose kernel trained every suite before the build had units
 _STEP_REPEATS = 3  # measured updates per recipe, after one warm-up update
 
 
@@ -178,16 +179,51 @@ def reference(path: Path | None = None) -> dict | None:
         return None
 
 
-def estimate_build(cal: dict, ref: dict | None, chapters: list[str] | None = None) -> dict | None:
+def item_seconds(ref: dict | None, items: list[str], profile: str = REFERENCE_PROFILE) -> dict[str, float]:
+    """The reference build's CPU seconds of each of a build's ``items`` that it tells: a chapter's own, and a
+    training unit's (``book.units``) as its run's cost (``training.trainer.cost``) times the reference's CPU seconds
+    of training per unit of cost (its units', or, in a reference from before the units, its suites chapter's, whose
+    kernel trained every run: that chapter's own seconds are then taken as nothing beside units). ``{}`` without a
+    reference."""
+    from anisotropy.book import units
+
+    if not ref:
+        return {}
+    per = ref["chapters_cpu_seconds"]
+    out = {n: float(per[n]) for n in items if n in per and not units.is_unit(n)}
+    trains = [units.parse(n) for n in items if units.is_unit(n)]
+    if not trains:
+        return out
+    from anisotropy.training import recipes, trainer
+
+    source = ref.get("profile", REFERENCE_PROFILE)
+    timed = [units.parse(n) for n in per if units.is_unit(n)]
+    if timed:
+        spent = sum(per[u.name] for u in timed)
+    else:
+        timed = [units.Unit(r.suite, r.seed) for name, spec in recipes.suite_specs(source).items()
+                 for r in recipes.recipes(name, spec)]
+        spent = per.get(SUITES_CHAPTER, 0.0)
+        if SUITES_CHAPTER in out:
+            out[SUITES_CHAPTER] = 0.0
+    rate = spent / max(sum(trainer.cost(u.recipe(source)) for u in timed), 1.0)
+    out.update({u.name: rate * trainer.cost(u.recipe(profile)) for u in trains})
+    return out
+
+
+
+def estimate_build(cal: dict, ref: dict | None, chapters: list[str] | None = None,
+                   profile: str = REFERENCE_PROFILE) -> dict | None:
     """Estimated CPU and wall seconds of a fresh build on the calibrated machine: the reference build's CPU seconds
-    of each chapter (``chapters``: those to run; all by default) divided by ``speed_index``, and the wall time at
-    the reference build's cores-busy ratio."""
+    of each item (``chapters``: those to run, training units included; all by default; ``item_seconds``) divided by
+    ``speed_index``, and the wall time at the reference build's cores-busy ratio."""
     if not ref:
         return None
     index = speed_index(cal, ref["calibration"])
     per = ref["chapters_cpu_seconds"]
-    wanted = [c for c in (chapters or per) if c in per]
-    cpu = sum(per[c] for c in wanted) / index + ref.get("other_cpu_seconds", 0.0) / index
+    wanted = list(chapters or per)
+    seconds = item_seconds(ref, wanted, profile)
+    cpu = sum(seconds.values()) / index + ref.get("other_cpu_seconds", 0.0) / index
     busy = ref["cpu_seconds"] / ref["wall_seconds"]
     return {"speed_index": index, "cpu_seconds": cpu, "wall_seconds": cpu / busy,
-            "chapters": len(wanted), "missing": [c for c in (chapters or []) if c not in per]}
+            "chapters": len(seconds), "missing": [c for c in (chapters or []) if c not in seconds]}

@@ -11,7 +11,6 @@ that is interrupted resumes where it stopped and a finished chapter is not execu
 from __future__ import annotations
 
 import ast
-import hashlib
 import json
 import os
 import re
@@ -24,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from anisotropy import executor, fingerprint, paths, profiles, progress as progress_lines, results
-from anisotropy.book import kernels
+from anisotropy.book import kernels, timeline, units
 from anisotropy.errors import UserError
 
 from anisotropy.profiles import EXECUTED, chapters  # noqa: E402 - the book's chapters, read from _toc.yml
@@ -117,6 +116,7 @@ class Outcome:
     log: str | None = None  # the kernel's messages
     blocked: bool = False  # not executed: a chapter it runs after failed
     cpu_seconds: float | None = None  # CPU time of the chapter's kernel and every process it started
+    span: tuple[float, float] | None = None  # (start, end) in a build, seconds since it started (``execute_all``)
 
 
 @dataclass
@@ -147,9 +147,10 @@ def _parameters(name: str, profile: str, overrides: dict | None = None) -> tuple
 def _stamp(profile: str, params: dict, name: str) -> dict:
     """What an executed notebook is keyed by: profile, parameters, its source, and the library's code (every module:
     figures and text depend on them all; the numbers themselves come from the results store, keyed more finely); for
-    a chapter that owns claims or gathers other chapters' rows, what those depend on (``claims.stamp_inputs``); and
-    the stamps of the chapters it runs after, under the same profile: a chapter that measures the suites shows what
-    the suites' recipes trained, so a changed recipe executes it again (it was reused with the old numbers)."""
+    a chapter that owns claims or gathers other chapters' rows, what those depend on (``claims.stamp_inputs``); the
+    stamps of the chapters it runs after, under the same profile; and the recipes of the self-trained suites it
+    measures (its front matter's ``suites``, ``book.units``): a changed recipe executes it again (it was reused with
+    the old numbers)."""
     from anisotropy.claims.ledger import stamp_inputs
 
     stamp = {"profile": profile, "parameters": params, "source_hash": profiles.source_hash(name),
@@ -157,6 +158,10 @@ def _stamp(profile: str, params: dict, name: str) -> dict:
     after = profiles.read_notebook(name).metadata.get("anisotropy", {}).get("after", []) or []
     if after:
         stamp["after"] = {dep: _stamp(profile, _parameters(dep, profile)[1], dep) for dep in after}
+    read = units.suites_read(name)
+    if read:  # the recipes of the suites it measures: other recipes, other checkpoints
+        specs = profiles.chapter_parameters(profile, "checkpoint_suites").get("suites", {})
+        stamp["suites"] = {suite: specs.get(suite) for suite in read}
     inputs = stamp_inputs(name, profile)
     return stamp if inputs is None else {**stamp, "inputs": inputs}
 
@@ -411,8 +416,8 @@ def started(name: str, profile: str, estimate: float | None = None) -> None:
 
 def dependencies(names: list[str] | None = None) -> dict[str, list[str]]:
     """For each chapter, the chapters it runs after, as its front matter states (``anisotropy: {after: [...]}``):
-    those whose stored results or trained suites it reads. Each must be a chapter that comes before it in
-    ``_toc.yml`` (the serial order stays a valid order)."""
+    those whose stored results it reads. Each must be a chapter that comes before it in ``_toc.yml`` (the serial
+    order stays a valid order). The self-trained suites it measures are not among them (``suites``: ``book.units``)."""
     order = chapters()
     names = names or order
     found, problems = {}, []
@@ -429,15 +434,6 @@ def dependencies(names: list[str] | None = None) -> dict[str, list[str]]:
     return found
 
 
-def _build_chapter(name: str, env: dict, profile: str, rerun: bool, recompute: bool,
-                   estimates: dict | None = None) -> Outcome:
-    job = prepare(name, profile, rerun=rerun, recompute=recompute, env={**KERNEL_THREADS, **env})
-    if isinstance(job, Outcome):  # reused: nothing starts
-        return job
-    started(name, profile, (estimates or {}).get(name))
-    return finish(run_job(job))
-
-
 # One torch/BLAS thread per chapter kernel of a build: the build keeps every core busy with chapters (and their own
 # Dask workers), and two threads on one core spin against each other. It also keeps the numbers independent of how
 # the chapters happen to overlap. A value set in the environment is kept.
@@ -447,16 +443,26 @@ KERNEL_THREADS = {name: os.environ.get(name, "1") for name in ("OMP_NUM_THREADS"
 KERNEL_MALLOC = executor.malloc_env()
 
 
-def execute_all(profile: str, only: list[str] | None = None, rerun: bool = False, recompute: bool = False,
-                jobs: int | None = None, processes: bool = False, estimates: dict | None = None) -> list[Outcome]:
-    """Execute the chapters (``only`` some) under ``profile``: each after the chapters it depends on
-    (``dependencies``), independent ones at the same time, ``jobs`` at a time (default: the cores; the cores are
-    shared with what a chapter starts itself through ``executor.map``). A line per chapter as it starts and as it ends
-    (with ``estimates``, chapter -> estimated wall seconds, beside them), its progress lines in between (``_Echo``); a
-    failed chapter does not stop the others, but those that run after it are not run. Returns the outcomes in
-    ``_toc.yml`` order."""
-    import functools
+@dataclass
+class Plan:
+    """What a build executes: its ``chapters`` (``_toc.yml`` order) with what each runs after (``after``), and the
+    training ``units`` the chapters to execute need (``book.units``), costliest first."""
 
+    profile: str
+    chapters: list[str]
+    after: dict[str, list[str]]
+    units: list = field(default_factory=list)
+
+    @property
+    def items(self) -> list[str]:
+        """The units' names, then the chapters."""
+        return [u.name for u in self.units] + self.chapters
+
+
+def plan(profile: str, only: list[str] | None = None, rerun: bool = False, recompute: bool = False) -> Plan:
+    """The ``Plan`` of a build under ``profile`` (``only`` some chapters): a unit for every run not yet trained of
+    the suites read by the chapters that will execute (not reused: ``prepare``, asked here once more; a chapter is
+    prepared again when it starts, since a gatherer's stamp depends on what the chapters before it stored)."""
     names = chapters()
     if only:
         unknown = [n for n in only if n not in names]
@@ -465,6 +471,85 @@ def execute_all(profile: str, only: list[str] | None = None, rerun: bool = False
         names = [n for n in names if n in only]
     profiles.check_profile(profile, names)
     after = dependencies(names)
+
+    def executes(name: str) -> bool:
+        try:
+            return not isinstance(prepare(name, profile, rerun=rerun, recompute=recompute), Outcome)
+        except Exception:  # noqa: BLE001 - its failure is reported when the build reaches it
+            return False
+
+    reading = [n for n in names if units.suites_read(n) and executes(n)]
+    return Plan(profile, names, after, units.needed(profile, reading) if reading else [])
+
+
+def longest_first(items: list[str], seconds: dict[str, float]) -> list[str]:
+    """``items`` by estimated ``seconds``, longest first; those without an estimate last, in their own order."""
+    return sorted(items, key=lambda name: -seconds.get(name, 0.0))
+
+
+def _build_item(name: str, env: dict, profile: str, rerun: bool, recompute: bool, clock: float,
+                estimates: dict | None = None) -> Outcome:
+    """Execute one item of a build (a chapter, or a training unit in a process of its own) with the slots' ``env``;
+    its outcome carries its span on the build's ``clock``."""
+    start = time.perf_counter()
+    if units.is_unit(name):
+        outcome = _train_unit(units.parse(name), env, profile, (estimates or {}).get(name))
+    else:
+        job = prepare(name, profile, rerun=rerun, recompute=recompute, env={**KERNEL_THREADS, **env})
+        if isinstance(job, Outcome):  # reused: nothing starts
+            return job
+        started(name, profile, (estimates or {}).get(name))
+        outcome = finish(run_job(job))
+    if not outcome.reused:
+        outcome.span = (start - clock, time.perf_counter() - clock)
+    return outcome
+
+
+def _train_unit(unit, env: dict, profile: str, estimate: float | None = None) -> Outcome:
+    """Train one unit's run in a process of its own (``book.units``), its progress lines echoed to this console; a
+    run that a chapter has trained, or is training, by now needs no process (it is reused)."""
+    from anisotropy.training import checkpoints
+
+    recipe = unit.recipe(profile)
+    if checkpoints.is_trained(recipe) or checkpoints.in_training(recipe):
+        return Outcome(unit.name, checkpoints.run_dir(recipe), 0.0, reused=True)
+    started(unit.name, profile, estimate)
+    log = root() / "_build" / "logs" / unit.log
+    cmd = [sys.executable, "-m", "anisotropy.book.units", unit.suite, str(unit.seed), profile]
+    start = time.perf_counter()
+    echo = _Echo(unit.name, log)
+    echo.start()
+    try:
+        code, cpu = kernels.process(cmd, {**os.environ, **KERNEL_THREADS, **KERNEL_MALLOC, **env}, str(root()), log)
+    finally:
+        echo.stop()
+    seconds = time.perf_counter() - start
+    error = None
+    if code != 0:
+        tail = [line for line in (read_text(log) or "").splitlines() if line.strip()][-3:]
+        error = f"{unit.name}: the training run failed (exit {code}): {' / '.join(tail)}\n    log: {log}"
+    return Outcome(unit.name, log, seconds, error=error, cpu_seconds=round(cpu, 2) if cpu is not None else None)
+
+
+def execute_all(profile: str, only: list[str] | None = None, rerun: bool = False, recompute: bool = False,
+                jobs: int | None = None, processes: bool = False, estimates: dict | None = None,
+                plan_: Plan | None = None) -> list[Outcome]:
+    """Execute the chapters (``only`` some) under ``profile``, and the training runs of the suites they read as units
+    of their own (``book.units``): each chapter after the chapters it depends on (``dependencies``), independent
+    items at the same time, longest first (``estimates``, item -> estimated wall seconds, else the reference build's
+    CPU seconds, ``machine.item_seconds``), ``jobs`` at a time (default: the cores; the cores are shared with what a
+    chapter starts itself through ``executor.map``, and a chapter that waits for a unit's run gives its core back
+    meanwhile, ``executor.waiting``). A line per item as it starts and as it ends (with its estimate), its progress
+    lines in between (``_Echo``); a failed item does not stop the others, but the chapters that run after it are not
+    run. Returns the outcomes: the units', then the chapters' in ``_toc.yml`` order. ``plan_``: the build's ``plan``
+    if already made."""
+    import functools
+
+    from anisotropy.book import machine
+
+    plan_ = plan_ or plan(profile, only, rerun=rerun, recompute=recompute)
+    items = plan_.items
+    order = longest_first(items, estimates or machine.item_seconds(machine.reference(), items, profile))
     outcomes: dict[str, Outcome] = {}
 
     def done(name, result) -> None:
@@ -478,16 +563,17 @@ def execute_all(profile: str, only: list[str] | None = None, rerun: bool = False
         else:
             outcome = result
         outcomes[name] = outcome
-        progress(outcome, profile, len(outcomes), len(names), estimate=(estimates or {}).get(name))
+        progress(outcome, profile, len(outcomes), len(items), estimate=(estimates or {}).get(name))
 
-    fn = functools.partial(_build_chapter, profile=profile, rerun=rerun, recompute=recompute, estimates=estimates)
+    fn = functools.partial(_build_item, profile=profile, rerun=rerun, recompute=recompute, clock=time.perf_counter(),
+                           estimates=estimates)
     try:
-        executor.schedule(fn, names, after, jobs=jobs, processes=processes, failed=lambda o: bool(o.error),
+        executor.schedule(fn, order, plan_.after, jobs=jobs, processes=processes, failed=lambda o: bool(o.error),
                           on_done=done)
     except KeyboardInterrupt:
-        kernels.stop_kernels()  # the chapters still running: their partial notebooks stay partial
+        kernels.stop_kernels()  # the chapters and units still running: their partial notebooks stay partial
         raise
-    return [outcomes[n] for n in names]
+    return [outcomes[n] for n in items]
 
 
 def _cpu_seconds() -> float:
@@ -539,11 +625,12 @@ def build_html(strict: bool = True) -> Path:
 
 def build(profile: str = "local", rerun: bool = False, recompute: bool = False, jobs: int | None = None,
           processes: bool = False, html: bool = True) -> Path | None:
-    """Execute every chapter under ``profile`` (``execute_all``: independent chapters at once, ``jobs`` at a time),
-    then render the book (unless not ``html``: then returns None). Reports wall and CPU time beside the machine's
-    calibration (``book.machine``): before it starts, the estimate from the committed reference build, and after it, the
-    measured figures, also written to ``_build/build-times.json`` (the reference's format); raises ``ChapterFailed``
-    with one report."""
+    """Execute every chapter under ``profile``, and the training runs of the suites they read as units of their own
+    (``execute_all``: independent items at once, longest first, ``jobs`` at a time), then render the book (unless not
+    ``html``: then returns None). Reports wall and CPU time beside the machine's calibration (``book.machine``):
+    before it starts, the estimate from the committed reference build, and after it, the measured figures with the
+    cores busy on average and the idle core-seconds on the critical path (``book.timeline``), also written to
+    ``_build/build-times.json`` (the reference's format); raises ``ChapterFailed`` with one report."""
     from anisotropy.book import machine
     from anisotropy.executor import cores
 
@@ -554,11 +641,13 @@ def build(profile: str = "local", rerun: bool = False, recompute: bool = False, 
         ref = machine.reference()
         cal = machine.calibrate(profile)
         print(f"This machine: {machine.describe(cal)} (calibrated in {cal['seconds']:.0f} s).", flush=True)
+    plan_ = plan(profile, rerun=rerun, recompute=recompute)
     estimates = None
     if cal and ref and ref.get("calibration") and ref.get("profile") == profile:
-        est = machine.estimate_build(cal, ref, chapters())
+        fresh = [u.name for u in units.needed(profile, plan_.chapters, trained=True)] + plan_.chapters
+        est = machine.estimate_build(cal, ref, fresh, profile)
         estimates = {name: seconds / est["speed_index"] for name, seconds in
-                     ref.get("chapters_wall_seconds", {}).items()}
+                     machine.item_seconds(ref, plan_.items, profile).items()}
         print(f"Estimated for a fresh build here: {est['cpu_seconds'] / 60:.0f} CPU-minutes, "
               f"{est['wall_seconds'] / 60:.0f} minutes of wall time (the reference build of {ref['commit']}: "
               f"{ref['cpu_seconds'] / 60:.0f} CPU-minutes on a machine {1 / est['speed_index']:.2f} times "
@@ -566,32 +655,45 @@ def build(profile: str = "local", rerun: bool = False, recompute: bool = False, 
               f"10-30% between runs a minute apart on the same machine, so read it as +/- 20%; chapters already "
               f"executed are reused, so a rebuild takes less).", flush=True)
     outcomes = execute_all(profile, rerun=rerun, recompute=recompute, jobs=jobs, processes=processes,
-                           estimates=estimates)
+                           estimates=estimates, plan_=plan_)
     failed = [o for o in outcomes if o.error and not o.blocked]
     blocked = [o for o in outcomes if o.blocked]
     ran = sum(o.seconds for o in outcomes)
     wall, cpu = time.perf_counter() - start, _cpu_seconds() - cpu_start
-    print(f"{len(outcomes) - len(failed) - len(blocked)} of {len(outcomes)} chapters executed ({ran:.0f} s of "
-          f"execution, up to {jobs} at a time): {wall:.0f} s of wall time, {cpu:.0f} s of CPU time (this process "
-          f"and the chapters' kernels), {cpu / max(wall, 1e-9):.2f} cores busy on average.")
+    spans = [timeline.Span(o.name, *o.span, o.cpu_seconds or 0.0, tuple(plan_.after.get(o.name, ())))
+             for o in outcomes if o.span]
+    path = timeline.critical_path(spans)
+    idle = timeline.idle_core_seconds(spans, path, jobs)
+    trained = len(plan_.units)
+    print(f"{len(outcomes) - trained - len(failed) - len(blocked)} of {len(plan_.chapters)} chapters executed"
+          f"{f' and {trained} training run(s) as units' if trained else ''} ({ran:.0f} s of execution, up to {jobs} "
+          f"at a time): {wall:.0f} s of wall time, {cpu:.0f} s of CPU time (this process, the chapters' kernels and "
+          f"the units), {timeline.cores_busy(cpu, wall):.2f} cores busy on average, {idle:.0f} idle core-seconds on "
+          f"the critical path ({' > '.join(s.name for s in path) or 'nothing executed'}).")
     if failed or blocked:
         report = "\n".join(f"  - {o.error}" for o in failed + blocked)
         after = f" ({len(blocked)} not run after them)" if blocked else ""
-        raise ChapterFailed(f"{len(failed)} chapter(s) failed{after}; the book was not rendered:\n{report}")
+        runs = sum(units.is_unit(o.name) for o in failed)
+        what = f"{len(failed) - runs} chapter(s)" + (f" and {runs} training run(s)" if runs else "")
+        raise ChapterFailed(f"{what} failed{after}; the book was not rendered:\n{report}")
     if not html:
         return None
     index = build_html()
     wall, cpu = time.perf_counter() - start, _cpu_seconds() - cpu_start
-    print(f"Book built in {wall:.0f} s of wall time, {cpu:.0f} s of CPU time ({cpu / max(wall, 1e-9):.2f} cores "
-          f"busy on average): open {index}")
-    _record_times(profile, outcomes, wall, cpu, cal)
+    print(f"Book built in {wall:.0f} s of wall time, {cpu:.0f} s of CPU time ({timeline.cores_busy(cpu, wall):.2f} "
+          f"cores busy on average; {idle:.0f} idle core-seconds on the critical path): open {index}")
+    _record_times(profile, outcomes, wall, cpu, cal, spans=spans, path=path, idle=idle)
     return index
 
 
-def _record_times(profile: str, outcomes: list[Outcome], wall: float, cpu: float, cal: dict | None) -> Path:
-    """Write ``_build/build-times.json``: the build's wall and CPU seconds, each executed chapter's CPU seconds and the
-    calibration, in the format of ``book.machine.REFERENCE`` (a fresh build's file, copied there, is the next reference).
-    With chapters reused, the file describes a partial build (``reused`` lists them)."""
+def _record_times(profile: str, outcomes: list[Outcome], wall: float, cpu: float, cal: dict | None,
+                  spans: list | None = None, path: list | None = None, idle: float | None = None) -> Path:
+    """Write ``_build/build-times.json``: the build's wall and CPU seconds, each executed item's (chapter's or
+    training unit's) CPU and wall seconds and span, the cores busy on average, the critical path with its idle
+    core-seconds (``book.timeline``), and the calibration, in the format of ``book.machine.REFERENCE`` (a fresh
+    build's file, copied there, is the next reference; ``benchmarks/results/builds.csv``'s ``cores_busy`` and
+    ``idle_core_s`` come from it). With chapters reused, the file describes a partial build (``reused`` lists
+    them)."""
     per = {o.name: o.cpu_seconds for o in outcomes if o.cpu_seconds is not None and not o.reused}
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root(), capture_output=True,
@@ -601,7 +703,11 @@ def _record_times(profile: str, outcomes: list[Outcome], wall: float, cpu: float
     record = {"profile": profile, "commit": commit, "wall_seconds": round(wall, 1), "cpu_seconds": round(cpu, 1),
               "chapters_cpu_seconds": per, "other_cpu_seconds": round(max(0.0, cpu - sum(per.values())), 1),
               "chapters_wall_seconds": {o.name: round(o.seconds, 1) for o in outcomes if not o.reused},
-              "reused": [o.name for o in outcomes if o.reused], "calibration": cal}
+              "reused": [o.name for o in outcomes if o.reused],
+              "cores_busy": round(timeline.cores_busy(cpu, wall), 2),
+              "idle_core_s": None if idle is None else round(idle),
+              "critical_path": [s.name for s in path or []],
+              "spans": {s.name: [round(s.start, 1), round(s.end, 1)] for s in spans or []}, "calibration": cal}
     out = root() / "_build" / "build-times.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1) + "\n")

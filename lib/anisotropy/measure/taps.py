@@ -48,6 +48,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 import torch
 
+from anisotropy.measure.rows import one_thread
 from anisotropy.measure.streaming import LayerStats
 from anisotropy.measure.streaming import Tee as Tee  # importable from here, where it was first
 
@@ -602,12 +603,16 @@ def extract(loaded, examples: Iterable, batch_size: int = 8, max_length: int = 1
             first_example = n_examples
             n_examples += len(chunk)
             offset = first
-            for name, states, keep in fn(loaded, chunk, ctx):
-                for i, h in enumerate(states):
-                    layer = offset + i
-                    if part is None or name == part:
-                        _feed(result, layer, name, i, h, keep, make, first_example)
-                offset += len(states)
+            passes = fn(loaded, chunk, ctx)  # the forward pass, on every thread torch has
+            # Feeding is many small reductions per layer, where a second thread mostly waits at barriers (one_thread);
+            # each is computed alike on any number of threads, so the numbers do not change.
+            with one_thread():
+                for name, states, keep in passes:
+                    for i, h in enumerate(states):
+                        layer = offset + i
+                        if part is None or name == part:
+                            _feed(result, layer, name, i, h, keep, make, first_example)
+                    offset += len(states)
             if bar is not None:
                 bar.update(len(chunk))
     if bar is not None:

@@ -11,18 +11,24 @@ results do: the next runtime's chapters find the suite before they would train i
 Otherwise (the default store, a checkout's ``results/``, or a URL store) in ``cache_dir()/checkpoints``. A results key
 names a checkpoint ``cache:checkpoints/<suite>/...`` in either place (``results.checkpoint_key``). Tokenizers and token
 arrays stay in the cache: they are remade from the corpus, identically, in a new runtime.
+
+Who trains a run holds its lock (``claimed``: an OS file lock of the run's folder, ``run_lock``), so that a process
+that needs a run another one is training (a chapter, while the book build trains the suites as units of their own)
+waits for it and then finds it trained, instead of training it a second time; while it waits, the build gives its
+core to other work (``executor.waiting``).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
-from anisotropy import fingerprint, hub, paths
+from anisotropy import executor, fingerprint, hub, paths, progress
 from anisotropy.training.recipes import Recipe
 
 
@@ -80,6 +86,53 @@ def checkpoints(recipe: Recipe, out_dir: str | Path | None = None) -> list[Check
 def is_trained(recipe: Recipe, out_dir: str | Path | None = None) -> bool:
     done = checkpoints(recipe, out_dir)
     return bool(done) and done[-1].step == recipe.steps
+
+
+def run_lock(recipe: Recipe, out_dir: str | Path | None = None):
+    """The lock of ``recipe``'s run: a ``filelock.FileLock`` named after the run's folder, in the cache's ``locks``
+    folder (an OS lock, which goes with its holder, so a killed run keeps none; on the machine's own disk, not beside
+    the run, which may live on a network drive without OS locks, such as Google Drive on Colab)."""
+    import hashlib
+
+    from filelock import FileLock
+
+    run = run_dir(recipe, out_dir).resolve()
+    folder = paths.cache_dir() / "locks"
+    folder.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256(str(run).encode()).hexdigest()[:16]
+    return FileLock(folder / f"{recipe.suite}-seed-{recipe.seed}-{digest}.lock", thread_local=False)
+
+
+@contextmanager
+def claimed(recipe: Recipe, out_dir: str | Path | None = None):
+    """The block holds ``recipe``'s run lock: at once, or, while another process trains the run, once that process
+    lets it go, this process's core lent to the build meanwhile (``executor.waiting``)."""
+    from filelock import Timeout
+
+    lock = run_lock(recipe, out_dir)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        progress.say(f"waiting for {recipe.suite} seed {recipe.seed}, which another process is training")
+        with executor.waiting():
+            lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def in_training(recipe: Recipe, out_dir: str | Path | None = None) -> bool:
+    """Whether another process holds ``recipe``'s run lock now (is training it)."""
+    from filelock import Timeout
+
+    lock = run_lock(recipe, out_dir)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return True
+    lock.release()
+    return False
 
 
 def training_state(checkpoint: Checkpoint | str | Path) -> dict:

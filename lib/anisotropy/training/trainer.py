@@ -33,8 +33,9 @@ import torch
 
 from anisotropy.data import sources, docstrings
 from anisotropy import executor, progress as progress_lines
-from anisotropy.training.checkpoints import (Checkpoint, checkpoints, drop_old_optimizer_states, fresh_state,
-                                             is_trained, resumable, run_dir, save_checkpoint, training_state)
+from anisotropy.training.checkpoints import (Checkpoint, checkpoints, claimed, drop_old_optimizer_states,
+                                             fresh_state, in_training, is_trained, resumable, run_dir,
+                                             save_checkpoint, training_state)
 from anisotropy.training.recipes import (BERT_KINDS, TEXT_KINDS, Recipe, build_model, data_fingerprint, load_model,
                                          paragraph_batches, recipes, suite)
 from anisotropy.training.tasks import prepare, task_for
@@ -85,10 +86,22 @@ def train(recipe: Recipe, out_dir: str | Path | None = None, progress: bool = Tr
     (as an interruption would; for tests and for spreading a long run over sessions). ``threads`` defaults to
     ``recipe.threads``; another count trains correctly but not bit-identically to the recipe's (it is recorded in
     ``training_state.json``).
+
+    Training holds the run's lock (``checkpoints.claimed``): a run another process is training is waited for, then
+    read, not trained again.
     """
-    run = run_dir(recipe, out_dir)
     if is_trained(recipe, out_dir):
         return checkpoints(recipe, out_dir)
+    with claimed(recipe, out_dir):
+        if not is_trained(recipe, out_dir):  # else trained by the process this one waited for
+            _train(recipe, out_dir, progress, snapshot_every_s, threads, stop_after)
+    return checkpoints(recipe, out_dir)
+
+
+def _train(recipe: Recipe, out_dir, progress: bool, snapshot_every_s: float, threads: int | None,
+           stop_after: int | None) -> None:
+    """``train``'s loop, the run's lock held."""
+    run = run_dir(recipe, out_dir)
     device = torch.device(recipe.device)
     task = task_for(recipe)
     ckpt_steps, eval_steps = set(recipe.checkpoint_steps), set(recipe.eval_steps)
@@ -167,7 +180,6 @@ def train(recipe: Recipe, out_dir: str | Path | None = None, progress: bool = Tr
             drop_old_optimizer_states(run, keep=folder)
             last_snapshot = time.perf_counter()
         bar.close()
-    return checkpoints(recipe, out_dir)
 
 
 def cost(recipe: Recipe) -> float:
@@ -196,6 +208,10 @@ def train_many(recipe_list, out_dir: str | Path | None = None, workers: int | No
     (``executor.cores()``); 1 trains here, one run after another. ``progress`` prints one line per finished run (bars
     from several processes would interleave)."""
     recipe_list = list(recipe_list)
+    # A run another process is training (the book build's training units) is waited for here, this process's core
+    # lent meanwhile, rather than by a worker process, which would hold a core while it waits.
+    for r in [r for r in recipe_list if not is_trained(r, out_dir) and in_training(r, out_dir)]:
+        train(r, out_dir=out_dir, progress=False)
     todo = sorted((r for r in recipe_list if not is_trained(r, out_dir)), key=cost, reverse=True)
     for r in todo:
         prepare(r)  # once here rather than raced for by the workers
