@@ -349,6 +349,7 @@ def tidy(table: pd.DataFrame) -> pd.DataFrame:
 def figures(table: pd.DataFrame) -> dict:
     """``{measure: Figure}``: mean cosine (``plots.layer_cosines``, with the isotropic null) and every other measure
     (``plots.layer_measure``) against relative depth, all models on each."""
+    # cost: pulls matplotlib (~0.6 s) into every process that measures (a Dask worker); only the figures draw
     from anisotropy.pages import plots
 
     plots.use_style()
