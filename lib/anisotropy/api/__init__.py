@@ -2,9 +2,8 @@
 models: the two papers' measures of a set of vectors (``mean_cosine``, ``sigma1_share``, ``twonn``), the isotropic
 reference they are read against (``isotropic_null``), one model's per-layer table (``profile``) and the one loader
 (``load``). Each is a thin, documented door to the function of the library that computes it, with an example that
-the tests run (``tests/test_api.py``); the package's ``__init__`` imports this module only when one of them is first
-used (PEP 562), so ``import anisotropy`` stays cheap, and each function imports what it computes with only when
-called.
+the tests run (``tests/test_api.py``). The package's ``__init__`` imports this module, which imports nothing heavy:
+each function imports what it computes with only when called, so ``import anisotropy`` stays cheap.
 
 A set of vectors is an (n, d) numpy array or torch tensor (any float dtype, any device; an (..., d) array is read as
 rows), with an optional ``mask`` of the rows to keep; rows that are zero, NaN or inf are left out
@@ -33,7 +32,7 @@ def mean_cosine(x, mask=None) -> float:
     >>> anisotropy.mean_cosine(np.vstack([np.eye(3), -np.eye(3)]))
     -0.2
     """
-    from anisotropy.measure import statistics
+    from anisotropy.measure import statistics  # cost: pulls torch (~4 s) into `import anisotropy`
 
     return statistics.mean_cosine(x, mask)
 
@@ -52,7 +51,7 @@ def sigma1_share(x, mask=None) -> float:
     >>> round(anisotropy.sigma1_share(np.vstack([np.eye(3), -np.eye(3)])), 12)
     0.333333333333
     """
-    from anisotropy.measure import statistics
+    from anisotropy.measure import statistics  # cost: pulls torch (~4 s) into `import anisotropy`
 
     return statistics.sigma1_share(x, mask)
 
@@ -73,7 +72,7 @@ def twonn(x, discard_fraction: float = 0.1, mask=None) -> float:
     >>> abs(anisotropy.twonn(cube) - 3) < 0.25
     True
     """
-    from anisotropy.measure.twonn import twonn_dimension
+    from anisotropy.measure.twonn import twonn_dimension  # cost: pulls torch (~2.5 s) into `import anisotropy`
 
     return twonn_dimension(x, discard_fraction, mask)
 
@@ -99,7 +98,7 @@ def isotropic_null(d: int, q=0.95):
     """
     import numpy as np
 
-    from anisotropy.measure import baseline
+    from anisotropy.measure import baseline  # cost: pulls scipy and pandas (~1.2 s) into `import anisotropy`
 
     quantile = baseline.isotropic_cosine_quantile(np.asarray(q, dtype=float), int(d))
     return float(quantile) if np.ndim(quantile) == 0 else quantile
@@ -128,7 +127,7 @@ def profile(model, *, text=None, images=None, audio=None, source: str = "prose",
     >>> bool((table["null_q95"] == anisotropy.isotropic_null(32)).all())
     True
     """
-    from anisotropy.experiments import model_profile
+    from anisotropy.experiments import model_profile  # cost: pulls torch/transformers (~4 s) into `import anisotropy`
 
     return model_profile.tidy(model_profile.profile(
         model, text=text, images=images, audio=audio, source=source, n=n, seed=seed, max_length=max_length,
@@ -148,6 +147,6 @@ def load(model, variant: str = "pretrained", revision: str | None = None, device
     >>> loaded.model.config.hidden_size, loaded.model.config.num_hidden_layers
     (32, 2)
     """
-    from anisotropy.models import registry
+    from anisotropy.models import registry  # cost: reads the model table (~0.15 s) in `import anisotropy`
 
     return registry.load_any(model, revision=revision, device=device, dtype=dtype, variant=variant)

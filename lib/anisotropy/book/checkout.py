@@ -9,6 +9,7 @@ import re
 
 from anisotropy import fingerprint, profiles, results
 from anisotropy.book import runner
+from anisotropy.pages.report import install_lines
 
 
 # ---- the .ipynb copies -------------------------------------------------------------------------------------------------------
@@ -57,8 +58,6 @@ def sync(check: bool = False) -> list[str]:
 
     Returns the names whose source or .ipynb was (or would be) changed.
     """
-    from anisotropy.pages.report import install_lines
-
     lines = install_lines()
     changed = []
     for md in sorted((runner.root() / "notebooks").glob("*.md")):
@@ -83,6 +82,7 @@ def clean(dry_run: bool = False) -> tuple[list, int]:
     of sweeps too, in a URL store). Returns (paths or URLs, bytes freed)."""
     import shutil
 
+    # cost: pulls torch/transformers (~8 s) into every `python -m anisotropy` start (book.cli imports this module)
     from anisotropy.models import conversion
     from anisotropy.training import checkpoints
 

@@ -68,6 +68,7 @@ def _plan(profile: str, names: list[str]) -> int:
     the runtime the profile assumes (``chapters.plans.problems``); 1 when something does not fit, else 0."""
     import pandas as pd
 
+    # cost: the plans, the budget and the model table (~0.2 s) into each `python -m anisotropy` start; `plan` only
     from anisotropy.chapters import plans
     from anisotropy.pages import budget
 
@@ -96,6 +97,7 @@ def _plan(profile: str, names: list[str]) -> int:
 
 def _profile(args) -> None:
     """``anisotropy profile``: the table, one figure per measure and the verdicts in ``--out``, the verdicts printed."""
+    # cost: pulls torch/transformers (~3 s) into every `python -m anisotropy` start; only `profile` measures
     from anisotropy.claims import model_verdicts
     from anisotropy.experiments import model_profile
 
@@ -250,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
             verb = "would free" if args.dry_run else "freed"
             print(f"{len(removed)} stale item(s); {verb} {size / 2**20:.1f} MiB")
         elif args.command == "calibrate":
+            # cost: pulls torch (~2.5 s) into every `python -m anisotropy` start; only `calibrate` needs it
             from anisotropy.book import machine
 
             cal = machine.calibrate(args.profile)

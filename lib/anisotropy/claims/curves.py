@@ -56,6 +56,7 @@ def warmup_steps(source: str, profile: str = "local") -> int | None:
     for series, steps in SERIES_WARMUP.items():
         if str(source).startswith(series):
             return steps
+    # cost: pulls torch (~1.2 s) into the claims ledger, which reads stored numbers only
     from anisotropy.training import recipes
 
     try:

@@ -15,6 +15,8 @@ model (the book's own runs) show it.
 
 from __future__ import annotations
 
+from anisotropy.models import registry, table
+
 KIND_KEYS = ("modality", "objective", "architecture", "unit")
 
 #: The four questions a verdict can answer: key -> (short label, the question in words). A claim that needs no
@@ -30,16 +32,12 @@ QUESTIONS = {
 
 def kind_choices() -> dict[str, tuple[str, ...]]:
     """The values each key of a kind may take (the model table's vocabularies)."""
-    from anisotropy.models import table
-
     return {"modality": table.MODALITIES, "objective": table.OBJECTIVES, "architecture": table.STACKS,
             "unit": table.UNITS}
 
 
 def model_kind(name: str) -> dict[str, str] | None:
     """A registry model's kind as {key: value}; None for a name the registry does not know (a checkpoint folder)."""
-    from anisotropy.models import registry
-
     try:
         return dict(zip(KIND_KEYS, registry.spec(name).kind))
     except registry.UnknownModelError:
@@ -96,8 +94,6 @@ def about(claim) -> str:
 
 def not_of_kind(claim, names) -> str:
     """"measured but not of the claim's kind (...): A (kind); B (kind)" for the ``names`` that are not, else ""."""
-    from anisotropy.models import registry
-
     unfit = [n for n in names if not of_kind(claim, n)]
     if not unfit:
         return ""

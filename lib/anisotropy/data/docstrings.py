@@ -12,6 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from anisotropy.data.common import sample
+from anisotropy.paths import cache_dir
 
 
 # ---- the docstring corpus: English prose from the installed packages' documentation ---------------------------------
@@ -204,8 +205,6 @@ def docstring_corpus() -> DocstringCorpus:
     import hashlib
     import json
     import sys
-
-    from anisotropy.paths import cache_dir
 
     installed = _installed_versions(DOCSTRING_PACKAGES)
     key = hashlib.sha256(json.dumps({"packages": installed, "python": sys.version_info[:2],

@@ -11,6 +11,7 @@ from functools import lru_cache
 import numpy as np
 
 from anisotropy import hub
+from anisotropy.data import espeak
 from anisotropy.data.common import DataUnavailableError, sample
 from anisotropy.data.prose import prose_paragraphs
 
@@ -137,8 +138,6 @@ def espeak_speech(n: int, seed: int = 0, voices: tuple[str, ...] | list[str] = E
     pitch drawn from their ranges; eSpeak NG output resampled to 16 kHz. A clip longer than ``max_seconds`` (Whisper
     reads 30-second windows) loses its last sentences. Returns ``{"array", "sampling_rate", "text", "voice", "rate",
     "pitch"}`` dicts; deterministic given the arguments (``data.espeak`` synthesises deterministically)."""
-    from anisotropy.data import espeak
-
     if n <= 0:
         raise ValueError(f"espeak_speech needs n >= 1 samples, got n={n}")
     pool = spoken_sentences()

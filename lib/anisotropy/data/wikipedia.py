@@ -11,6 +11,7 @@ from pathlib import Path
 
 from anisotropy import hub
 from anisotropy.data.common import DataUnavailableError, sample
+from anisotropy.paths import cache_dir
 
 
 # The split's own Parquet files, at their paths in the Hub repository: naming the config (wikitext-103-raw-v1) makes
@@ -74,8 +75,6 @@ def download_enwik8(folder: str | os.PathLike | None = None) -> Path:
     partial or corrupted download never takes the final name."""
     import pooch
 
-    from anisotropy.paths import cache_dir
-
     address, expected = enwik8_url()
     target = Path(folder or cache_dir()) / "enwik8.zip"
     try:
@@ -95,8 +94,6 @@ def download_enwik8(folder: str | os.PathLike | None = None) -> Path:
 def enwik8_path(path: str | os.PathLike | None = None, download: bool = True) -> Path:
     """Where enwik8 is read from: ``path``, else ``$ANISOTROPY_ENWIK8``, else ``cache_dir()/enwik8`` (or
     ``enwik8.zip``), else (``download``) a fresh verified download into the cache (``download_enwik8``)."""
-    from anisotropy.paths import cache_dir
-
     candidates = [Path(path)] if path else []
     if os.environ.get("ANISOTROPY_ENWIK8"):
         candidates.append(Path(os.environ["ANISOTROPY_ENWIK8"]))
@@ -170,8 +167,6 @@ def enwik8_text(path: str | os.PathLike | None = None) -> str:
     """The articles of enwik8 as plain prose (``clean_wikitext`` of every non-redirect page's text), joined by blank
     lines; cached in the cache folder under the SHA-256 of the file's content (cleaning 10^8 bytes takes a while)."""
     import hashlib
-
-    from anisotropy.paths import cache_dir
 
     file = enwik8_path(path)
     data = _read_enwik8(file)

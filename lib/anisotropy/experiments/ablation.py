@@ -17,7 +17,7 @@ import torch
 from anisotropy.measure import statistics
 from anisotropy.experiments import qk_dynamics
 from anisotropy.models.session import session
-from anisotropy import progress as progress_lines, results
+from anisotropy import executor, progress as progress_lines, results
 from anisotropy.training import trainer, checkpoints, recipes as training_recipes
 
 CHAPTER = "beyond_sharp_without_anisotropy"
@@ -97,8 +97,6 @@ def _measure_checkpoint(job: tuple) -> None:
 
 
 def _run(runs, n_texts, max_length, threads, store, workers) -> dict[str, pd.DataFrame]:
-    from anisotropy import executor
-
     texts = held_out_texts(n_texts, runs[0].corpus)
     jobs = []
     for r in runs:

@@ -26,7 +26,9 @@ import torch
 from torch import nn
 
 from anisotropy import progress as progress_lines
-from anisotropy.measure import attention, statistics
+from anisotropy.data import prose
+from anisotropy.measure import attention, statistics, taps
+from anisotropy.models.session import session
 
 VARIANTS = ("post_ln", "pre_ln", "gpt2")
 VARIANT_LABELS = {
@@ -403,10 +405,6 @@ def reference_norms(models, n_texts: int = 256, max_length: int = 128, seed: int
     ``drift_norm`` (||mean||, the trained analogue of the bias norm N), ``mean_cosine``, ``hidden_size`` and, for
     post-LN BERT-family models, ``layer_norm_norm`` = ``analytic_output_norm`` of the LayerNorm that outputs the
     layer."""
-    from anisotropy.data import prose
-    from anisotropy.models.session import session
-    from anisotropy.measure import taps
-
     texts = prose.text_samples(n_texts, seed=seed)
     frames = []
     for name in models:

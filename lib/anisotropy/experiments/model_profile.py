@@ -37,10 +37,13 @@ from typing import Sequence
 import pandas as pd
 import torch
 
-from anisotropy import devices, progress, results
+from anisotropy import devices, hub, progress, results
+from anisotropy.data import sources
 from anisotropy.errors import ModelTooLargeError, UserError
 from anisotropy.experiments import layerwise, spectral
+from anisotropy.measure import taps
 from anisotropy.measure.batches import BATCH_SIZE, BatchedLayer
+from anisotropy.models import registry
 from anisotropy.models.identity import identity
 from anisotropy.models.session import session
 
@@ -144,8 +147,6 @@ def read_audio(folder: str | Path, n: int | None = None) -> list[dict]:
     import numpy as np
     from scipy.signal import resample_poly
 
-    from anisotropy.measure import taps
-
     try:
         import soundfile
     except ImportError:
@@ -169,8 +170,6 @@ def examples(text: str | Path | None = None, source: str = "prose", n: int | Non
     """(examples, their key, their modality): the text file's examples, the folder's images (``read_images``) or
     audio clips (``read_audio``), each the first ``n`` when given, else ``n`` examples of ``source``
     (``data.sources.load``, default ``DEFAULT_N``)."""
-    from anisotropy.data import sources
-
     if n is not None and n < 1:
         raise ProfileInputError(f"--n {n}: give at least one example")
     if sum(x is not None for x in (text, images, audio)) > 1:
@@ -197,10 +196,6 @@ def load(target: Target, device=None, dtype: str | None = None, variant: str = "
     """``models.registry.load_any`` (``variant``: "pretrained", or a registry entry's "untrained" or "tiny") with its
     failures (an unsupported model, and a model that does not read the examples' ``modality``) as one
     ``ProfileInputError`` line."""
-    from anisotropy import hub
-    from anisotropy.measure import taps
-    from anisotropy.models import registry
-
     # transformers' notices would break the one line of an error, and say nothing here
     layerwise.silence_known_warnings()
     try:
@@ -236,8 +231,6 @@ def measure(loaded, examples: Sequence, *, max_length: int = 128, extraction_bat
     text gives (``taps.text_vectors``). The rows equal those of the two separate passes (``layerwise`` then
     ``spectral.measure``), which are still taken where that count is unknown (CANINE, images, speech) or proves
     wrong (a layer with zero or non-finite vectors, so fewer than counted)."""
-    from anisotropy.measure import taps
-
     base = getattr(loaded.model, "base_model", loaded.model)
     loaded.model = base  # the hidden states are the base model's; an LM head would only compute logits
     counted = taps.text_vectors(loaded, examples, batch_size=extraction_batch, max_length=max_length)
@@ -323,8 +316,6 @@ def profile(model: str, *, text: str | Path | None = None, source: str = "prose"
 
 def _label(target: Target, frame: pd.DataFrame) -> str:
     """The legend's name: the registry's display name, a folder's or file's own name, else the Hub id."""
-    from anisotropy.models import registry
-
     path = Path(target.name)
     if registry.known(target.name):
         return str(frame["display"].iloc[0]) + (f" @ {target.revision}" if target.revision else "")
@@ -358,6 +349,7 @@ def tidy(table: pd.DataFrame) -> pd.DataFrame:
 def figures(table: pd.DataFrame) -> dict:
     """``{measure: Figure}``: mean cosine (``plots.layer_cosines``, with the isotropic null) and every other measure
     (``plots.layer_measure``) against relative depth, all models on each."""
+    # cost: pulls matplotlib (~0.6 s) into every process that measures (a Dask worker); only the figures draw
     from anisotropy.pages import plots
 
     plots.use_style()

@@ -36,10 +36,16 @@ import numpy as np
 import pandas as pd
 import torch
 
+from anisotropy.measure import taps
 from anisotropy.measure.final_norm import find_final_norm, final_norm_split
 from anisotropy.measure.batches import BATCH_METRICS, BATCH_SIZE, DEFAULT_METRICS, ROBUST_METRICS, BatchedLayer
-from anisotropy import devices, hub, progress
+from anisotropy import devices, executor, hub, progress, results
+from anisotropy.data import sources
+from anisotropy.experiments import layerwise
+from anisotropy.models import registry
 from anisotropy.models.identity import identity, weights_digest
+from anisotropy.models.session import session
+from anisotropy.training import trainer, checkpoints as training_checkpoints, recipes as training_recipes
 
 STORE_CHAPTER = "paper2_spectral"  # every measurement of this module lives under results/<STORE_CHAPTER>/
 
@@ -91,8 +97,6 @@ def measure_parts(loaded, examples: Iterable, parts: Sequence[str | None], batch
     (``{part: frame}``); ``parts`` of one element is ``measure`` itself (None: the whole model). Several parts need
     ``shuffle_seed``: every example is then read whichever stack is asked for, so each frame equals its own
     ``measure``."""
-    from anisotropy.measure import taps
-
     if len(parts) > 1 and (shuffle_seed is None or None in parts):
         raise ValueError("several parts are measured in one pass only with shuffle_seed and named parts")
 
@@ -217,10 +221,6 @@ def profile(model: str | Path, variant: str = "pretrained", revision: str | None
     vectors, which the protocol leaves out (``measure.taps``); it enters the key only when True. ``robust``: with
     ``sigma1_share``, also ``ROBUST_METRICS`` (two more shares per batch); it enters the key only when False.
     """
-    from anisotropy.data import sources
-    from anisotropy.models.session import session
-    from anisotropy import results
-
     metric_names = tuple(metric_names)
     folder = Path(model)
     is_folder = _is_folder(model)
@@ -277,8 +277,6 @@ def profile(model: str | Path, variant: str = "pretrained", revision: str | None
 
 
 def _is_folder(model) -> bool:
-    from anisotropy.models import registry
-
     return Path(model).is_dir() and str(model) not in registry.MODELS
 
 
@@ -330,10 +328,6 @@ def _entry_stored(entry, kwargs: dict) -> bool:
 
 def _profile_entry(entry, kwargs: dict, skip_unavailable: bool):
     """``(frame, None)``, or ``(None, Skipped)`` for a model that cannot be had here: one entry of ``profiles``."""
-    from anisotropy import hub
-    from anisotropy.experiments import layerwise
-    from anisotropy.models import registry
-
     arguments, entry = _entry_arguments(entry, kwargs)
     try:
         return profile(**arguments, extra=entry), None
@@ -357,9 +351,6 @@ def profiles(models: Sequence[dict | str], skip_unavailable: bool = True, fan_ou
     ``fan_out`` measures the entries through ``executor.map`` ("none": one after another here; "auto" or a scheduler
     address: in parallel, each result written to this store by the worker that computes it).
     """
-    from anisotropy import executor, results
-    from anisotropy.experiments import layerwise
-
     kwargs = {**kwargs, "store": kwargs.get("store") or results.Store()}
     done = executor.map(functools.partial(_profile_entry, kwargs=kwargs, skip_unavailable=skip_unavailable),
                         list(models), retries=1, ready=functools.partial(_entry_stored, kwargs=kwargs),
@@ -380,8 +371,6 @@ def series(checkpoints: Sequence[dict], **kwargs):
 def describe(entries: Sequence[dict]) -> list[str]:
     """One line per model of a chapter's entries for the provenance box: display name, hub id (with its revisions
     when several are measured) or folder, and what the weights are."""
-    from anisotropy.experiments import layerwise
-
     groups: dict[tuple, list[dict]] = {}
     for e in entries:
         groups.setdefault((str(e["model"]), e.get("variant", "pretrained"), e.get("label")), []).append(e)
@@ -401,8 +390,6 @@ def describe(entries: Sequence[dict]) -> list[str]:
 
 
 def _registry_names():
-    from anisotropy.models import registry
-
     return registry.MODELS
 
 
@@ -410,9 +397,6 @@ def hub_checkpoints(name: str, revisions: Sequence[str] = (), **columns) -> tupl
     """Entries for ``series``: one per hub revision of a registry model, with its ``step`` (label: the model), and a
     note per requested revision the model does not have (Bloom sizes have different branches). No ``revisions``:
     every revision the registry lists for the model."""
-    from anisotropy import hub
-    from anisotropy.models import registry
-
     kept, missing = registry.checkpoint_revisions(name, revisions)
     notes = [f"{name} has no checkpoint {r}; the nearest that exist: "
              f"{', '.join(hub.nearest(r, registry.spec(name).revisions))}" for r in missing]
@@ -426,8 +410,6 @@ def suite_checkpoints(suite: str, profile_name: str = "local", seeds: Sequence[i
     ``suite``, ``seed``, ``step``, ``loss`` (validation loss at that step, nats) and ``label`` ("<suite> seed <k>"),
     and one note per seed whose training is missing or unfinished. Training belongs to the checkpoint-suites chapter;
     ``train_missing=True`` trains here instead."""
-    from anisotropy.training import trainer, checkpoints as training_checkpoints, recipes as training_recipes
-
     entries, notes = [], []
     try:
         recipes = training_recipes.suite(suite, profile_name)
@@ -461,8 +443,6 @@ def model_entries(pretrained: Sequence[str] = (), untrained: Sequence[str] = (),
     twice, as an encoder (on frames) and as a decoder (on transcript tokens), each measured on ``speech_data``
     (``source``, ``n_texts``, ``batch_size``, ``n_batches``, ``max_length``, ``data_options`` overriding the text
     settings). Returns ``(entries, notes)``, notes naming suites that are not trained."""
-    from anisotropy.models import registry
-
     entries = [{"model": m, "variant": "pretrained", "label": registry.spec(m).display, "origin": "pretrained"}
                for m in pretrained]
     for m in untrained:
@@ -493,8 +473,6 @@ def model_entries(pretrained: Sequence[str] = (), untrained: Sequence[str] = (),
 def model_table(names: Sequence[str]) -> pd.DataFrame:
     """The registry models ``names`` with what running them takes: parameters, weights in GiB at float32 and
     float16 (activations come on top), and the access condition."""
-    from anisotropy.models import registry
-
     rows = []
     for name in names:
         s = registry.spec(name)
@@ -568,7 +546,5 @@ def layer_average(frame: pd.DataFrame, metric: str = "twonn_dimension", by: Sequ
 
 def memory_gib(name: str, dtype: str = "float32") -> float:
     """Memory of a registry model's weights in GiB at ``dtype`` (activations for a batch of text come on top)."""
-    from anisotropy.models import registry
-
     n = registry.spec(name).n_params or 0
     return n * torch.empty(0, dtype=_torch_dtype(dtype)).element_size() / 2**30

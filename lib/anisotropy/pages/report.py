@@ -17,7 +17,8 @@ import subprocess
 from functools import lru_cache
 from pathlib import Path
 
-from anisotropy import __version__, fingerprint, paths
+from anisotropy import __version__, devices, fingerprint, hub, paths, profiles
+from anisotropy.pages import colab
 
 WALL_TIME_PLACEHOLDER = "measured by the book runner"
 
@@ -98,15 +99,11 @@ def install_command() -> str:
     """The Colab cell's install line: this library at ``install_commit()`` with the dependencies a chapter needs (the
     ``colab`` extra), not the book-building stack, and the exact versions of the packages that shape numbers that
     Colab's default runtime ships (``pages.colab``)."""
-    from anisotropy.pages import colab
-
     return colab.install_command(repository()[0], install_commit())
 
 
 def install_lines() -> list[str]:
     """The body of the install cell's ``if "google.colab" in sys.modules:`` block (``pages.colab.install_lines``)."""
-    from anisotropy.pages import colab
-
     return colab.install_lines(repository()[0], install_commit())
 
 
@@ -257,8 +254,6 @@ def _parameter_table(resolved, described: dict) -> str:
 
 def _paper_like(profile: str) -> bool:
     """The ``paper`` profile, or one based on it (``paper-sim``): its chapters load the papers' models from the Hub."""
-    from anisotropy import profiles
-
     return "paper" in (profile, profiles.load(profile).get("base"))
 
 
@@ -266,8 +261,6 @@ def unverified_note(resolved) -> str:
     """Under a paper-like profile, the sentence that names the Hub facts this chapter's loads rely on (the requests of
     its run's plan, ``resolved.plan``) that the manifest of the Hub (``hub.MANIFEST``) leaves unverified; empty under
     any other profile, or when every such fact was read from a public page."""
-    from anisotropy import hub
-
     if not _paper_like(resolved.profile):
         return ""
     requests = resolved.plan.requests
@@ -282,7 +275,7 @@ def cpu_fallback(resolved) -> str:
     plan, ``resolved.plan``), returned as text; "" otherwise."""
     import warnings
 
-    from anisotropy import devices
+    # cost: the budget and the model table (~0.1 s) into each `python -m anisotropy` start (via book.checkout)
     from anisotropy.pages import budget
 
     device = resolved.values.get("device", "auto")
@@ -301,8 +294,6 @@ def paper_route(resolved) -> tuple[dict, str]:
     """The parameters and profile whose Colab budget a page shows: this run's under the ``paper`` profile or one based
     on it, else the ``paper`` profile's for this chapter (the profile also says where the suites a chapter trains are
     defined)."""
-    from anisotropy import profiles
-
     if _paper_like(resolved.profile):
         return resolved.values, resolved.profile
     return profiles.chapter_parameters("paper", resolved.chapter), "paper"
@@ -312,6 +303,7 @@ def colab_budget(plan):
     """What a chapter asks of a Colab runtime on the ``paper`` route, from its plan there (a ``pages.budget.Plan``;
     ``chapters.plans.colab_budget`` makes it with ``paper_route``): glues ``paper_requests`` (what it downloads, in
     words) and ``colab_budget`` (time, downloads, and what would not fit), and returns the budget table."""
+    # cost: the budget and the model table (~0.1 s) into each `python -m anisotropy` start (via book.checkout)
     from anisotropy.pages import budget
 
     glue("paper_requests", budget.describe(plan))
@@ -328,6 +320,7 @@ def listing(items, empty: str = "none") -> str:
 def model_size(name: str) -> str:
     """The true size of registry model ``name`` in words, from its config: "30 blocks, d = 576" (encoder and decoder
     blocks for an encoder-decoder)."""
+    # cost: the model table (~0.1 s) into each `python -m anisotropy` start (via book.checkout)
     from anisotropy.models import registry
 
     cfg = registry.spec(name).config

@@ -35,7 +35,8 @@ from pathlib import Path
 
 import yaml
 
-from anisotropy import paths
+from anisotropy import devices, hub, paths
+from anisotropy.errors import ModelTooLargeError
 from anisotropy.errors import ProfileError, UserError  # noqa: F401 - ProfileError is also profiles.ProfileError, as before
 
 FOLDER = Path(__file__).resolve().parent
@@ -556,9 +557,6 @@ def one_line_errors() -> None:
         shell = get_ipython()  # noqa: F821 - defined inside IPython only
     except NameError:
         return
-    from anisotropy import hub
-    from anisotropy.errors import ModelTooLargeError
-
     def show(shell, etype, value, tb, tb_offset=None):
         stb = [f"{etype.__name__}: {value}"]
         shell._showtraceback(etype, value, stb)  # the cell's error output (what IPython's showtraceback sends)
@@ -615,8 +613,6 @@ def apply(chapter: str, namespace: dict) -> Resolved:
         check(chapter, {**{k: v for k, v in runtime.items() if k in reference}, **resolved.values}, reference,
               parameter_rules(chapter))
     if _in_kernel() and (profile == "paper" or "cuda" in str(resolved.values.get("device", ""))):
-        from anisotropy import devices
-
         # No GPU where one is needed: stop now, in one line, not deep inside a measurement.
         devices.check_runtime(profile, resolved.values.get("device", "auto"))
     return resolved

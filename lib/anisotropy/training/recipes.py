@@ -24,7 +24,8 @@ import numpy as np
 import torch
 
 from anisotropy.data import docstrings, images as data_images, prose, wikipedia
-from anisotropy import compat, fingerprint, paths
+from anisotropy import compat, fingerprint, paths, profiles
+from anisotropy.models import attention_variants, offline_tokenizers, relative_positions
 
 KINDS = ("mlm", "clm", "char-mlm", "vit", "cnn")
 TEXT_KINDS = ("mlm", "clm", "char-mlm")
@@ -166,8 +167,6 @@ def recipes(name: str, spec: dict) -> list[Recipe]:
 
 def suite_specs(profile: str = "local") -> dict[str, dict]:
     """The suites of a profile: the ``suites`` parameter of its ``checkpoint_suites`` chapter."""
-    from anisotropy import profiles
-
     block = profiles.chapter_parameters(profile, "checkpoint_suites")
     if "suites" not in block:
         raise KeyError(f"profile {profile!r} sets no suites for the checkpoint_suites chapter")
@@ -248,9 +247,7 @@ def _build_tokenizer(kind: str, vocab_size: int, seq_len: int, corpus: str = "pr
                                        # GPT-2 adds wte(token_type_ids) to its inputs: never hand it type ids
                                        model_input_names=["input_ids", "attention_mask"])
     if kind == "mlm":
-        from anisotropy.models.offline_tokenizers import train_wordpiece
-
-        tok = train_wordpiece(train_text, vocab_size, BERT_SPECIALS)
+        tok = offline_tokenizers.train_wordpiece(train_text, vocab_size, BERT_SPECIALS)
     else:  # char-mlm: one token per UTF-8 byte, case and spacing kept
         alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
         vocab = {t: i for i, t in enumerate([*BERT_SPECIALS, *alphabet])}
@@ -360,13 +357,9 @@ def build_model(recipe: Recipe, task=None):
     torch.manual_seed(recipe.seed)
     model = model_class(recipe.kind)(config)
     if recipe.positions != "absolute":  # transformers 5 no longer computes them itself (a no-op under 4)
-        from anisotropy.models.relative_positions import install
-
-        install(model)
+        relative_positions.install(model)
     if recipe.attention_variant != "standard":
-        from anisotropy.models.attention_variants import apply_attention_variant
-
-        apply_attention_variant(model, recipe.attention_variant)
+        attention_variants.apply_attention_variant(model, recipe.attention_variant)
     return model
 
 
@@ -374,7 +367,5 @@ def load_model(recipe: Recipe, folder: Path):
     """The recipe's model read from a checkpoint ``folder``, with its attention variant and implementation."""
     kwargs = {} if recipe.kind == "cnn" else {"attn_implementation": _attn_implementation(recipe)}
     if recipe.attention_variant != "standard" or recipe.positions != "absolute":
-        from anisotropy.models.attention_variants import from_pretrained
-
-        return from_pretrained(model_class(recipe.kind), folder, **kwargs)
+        return attention_variants.from_pretrained(model_class(recipe.kind), folder, **kwargs)
     return model_class(recipe.kind).from_pretrained(folder, **kwargs)

@@ -231,6 +231,7 @@ def layernorm_fixed_point(block: pd.DataFrame, tolerance: float = 0.01, within: 
                           min_side: int = 1) -> Outcome:
     """The measured N* (mean norms) is within ``tolerance`` of the LayerNorm prediction in every seed, interpolated
     between grid norms within a factor ``within`` of it (at least ``min_side`` on each side)."""
+    # cost: pulls torch (~2 s) into the claims ledger, which reads stored numbers only
     from anisotropy.experiments import block as block_module
 
     fixed = block_module.fixed_points(block[block["variant"] == "post_ln"])
@@ -250,6 +251,7 @@ def uniform_at_fixed_point(block: pd.DataFrame, level: float = 0.99, within: flo
                            min_side: int = 1) -> Outcome:
     """The post-LN block's attention entropy at N* (mean norms, interpolated between grid norms within a factor
     ``within`` of it) is above ``level`` of the uniform row's."""
+    # cost: pulls torch (~2 s) into the claims ledger, which reads stored numbers only
     from anisotropy.experiments import block as block_module
 
     post = block[block["variant"] == "post_ln"]
@@ -320,6 +322,7 @@ def anisotropic_at_zero(zero: pd.DataFrame, inputs: str = "BERT's embedding laye
     """Section 4.3 at N = 0: the queries' and the keys' mean cosine (mean over seeds) of the block fed ``inputs``
     (a value of the frame's ``inputs`` column) are both above the isotropic 95th percentile of dimension ``dim``;
     the value gives every reading of the frame."""
+    # cost: pulls scipy (~0.7 s) into the claims ledger, which reads stored numbers only
     from anisotropy.measure.baseline import isotropic_cosine_quantile
 
     if zero.empty or inputs not in set(zero["inputs"]):

@@ -34,6 +34,7 @@ def _rise(curve: pd.Series, min_rho: float, min_kept: float, sign: int = 1) -> t
 def _alignment(part: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     """One run's median |cos(Q̄, K̄)| over heads and share of heads outside the isotropic 95% band of their
     dimension, per checkpoint."""
+    # cost: pulls torch (~2 s) into the claims ledger, which reads stored numbers only
     from anisotropy.experiments.qk_dynamics import null_cosine_bound
 
     bound = null_cosine_bound(int(part["head_dim"].iloc[0]))
@@ -175,7 +176,8 @@ def three_part_test(qk: pd.DataFrame, keep_short: bool = False, min_rho: float =
     change kept). ``holds`` is None for a run whose trends cannot tell (too few checkpoints). With ``keep_short``
     (a page's row for every run), a run kept whole (no warm-up known, as the two stages of untrained and pretrained
     weights: no training series) compares its first and last stage: each of the three moves that way."""
-    from anisotropy.experiments.qk_dynamics import alignment_summary  # imported here: the ledger loads no torch
+    # cost: pulls torch (~2 s) into the claims ledger, which reads stored numbers only
+    from anisotropy.experiments.qk_dynamics import alignment_summary
 
     summary = alignment_summary(runs_from_warmup(qk, keep_short))
     if summary.empty:
@@ -365,6 +367,7 @@ def alignment_unlikely_at_random(qk: pd.DataFrame, alpha: float = 0.01, min_runs
     independent isotropic vectors of the head dimension (``baseline.isotropic_abs_cosine_tail``); holds in most of at
     least ``min_runs`` runs. With ``head_dim`` (the paper's d_h = 64), a run of another head dimension cannot answer:
     chance alignment is likelier in fewer dimensions, so a claim about d_h = 64 is not decided at d_h = 16."""
+    # cost: pulls scipy (~0.7 s) into the claims ledger, which reads stored numbers only
     from anisotropy.measure.baseline import isotropic_abs_cosine_tail
 
     def test(part):

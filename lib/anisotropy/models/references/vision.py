@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from anisotropy.models.formats import images
+from anisotropy.models.references import craft
 from anisotropy.models import conversion, weights
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -25,8 +26,6 @@ def vgg_against_craft(pixel_values: torch.Tensor, path: str | os.PathLike | None
     shape must match) and compare its backbone outputs (relu2_2, relu3_2, relu4_3, relu5_3 in CRAFT's names) with
     the same maps of ``model`` (default: the converted one) on ``pixel_values``. Returns per map the max |difference|
     and the max |value|, and the CRAFT head's output range (a sanity check that the full detector runs)."""
-    from anisotropy.models.references import craft
-
     path = Path(path) if path is not None else weights.PACKAGES["craft-vgg16-bn"].path()
     reference = craft.CRAFT()
     reference.load_state_dict(weights.read_state_dict(path), strict=True)

@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
+from anisotropy.measure import baseline
 from anisotropy.pages.plots.style import PALETTE, figure
 
 
@@ -44,8 +45,6 @@ def cosine_null_quantiles(quantiles: pd.DataFrame, measured: pd.DataFrame | None
     self-trained, cross tiny); models of the same dimension are spread a little sideways so that they do not hide one
     another (``label_points`` writes their names beside them). The exact curve is extended to the largest measured
     dimension; the y axis is linear below 10^-3 so that models at or below zero still show."""
-    from anisotropy.measure import baseline
-
     fig, axes = figure(height=4.4 if measured is not None and len(measured) else 3.8)
     ax = axes[0, 0]
     exact = quantiles.sort_values("d")
