@@ -28,6 +28,7 @@ from torch import nn
 
 from anisotropy import compat
 from anisotropy.models import relative_positions
+from anisotropy.models.relative_positions import self_attention_modules  # one definition, re-exported here
 
 VARIANTS = ("standard", "qk_norm", "centred", "temperature")
 RMS_EPS = 1e-6
@@ -95,17 +96,6 @@ def _self_attention_class(model: nn.Module):
                 self.query.valid = self.key.valid = None
 
     return VariantSelfAttention
-
-
-def self_attention_modules(model: nn.Module) -> list[tuple[nn.Module, str, nn.Module]]:
-    """(parent, attribute, module) of every BERT-style self-attention block (``BertAttention.self``)."""
-    found = []
-    for module in model.modules():
-        inner = getattr(module, "self", None)
-        if isinstance(inner, nn.Module) and isinstance(getattr(inner, "query", None), nn.Linear) \
-                and hasattr(inner, "num_attention_heads"):
-            found.append((module, "self", inner))
-    return found
 
 
 def variant_of(model: nn.Module) -> str:
