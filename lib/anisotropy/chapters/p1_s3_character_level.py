@@ -25,18 +25,10 @@ def glue_peaks(frame: pd.DataFrame, peaks: pd.DataFrame) -> None:
     lowest peak with their models, the range of the peaks over the isotropic 95th percentile, the models above it at
     every layer and those that are not, and the page's dimensions with their percentiles (``char_dims``,
     ``char_q95s``)."""
-    top = peaks.loc[peaks["mean_cosine"].idxmax()]
-    low = peaks.loc[peaks["mean_cosine"].idxmin()]
     report.glue("char_n_models", frame["label"].nunique())
     p1_s3_token_level.glue_sample("char", frame)
-    report.glue("char_top_peak", top["mean_cosine"], "{:.2f}")
-    report.glue("char_top_peak_model", top["label"])
-    report.glue("char_low_peak", low["mean_cosine"], "{:.2f}")
-    report.glue("char_low_peak_model", low["label"])
-    report.glue("char_min_ratio", peaks["above_null"].min(), "{:.1f}")
-    report.glue("char_max_ratio", peaks["above_null"].max(), "{:.1f}")
+    p1_s3_token_level.glue_extremes("char_", frame, peaks)
     share = layerwise.share_above_null(frame)
-    report.glue("char_n_all_above", int((share == 1).sum()))
     report.glue("char_not_all_above", ", ".join(share.index[share < 1]) or "none")
     dims = sorted(frame["dim"].unique())
     report.glue("char_dims", ", ".join(f"{d}" for d in dims))

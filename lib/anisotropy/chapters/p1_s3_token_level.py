@@ -33,22 +33,30 @@ def glue_peaks(frame: pd.DataFrame, peaks: pd.DataFrame) -> None:
     report.glue("n_tokens", int(frame.loc[frame["layer"] == frame["layer"].min(), "n"].median()), "{:,}")
     glue_sample("token", frame)
     report.glue("n_models", frame["label"].nunique())
-    top = peaks.loc[peaks["mean_cosine"].idxmax()]
-    low = peaks.loc[peaks["mean_cosine"].idxmin()]
-    report.glue("top_peak", top["mean_cosine"], "{:.2f}")
-    report.glue("top_peak_model", top["label"])
+    top = glue_extremes("", frame, peaks)
     report.glue("top_peak_layer", int(top["layer"]))
-    report.glue("low_peak", low["mean_cosine"], "{:.2f}")
-    report.glue("low_peak_model", low["label"])
-    report.glue("min_ratio", peaks["above_null"].min(), "{:.1f}")
-    report.glue("max_ratio", peaks["above_null"].max(), "{:.1f}")
-    share = layerwise.share_above_null(frame)
-    report.glue("n_all_above", int((share == 1).sum()))
     d_base, d_small = (registry.spec(m).config["hidden_size"] for m in WIDTHS)
     report.glue("d_base", d_base)
     report.glue("d_small", d_small)
     report.glue("q95_768", layerwise.null_q95([d_base])[0], "{:.3f}")
     report.glue("q95_384", layerwise.null_q95([d_small])[0], "{:.3f}")
+
+
+def glue_extremes(prefix: str, frame: pd.DataFrame, peaks: pd.DataFrame) -> pd.Series:
+    """Glue, each name starting with ``prefix``, the highest and the lowest peak of ``peaks`` with their models
+    (``top_peak``, ``top_peak_model``, ``low_peak``, ``low_peak_model``), the range of the peaks over the isotropic
+    95th percentile (``min_ratio``, ``max_ratio``) and how many models of ``frame`` are above it at every layer
+    (``n_all_above``); the Section 3 pages' shared sentence about Figures 1 and 2. Returns the top peak's row."""
+    top = peaks.loc[peaks["mean_cosine"].idxmax()]
+    low = peaks.loc[peaks["mean_cosine"].idxmin()]
+    report.glue(f"{prefix}top_peak", top["mean_cosine"], "{:.2f}")
+    report.glue(f"{prefix}top_peak_model", top["label"])
+    report.glue(f"{prefix}low_peak", low["mean_cosine"], "{:.2f}")
+    report.glue(f"{prefix}low_peak_model", low["label"])
+    report.glue(f"{prefix}min_ratio", peaks["above_null"].min(), "{:.1f}")
+    report.glue(f"{prefix}max_ratio", peaks["above_null"].max(), "{:.1f}")
+    report.glue(f"{prefix}n_all_above", int((layerwise.share_above_null(frame) == 1).sum()))
+    return top
 
 
 def glue_series(frame: pd.DataFrame, trained) -> None:
