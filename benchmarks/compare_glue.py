@@ -5,8 +5,10 @@
 BEFORE_DIR and AFTER_DIR hold executed notebooks (``book/executed/*.ipynb`` of two fresh clones). Values are read with
 ``book.runner.glued_values``; names that report wall-clock or CPU time (``runner.WALL_CLOCK_GLUE``) are counted apart,
 since they are the only values allowed to differ between two runs. ``--out`` adds (or replaces) this label's entry in a
-JSON file: the counts, and every name whose value differs or exists on one side only. Exit status 1 when any value
-other than a timing differs.
+JSON file: the counts, and every name whose value differs or exists on one side only. ``--explained FILE`` (YAML: a
+list of ``pattern``, a regular expression over "<chapter>:<name>", and ``why``) names the intentional changes of
+other work between the two builds: each differing or one-sided name is then given its ``why``. Exit status 1 when any
+value other than a timing differs, or with ``--explained``, when any such name is matched by no pattern.
 """
 
 from __future__ import annotations
@@ -14,8 +16,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from pathlib import Path
+
+import yaml
 
 from anisotropy.book import runner
 
@@ -54,8 +59,21 @@ def main() -> int:
     parser.add_argument("--label", required=True, help="the entry's name in --out (the profile, say)")
     parser.add_argument("--note", default="", help="what was compared (commits, machines)")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--explained", type=Path, help="YAML list of {pattern, why}: the intentional changes")
     args = parser.parse_args()
     result = compare(args.before, args.after) | {"note": args.note}
+    unexplained = None
+    if args.explained:
+        reasons = [(re.compile(r["pattern"]), r["why"]) for r in yaml.safe_load(args.explained.read_text())]
+        unexplained = []
+        for kind in ("differ", "only_before", "only_after"):
+            for i, row in enumerate(result[kind]):
+                name = row["name"] if isinstance(row, dict) else row
+                why = next((w for pattern, w in reasons if pattern.fullmatch(name)), None)
+                if why is None:
+                    unexplained.append(name)
+                result[kind][i] = {**row, "why": why} if isinstance(row, dict) else {"name": name, "why": why}
+        result["unexplained"] = unexplained
     print(f"{args.label}: {result['notebooks']} notebooks, {result['values']} glued values compared, "
           f"{len(result['differ'])} differ, {len(result['only_before'])} only before, "
           f"{len(result['only_after'])} only after ({result['timings']} timings not compared)")
@@ -65,6 +83,9 @@ def main() -> int:
         table = json.loads(args.out.read_text()) if args.out.exists() else {}
         table[args.label] = result
         args.out.write_text(json.dumps(table, indent=1) + "\n")
+    if unexplained is not None:
+        print(f"  {len(unexplained)} explained by nothing" + "".join(f"\n    {n}" for n in unexplained))
+        return 1 if unexplained else 0
     return 1 if result["differ"] else 0
 
 
