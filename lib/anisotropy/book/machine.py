@@ -32,6 +32,8 @@ import numpy as np
 import torch
 
 from anisotropy import executor, paths
+from anisotropy.book import units
+from anisotropy.training import recipes, tasks, trainer
 
 REFERENCE = Path("benchmarks") / "results" / "build_reference.json"
 REFERENCE_PROFILE = "local"  # the build whose times benchmarks/results/builds.csv records, calibrated before it starts
@@ -75,8 +77,6 @@ def first_touch_gbs(mib: int = 64, repeats: int = 3) -> float:
 
 def _synthetic_step(recipe) -> float:
     """Seconds of one update of ``recipe`` (its model, batch shape and loss; random tokens or images), one thread."""
-    from anisotropy.training import trainer, recipes, tasks
-
     vocab = recipe.vocab_size if recipe.kind in ("mlm", "clm") else 256 + 5  # char-mlm: bytes and 5 specials
     special = {"pad_token_id": 0}
     if recipe.kind == "clm":
@@ -122,8 +122,6 @@ def _synthetic_step(recipe) -> float:
 
 def calibrate(profile: str = "local") -> dict:
     """The calibration of this machine (see the module's docstring); about 10-20 s on a slow 2-core machine."""
-    from anisotropy.training import recipes
-
     start = time.perf_counter()
     steps = {}
     for name, spec in recipes.suite_specs(profile).items():
@@ -185,8 +183,6 @@ def item_seconds(ref: dict | None, items: list[str], profile: str = REFERENCE_PR
     of training per unit of cost (its units', or, in a reference from before the units, its suites chapter's, whose
     kernel trained every run: that chapter's own seconds are then taken as nothing beside units). ``{}`` without a
     reference."""
-    from anisotropy.book import units
-
     if not ref:
         return {}
     per = ref["chapters_cpu_seconds"]
@@ -194,8 +190,6 @@ def item_seconds(ref: dict | None, items: list[str], profile: str = REFERENCE_PR
     trains = [units.parse(n) for n in items if units.is_unit(n)]
     if not trains:
         return out
-    from anisotropy.training import recipes, trainer
-
     source = ref.get("profile", REFERENCE_PROFILE)
     timed = [units.parse(n) for n in per if units.is_unit(n)]
     if timed:

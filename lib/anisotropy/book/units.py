@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from anisotropy import profiles
+from anisotropy import profiles, progress
 
 PREFIX = "train:"
 
@@ -41,6 +41,7 @@ class Unit:
         return f"train-{self.suite}-{self.seed}.log"
 
     def recipe(self, profile: str):
+        # cost: pulls torch (~1.5 s) into every `python -m anisotropy` start (book.runner imports this module)
         from anisotropy.training import recipes
 
         return next(r for r in recipes.suite(self.suite, profile) if r.seed == self.seed)
@@ -64,6 +65,7 @@ def suites_read(chapter: str) -> list[str]:
 def needed(profile: str, chapters: list[str], trained: bool = False) -> list[Unit]:
     """The units of the runs ``chapters`` read (every seed of every suite they name) that are not trained yet (all of
     them with ``trained``: a fresh build's), costliest first (``training.trainer.cost``)."""
+    # cost: pulls torch (~1.5 s) into every `python -m anisotropy` start (book.runner imports this module)
     from anisotropy.training import checkpoints, recipes, trainer
 
     specs = recipes.suite_specs(profile)
@@ -75,7 +77,7 @@ def needed(profile: str, chapters: list[str], trained: bool = False) -> list[Uni
 def main(argv: list[str] | None = None) -> int:
     """Train one unit's run (``SUITE SEED PROFILE``), as the chapters would (``trainer.train``, no progress bar; its
     progress lines go to the build's console)."""
-    from anisotropy import progress
+    # cost: pulls torch (~1.5 s) into every `python -m anisotropy` start (book.runner imports this module)
     from anisotropy.training import trainer
 
     suite, seed, profile = argv if argv is not None else sys.argv[1:]

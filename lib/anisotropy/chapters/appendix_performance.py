@@ -8,6 +8,8 @@ import ast
 import pandas as pd
 from IPython.display import display
 
+from anisotropy import profiles
+from anisotropy.chapters import plans
 from anisotropy.models import registry
 from anisotropy.pages import budget
 
@@ -140,9 +142,6 @@ def paper_plan(profile: str = "paper") -> dict:
     prints it (``pages.budget.plan_table`` of ``chapters.plans.profile_plans``, in the book's chapter order): ``table``
     (worded), ``rows`` (the numbers), ``problems`` (chapter -> what does not fit, ``chapters.plans.problems``),
     ``runtime`` (the runtime in words)."""
-    from anisotropy import profiles
-    from anisotropy.chapters import plans
-
     order = profiles.chapters()
     found = plans.profile_plans(profile, order)
     rt = budget.runtime(profile)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from anisotropy import profiles
+from anisotropy.chapters import plans
 from anisotropy.pages import budget
 
 
@@ -22,8 +24,6 @@ def paper_runs() -> dict:
     """The `paper` profile's runs of this page in words, from its block of ``profiles/paper.yml``: ``shape``
     ("8-layer, 512-wide"), ``training`` ("sequence 128, batch 128, 10,000 updates"), ``corpus``, ``n_seeds``,
     ``n_variants``."""
-    from anisotropy import profiles
-
     block = profiles.chapter_parameters("paper", "beyond_sharp_without_anisotropy")
     r = block.get("recipe", {})
     return {"shape": f"{r.get('depth')}-layer, {r.get('width')}-wide", "corpus": r.get("corpus", "its corpus"),
@@ -35,9 +35,6 @@ def paper_budget() -> str:
     """What the `paper` profile's runs of this page cost, in words, from its plan (``plan`` under ``paper``): the
     runs, the tokens each reads and how many passes over its corpus that is, one run's time on a T4 in its precision
     (its corpus's preparation included), and the whole page's over several sessions."""
-    from anisotropy import profiles
-    from anisotropy.chapters import plans
-
     params = profiles.chapter_parameters("paper", "beyond_sharp_without_anisotropy")
     p = plans.plan("beyond_sharp_without_anisotropy", params, "paper")
     recipe = {"kind": "char-mlm", **params["recipe"]}

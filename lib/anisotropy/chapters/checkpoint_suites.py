@@ -3,6 +3,7 @@ a runtime."""
 
 from __future__ import annotations
 
+from anisotropy import profiles
 from anisotropy.pages import budget, report
 from anisotropy.training import trainer
 
@@ -60,8 +61,6 @@ def text_widths(recipes: dict) -> str:
 def paper_scale() -> str:
     """What the `paper` profile trains instead of this page's recipes, in words, from its block of
     ``profiles/paper.yml``: suites with the same sizes grouped."""
-    from anisotropy import profiles
-
     groups: dict[str, list[str]] = {}
     for name, s in profiles.chapter_parameters("paper", "checkpoint_suites").get("suites", {}).items():
         if s["kind"] in trainer.TEXT_KINDS:

@@ -8,6 +8,8 @@ import pandas as pd
 
 from anisotropy import profiles
 from anisotropy.chapters import p2_layer_profiles
+from anisotropy.claims import curves
+from anisotropy.experiments import spectral
 from anisotropy.models import registry
 from anisotropy.pages import budget, report
 
@@ -30,8 +32,6 @@ def with_warmup(entries: list[dict], profile: str) -> list[dict]:
     """The page's checkpoint entries, each with its run's learning-rate warm-up in steps (``warmup``, a constant
     column of the measured frame that the ledger's training rules start from: ``claims.curves.warmup_steps`` of its
     suite or registry model)."""
-    from anisotropy.claims import curves
-
     return [{**e, "warmup": curves.warmup_steps(e.get("suite") or str(e["model"]), profile)} for e in entries]
 
 
@@ -60,8 +60,6 @@ NOT_COMPUTED = ('not computed under this profile (shares = "paper"; shares = "ro
 def robust_average(frame: pd.DataFrame, by) -> pd.DataFrame:
     """Per checkpoint (``by``), the layer-averaged sigma_1 share in each of ``ROBUST_SHARES``' readings, stacked: the
     share in column ``sigma1_share`` (and ``_std`` over batches), the reading in ``measure``."""
-    from anisotropy.experiments import spectral
-
     parts = [spectral.layer_average(frame, column, by=by)
              .rename(columns={column: "sigma1_share", f"{column}_std": "sigma1_share_std"}).assign(measure=name)
              for column, name in ROBUST_SHARES.items() if column in frame.columns]

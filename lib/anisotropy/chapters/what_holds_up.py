@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from anisotropy.claims import ledger, stand_ins
-from anisotropy.pages import report
+from anisotropy.pages import plots, report
 
 #: The glue prefix of each question's line of the tally on the page.
 GLUE_PREFIX = {"papers": "q_papers", "setup": "q_setup", "real": "q_real", "self-trained": "q_self"}
@@ -71,6 +71,4 @@ def tally_table(counts: pd.DataFrame, profile: str):
 
 def tally_figure(frame: pd.DataFrame):
     """The tally's figure (``pages.plots.verdicts_by_question``): one bar per question, split by verdict."""
-    from anisotropy.pages import plots
-
     return plots.verdicts_by_question(tally(frame))

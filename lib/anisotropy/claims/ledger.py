@@ -31,13 +31,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from anisotropy import fingerprint, results
+from anisotropy import fingerprint, profiles, results
 # The rule modules register their rules in RULES when imported: the ledger looks a claim's rule up there by name.
 from anisotropy.claims.rules import ablation, book, p1_s3, p1_s4, p1_s5, p2  # noqa: F401
 from anisotropy.claims import stand_ins
 from anisotropy.claims.rules.common import RULES, Outcome
 from anisotropy.claims.table import PAPER_NAMES, READING_BOOK, SCOPES, UNVERIFIED, Claim, read_claim  # noqa: F401
 from anisotropy.claims.words import FAILS, HOLDS, PARTLY, UNTESTABLE  # ledger.HOLDS ... as before
+from anisotropy.models import registry
+from anisotropy.pages import report
 
 
 LEDGER = Path(__file__).resolve().with_name("claims.yml")
@@ -119,8 +121,6 @@ REAL_STAND_IN = "stand-in (real pretrained models, not the paper's)"
 
 def _real_label(name: str) -> str:
     """The registry's display name, which says the quantisation where the weights are quantised."""
-    from anisotropy.models import registry
-
     try:
         return registry.spec(name).display
     except registry.UnknownModelError:
@@ -295,8 +295,6 @@ def evaluate(chapter: str, resolved, store: results.Store | None = None, skipped
 def expected_parameters(chapter: str, profile: str) -> dict:
     """The parameters a run of ``chapter`` under ``profile`` without overrides resolves (``profiles.apply``): the
     profile's value where it sets one, the parameters cell's default elsewhere."""
-    from anisotropy import profiles
-
     defaults = profiles.chapter_parameters(profiles.DEFAULT, chapter)
     wanted = profiles.chapter_parameters(profile, chapter)
     for name in profiles.RUNTIME:
@@ -308,8 +306,6 @@ def _chapters() -> list[str]:
     """The chapters that own claims, in the book's order where there is a checkout (else the ledger's)."""
     owners = list(dict.fromkeys(c.chapter for c in ledger()))
     try:
-        from anisotropy import profiles
-
         order = profiles.chapters()
     except Exception:  # noqa: BLE001 - no checkout (Colab): the ledger's order
         return owners
@@ -414,8 +410,6 @@ def _verdict_style(value: str) -> str:
 
 def glue_tally(prefix: str, frame: pd.DataFrame) -> None:
     """Glue ``<prefix>_holds``, ``_fails``, ``_untestable`` and ``_total`` for the narrative."""
-    from anisotropy.pages import report
-
     counts = tally(frame)
     for name, key in (("holds", HOLDS), ("fails", FAILS), ("untestable", UNTESTABLE)):
         report.glue(f"{prefix}_{name}", counts[key])
@@ -429,8 +423,6 @@ def glue_verdict(name: str, rows: pd.DataFrame, claim_id: str) -> None:
     """Glue ``name`` = the row of ``claim_id`` among ``rows`` (what ``evaluate`` returned on this page) as "<verdict>
     (<what decided it, or why not>)", and ``<name>__claim`` = the claim's id: a sentence on a page that states a
     verdict is the ledger row itself, and a test checks each against the stored rows (tests/test_pipeline.py)."""
-    from anisotropy.pages import report
-
     report.glue(name, verdict_text(rows, claim_id))
     report.glue(f"{name}{VERDICT_CLAIM}", claim_id)
 
@@ -452,6 +444,7 @@ def measured_summary(layers: pd.DataFrame) -> pd.DataFrame:
     layer has no interval) and of their isotropic references (``reference``: 0, or a non-negative layer's support
     null; ``rules.p1_s3.reference``), from rows of the layer-wise frame: label, model, layer, dim, mean_cosine, and
     variant or origin, family or stack."""
+    # cost: pulls torch (~2 s) into the claims ledger, which reads stored numbers only
     from anisotropy.experiments.layerwise import null_q95
 
     if layers.empty:

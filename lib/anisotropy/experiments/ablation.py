@@ -17,18 +17,20 @@ import torch
 from anisotropy.measure import statistics
 from anisotropy.experiments import qk_dynamics
 from anisotropy.models.session import session
-from anisotropy import executor, progress as progress_lines, results
-from anisotropy.training import trainer, checkpoints, recipes as training_recipes
+from anisotropy import executor, results
+from anisotropy.progress import say
+from anisotropy.training import trainer, checkpoints
+from anisotropy.training.recipes import Recipe, paragraph_batches
 
 CHAPTER = "beyond_sharp_without_anisotropy"
 ZERO_MEAN = 1e-5  # a mean query or key vector shorter than this is zero up to float32 rounding
 
 
-def recipes(variants, seeds, **recipe) -> list[training_recipes.Recipe]:
+def recipes(variants, seeds, **recipe) -> list[Recipe]:
     """One ``Recipe`` per (variant, seed), identical but for ``attention_variant``; suite ``ablation-<variant>``;
     ``kind`` defaults to ``char-mlm`` (masked bytes: context pays off within a few hundred updates)."""
     recipe = {"kind": "char-mlm", **recipe}
-    return [training_recipes.Recipe(suite=f"ablation-{v}", attention_variant=v, seed=int(s), **recipe)
+    return [Recipe(suite=f"ablation-{v}", attention_variant=v, seed=int(s), **recipe)
             for v in variants for s in seeds]
 
 
@@ -36,7 +38,7 @@ def held_out_texts(n: int, corpus: str = "prose") -> list[str]:
     """The first ``n`` validation paragraphs of the training corpus (never trained on), read a batch at a time: the
     validation split alone, never WikiText-103's 540 MB train split."""
     texts = []
-    for batch in training_recipes.paragraph_batches(corpus, "validation"):
+    for batch in paragraph_batches(corpus, "validation"):
         texts += batch[:n - len(texts)]
         if len(texts) == n:
             break
@@ -90,7 +92,7 @@ def run(variants, seeds, recipe: dict, n_texts: int = 32, max_length: int = 64, 
 def _measure_checkpoint(job: tuple) -> None:
     """Measure one checkpoint into the store (in a worker process of ``executor.map``)."""
     root, key, folder, texts, max_length, threads, device = job
-    progress_lines.say(f"measuring {key['suite']} seed {key['seed']} at step {key['step']:,}")
+    say(f"measuring {key['suite']} seed {key['seed']} at step {key['step']:,}")
     with trainer.torch_threads(threads):
         results.Store(root).cached(CHAPTER, key, lambda: checkpoint_statistics(folder, texts, max_length,
                                                                                device=device))

@@ -25,7 +25,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from anisotropy import progress as progress_lines
+from anisotropy.progress import Every
 from anisotropy.data import prose
 from anisotropy.measure import attention, statistics, taps
 from anisotropy.models.session import session
@@ -282,7 +282,7 @@ def sweep(bias_norms, seeds=(0,), variants=("post_ln", "pre_ln"), n_sequences: i
 
         bar = tqdm(total=len(bias_norms) * len(seeds) * len(variants), desc="block sweep")
     rows = []
-    beat = progress_lines.Every(30.0)
+    beat = Every(30.0)
     total = len(bias_norms) * len(seeds) * len(variants)
     try:
         for seed in seeds:

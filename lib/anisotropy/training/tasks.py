@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from anisotropy import fingerprint
-from anisotropy.data import images as data_images
+from anisotropy.data import images
 from anisotropy.training import tokens
 from anisotropy.training.recipes import (TEXT_KINDS, Recipe, data_fingerprint, image_processor, paragraph_batches,
                                          pixel_values, tokenizer)
@@ -194,18 +194,18 @@ class _ImageTask:
     def __init__(self, recipe: Recipe):
         self.recipe = recipe
         self.preprocessor = image_processor(recipe)
-        images, labels = data_images.synthetic_shapes(recipe.eval_size, recipe.image_size, seed=_VALIDATION_TAG)
-        self.validation = self._assemble(images, labels)
-        self.baselines = {"chance": math.log(len(data_images.SHAPES))}
+        pixels, labels = images.synthetic_shapes(recipe.eval_size, recipe.image_size, seed=_VALIDATION_TAG)
+        self.validation = self._assemble(pixels, labels)
+        self.baselines = {"chance": math.log(len(images.SHAPES))}
         self.sizes = {"validation_images": int(recipe.eval_size)}
 
-    def _assemble(self, images: np.ndarray, labels: np.ndarray) -> dict:
-        return {"pixel_values": pixel_values(images, self.preprocessor),
+    def _assemble(self, pixels: np.ndarray, labels: np.ndarray) -> dict:
+        return {"pixel_values": pixel_values(pixels, self.preprocessor),
                 "labels": torch.as_tensor(labels, dtype=torch.long)}
 
     def batch(self, step: int) -> dict:
         seed = int(_step_rng(self.recipe.seed, step).integers(2**31 - 1))
-        return self._assemble(*data_images.synthetic_shapes(self.recipe.batch_size, self.recipe.image_size, seed=seed))
+        return self._assemble(*images.synthetic_shapes(self.recipe.batch_size, self.recipe.image_size, seed=seed))
 
     def loss(self, model, batch: dict) -> torch.Tensor:
         return model(pixel_values=batch["pixel_values"], labels=batch["labels"]).loss

@@ -32,7 +32,8 @@ import numpy as np
 import torch
 
 from anisotropy.data import sources, docstrings
-from anisotropy import executor, progress as progress_lines
+from anisotropy import executor
+from anisotropy.progress import Every, say
 from anisotropy.training.checkpoints import (Checkpoint, checkpoints, claimed, drop_old_optimizer_states,
                                              fresh_state, in_training, is_trained, resumable, run_dir,
                                              save_checkpoint, training_state)
@@ -145,7 +146,7 @@ def _train(recipe: Recipe, out_dir, progress: bool, snapshot_every_s: float, thr
             save_checkpoint(folder, model, task, checkpoint_state(0), optimizer, scaler)
         last = recipe.steps if stop_after is None else min(recipe.steps, start + stop_after)
         bar = _progress_bar(recipe, start, progress)
-        beat = progress_lines.Every(30.0)  # the build's console (the bar goes to the notebook, which drops it)
+        beat = Every(30.0)  # the build's console (the bar goes to the notebook, which drops it)
         for step in range(start + 1, last + 1):
             seed = int(np.random.SeedSequence([recipe.seed, step]).generate_state(1)[0])
             torch.manual_seed(seed)  # dropout of this update
@@ -220,14 +221,14 @@ def train_many(recipe_list, out_dir: str | Path | None = None, workers: int | No
     def done(job, found: list[Checkpoint]) -> None:
         if progress and found:
             state = training_state(found[-1])
-            progress_lines.say(f"trained {job[0].suite} seed {job[0].seed}: {state['step']} updates, final validation "
+            say(f"trained {job[0].suite} seed {job[0].seed}: {state['step']} updates, final validation "
                                f"loss {found[-1].loss:.3f}, {state['seconds']:.0f} s ({state['cpu_seconds']:.0f} s "
                                f"CPU) [{time.perf_counter() - started:.0f} s since the start]")
 
     if todo:
         n = min(workers or executor.cores(), len(todo))
         if progress:
-            progress_lines.say(f"training {len(todo)} run(s) on {n} worker process(es): "
+            say(f"training {len(todo)} run(s) on {n} worker process(es): "
                                f"{', '.join(f'{r.suite} seed {r.seed}' for r in todo)}")
         executor.map(_train_quietly, [(r, out_dir) for r in todo], workers=n, on_done=done)
     return {r: checkpoints(r, out_dir) for r in recipe_list}
@@ -312,9 +313,9 @@ def _count_parameters(folder: Path) -> int:
 def checkpoint_table(recipe_list: list[Recipe], out_dir: str | Path | None = None):
     """Tidy frame of every saved checkpoint: suite, seed, step, validation loss, folder ("cache:..." inside the
     checkpoint cache, so the table is the same in every checkout)."""
-    import pandas as pd
-
+    # cost: pulls pandas (~0.7 s) into every training unit's process (book.units), which writes no table
     from anisotropy import results
+    import pandas as pd
 
     return pd.DataFrame([{"suite": c.suite, "seed": c.seed, "step": c.step, "loss": c.loss, "path": results.checkpoint_key(c.path)["folder"]}
                          for r in recipe_list for c in checkpoints(r, out_dir)])

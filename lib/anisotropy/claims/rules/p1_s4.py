@@ -232,9 +232,9 @@ def layernorm_fixed_point(block: pd.DataFrame, tolerance: float = 0.01, within: 
     """The measured N* (mean norms) is within ``tolerance`` of the LayerNorm prediction in every seed, interpolated
     between grid norms within a factor ``within`` of it (at least ``min_side`` on each side)."""
     # cost: pulls torch (~2 s) into the claims ledger, which reads stored numbers only
-    from anisotropy.experiments import block as block_module
+    from anisotropy.experiments.block import fixed_points
 
-    fixed = block_module.fixed_points(block[block["variant"] == "post_ln"])
+    fixed = fixed_points(block[block["variant"] == "post_ln"])
     if fixed.empty or fixed["n_star"].isna().any():
         return Outcome(None if fixed.empty else False, "no crossing of the mean norms in some seed")
     coarse = _around(block.loc[block["variant"] == "post_ln", "bias_norm"], float(fixed["n_star"].mean()), within,
@@ -252,16 +252,16 @@ def uniform_at_fixed_point(block: pd.DataFrame, level: float = 0.99, within: flo
     """The post-LN block's attention entropy at N* (mean norms, interpolated between grid norms within a factor
     ``within`` of it) is above ``level`` of the uniform row's."""
     # cost: pulls torch (~2 s) into the claims ledger, which reads stored numbers only
-    from anisotropy.experiments import block as block_module
+    from anisotropy.experiments.block import fixed_points, interpolate
 
     post = block[block["variant"] == "post_ln"]
-    fixed = block_module.fixed_points(post)
+    fixed = fixed_points(post)
     if fixed.empty or fixed["n_star"].isna().all():
         return Outcome(None, "no fixed point")
     n_star = float(fixed["n_star"].mean())
     if (coarse := _around(post["bias_norm"], n_star, within, min_side)) is not None:
         return coarse
-    ratio = float(block_module.interpolate(post, "entropy_ratio", n_star)["entropy_ratio"].mean())
+    ratio = float(interpolate(post, "entropy_ratio", n_star)["entropy_ratio"].mean())
     return Outcome(ratio > level, f"entropy / uniform = {ratio:.5f} at N* = {n_star:.2f}")
 
 

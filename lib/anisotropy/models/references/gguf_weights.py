@@ -9,7 +9,7 @@ import os
 import numpy as np
 import torch
 
-from anisotropy.models.formats import gguf as format_gguf
+from anisotropy.models.formats import gguf
 from anisotropy.models import weights
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -60,7 +60,7 @@ def gguf_against_transformers(path: str | os.PathLike, model) -> dict:
     excepted)."""
     from gguf.quants import dequantize
 
-    reader = format_gguf.gguf_reader(path)
+    reader = gguf.gguf_reader(path)
     arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
     heads = int(reader.fields[f"{arch}.attention.head_count"].parts[-1][0])
     kv_heads = int(reader.fields[f"{arch}.attention.head_count_kv"].parts[-1][0])
@@ -85,7 +85,7 @@ def gguf_against_transformers(path: str | os.PathLike, model) -> dict:
         per_type[kind] = max(per_type.get(kind, 0.0), diff)
         scale = max(scale, float(np.max(np.abs(theirs))))
         covered.add(hf)
-    format_gguf.gguf_reader_done()  # its field views hold hundreds of MB in the chapter's kernel
+    gguf.gguf_reader_done()  # its field views hold hundreds of MB in the chapter's kernel
     tied = {"lm_head.weight"} if getattr(model.config, "tie_word_embeddings", False) else set()
     return {"n_tensors": len(covered), "max_abs": max(per_type.values()), "per_type": per_type, "scale": scale,
             "unmapped_tensors": unmapped, "uncovered_parameters": sorted(set(params) - covered - tied)}
