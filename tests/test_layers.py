@@ -107,7 +107,7 @@ def test_the_check_sees_an_upward_import_and_passes_an_allowed_one():
 
 # Files whose function-local imports are being reworked in other branches; each is to carry its reasons too, and this
 # list is then emptied.
-NOT_YET_EXPLAINED = frozenset({"book/runner.py", "measure/taps.py"})  # being split (issue 54): explained there
+NOT_YET_EXPLAINED = frozenset()
 
 
 def unexplained_imports(source: str) -> list[int]:

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from anisotropy import hub, profiles
-from anisotropy.book import cli, runner
+from anisotropy.book import cli, execution, runner
 from anisotropy.chapters import appendix_b_isotropic, appendix_performance, plans
 from anisotropy.data import sources
 from anisotropy.pages import budget
@@ -186,7 +186,7 @@ def test_a_chapter_run_alone_checks_its_plan_before_its_kernel_starts(monkeypatc
     def no_kernel(job):
         raise AssertionError("a kernel was started")
 
-    monkeypatch.setattr(runner, "run_job", no_kernel)
+    monkeypatch.setattr(execution, "run_job", no_kernel)  # where execute reads it (book.execution)
     calls = _no_hub(monkeypatch)
     assert cli.main(["run", "p1_s4_untrained_block", "--profile", "paper", "--rerun", "-p", "n_sequences=256",
                      "-p", "variants=[post_ln, pre_ln, gpt2]"]) == 1

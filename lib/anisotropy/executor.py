@@ -46,8 +46,8 @@ POLL_S = 0.5  # how often a running map looks for cores the build has freed (nev
 # the CPU time of a BERT-base forward pass with its attention maps was system time, and a training run in a Dask
 # worker (whose nanny sets a 64 KiB trim threshold) took twice the CPU time of the same run in a plain process. Freed
 # memory stays in the process's heap instead (the numbers are unchanged: only where memory comes from changes). The
-# book's kernels get these (``book.runner``), and so does every worker of a LocalCluster, whoever starts it; a value set in
-# the environment is kept.
+# book's kernels get these (``book.execution``), and so does every worker of a LocalCluster, whoever starts it; a value
+# set in the environment is kept.
 MALLOC_DEFAULTS = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(4 << 30), "MALLOC_TOP_PAD_": str(256 << 20)}
 
 

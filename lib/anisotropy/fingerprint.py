@@ -36,7 +36,8 @@ FOLDER = Path(__file__).resolve().parent
 PACKAGES = ("torch", "transformers", "tokenizers", "numpy", "scipy")
 NOT_NUMERIC = frozenset({"profiles", "paths", "hub", "results", "fingerprint", "executor", "errors", "__main__"})
 # Sub-packages whose modules never change a number: the page helpers (report, plots, budget), the book's build
-# (runner, kernels, sweeps, cli; machine calibrates, it measures no result) and the chapter modules, which word numbers.
+# (runner, execution, kernels, sweeps, cli; machine calibrates, it measures no result) and the chapter modules, which
+# word numbers.
 NOT_NUMERIC_PACKAGES = frozenset({"pages", "book", "chapters"})
 # The trainer: the modules whose code decides a self-trained checkpoint's weights (the loop, the recipes with their
 # tokenizers and models, the tasks with their loss, the token arrays, the checkpoints on disk with the training record).

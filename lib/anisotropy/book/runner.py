@@ -1,416 +1,48 @@
-"""Papermill execution and the book build (a sweep of one chapter: ``book.sweeps``).
+"""The book build (a sweep of one chapter: ``book.sweeps``).
 
 A chapter is ``notebooks/<name>.md`` (MyST markdown, paired with an output-free ``notebooks/<name>.ipynb`` for
 Colab). The runner executes chapters in ``_toc.yml`` order under a profile (``anisotropy.profiles``) into
-``book/executed/<name>.ipynb``, then Jupyter Book renders them; execution inside Jupyter Book stays off. Papermill
-injects only ``profile`` and the user's overrides: the chapter resolves every other parameter from the profile
-itself (``profiles.apply``), exactly as it does on Colab. An executed notebook records the profile, parameters and source hash it ran with, so a build
-that is interrupted resumes where it stopped and a finished chapter is not executed again.
+``book/executed/<name>.ipynb``, then Jupyter Book renders them; execution inside Jupyter Book stays off. A build's
+``plan`` holds the chapters, what each runs after (``dependencies``) and the training units the chapters need
+(``book.units``); ``execute_all`` runs them at once, longest first, and ``build`` renders the book and records its
+times (``book.timeline``).
+
+The modules beside it, by concept (every name they held here stays importable from here, ``runner.<name>``: they were
+this one module before it was split):
+
+- ``book.execution``: one chapter's papermill job (``prepare``, ``run_job``, ``finish``, ``execute``, ``Outcome``);
+- ``book.notebooks``: executed notebooks as files (``read_text``, ``write_bytes``) and their glued values
+  (``glued_values``);
+- ``book.console``: the lines of an item as it starts and ends (``started``, ``ended``) and its progress lines in
+  between (``Echo``).
 """
 
 from __future__ import annotations
 
-import ast
+import functools
 import json
 import os
-import re
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from anisotropy import executor, fingerprint, paths, profiles, progress as progress_lines, results
+from anisotropy import executor, profiles
 from anisotropy.book import kernels, timeline, units
-from anisotropy.errors import UserError
-
-from anisotropy.profiles import EXECUTED, chapters  # noqa: E402 - the book's chapters, read from _toc.yml
-
-SWEEPS = Path("book") / "sweeps"
-SWEEPS_IN_STORE = "_sweeps"  # <store URL>/_sweeps/<chapter>/: a sweep's notebooks when the store is a URL (``book.sweeps``)
-KERNEL = "python3"
-# How long a cell's outputs may trail its reply. papermill stops the chapter after nbclient's default 4 s (it raises on
-# an IOPub timeout): on a loaded 2-core machine (load average 14, a test run beside the build) two chapters of the
-# smoke book stopped that way although their cells had finished. A slow machine must not fail a build; a hung kernel
-# is still caught by the kernel's liveness check.
-IOPUB_TIMEOUT_S = 120
-
-
-# A running chapter's console: its progress lines (``progress.say``) as they reach its log, polled every ECHO_POLL_S,
-# and a line after SILENCE_S without one, so that no chapter is silent for a minute.
-ECHO_POLL_S = 2.0
-SILENCE_S = 55.0
-
-
-class _Echo(threading.Thread):
-    """Echo the progress lines a chapter's kernel writes to its ``log`` (``progress.MARK``) to this console, each
-    with the chapter's name and its elapsed time, and say that it is still running after ``SILENCE_S`` of silence."""
-
-    def __init__(self, name: str, log: Path):
-        super().__init__(name=f"echo-{name}", daemon=True)
-        self.chapter, self.log, self.start_time = name, Path(log), time.perf_counter()
-        self.done, self.position, self.last = threading.Event(), 0, time.perf_counter()
-
-    def _drain(self) -> None:
-        try:
-            with open(self.log, "rb") as stream:
-                stream.seek(self.position)
-                data = stream.read()
-        except OSError:
-            return
-        whole = data[: data.rfind(b"\n") + 1]  # a line still being written waits for the next poll
-        self.position += len(whole)
-        for line in whole.decode(errors="replace").splitlines():
-            if line.startswith(progress_lines.MARK):
-                self._print(line[len(progress_lines.MARK):])
-
-    def _print(self, text: str) -> None:
-        self.last = time.perf_counter()
-        print(f"    {self.chapter} [{self.last - self.start_time:5.0f} s] {text}", flush=True)
-
-    def tick(self) -> None:
-        """One poll: echo the new progress lines, or say the chapter is still running after ``SILENCE_S``."""
-        self._drain()
-        if time.perf_counter() - self.last >= SILENCE_S:
-            self._print("still running (no progress line in the last minute)")
-
-    def run(self) -> None:
-        while not self.done.wait(ECHO_POLL_S):
-            self.tick()
-
-    def stop(self) -> None:
-        self.done.set()
-        self.join()
-        self._drain()
-
-
-class RunnerError(UserError):
-    """A problem the user can fix, with a message that says how; printed without a traceback by the CLI."""
-
-
-class ChapterFailed(RunnerError):
-    pass
-
-
-def root() -> Path:
-    found = paths.project_root()
-    if found is None:
-        raise RunnerError("The runner needs a checkout of the book (a folder with _toc.yml and lib/anisotropy).")
-    return found
-
-
-# ---- execution ------------------------------------------------------------------------------------------------------
-
-@dataclass
-class Outcome:
-    name: str
-    path: Path | str  # the executed notebook (a path, or a URL of the results store), or the partial one on failure
-    seconds: float
-    reused: bool = False
-    error: str | None = None
-    params: dict = field(default_factory=dict)
-    failure: dict | None = None  # what went wrong, as data: a worker reports it, the client words it (``finish``)
-    glued: dict | None = None  # the glued values of a finished notebook (read where it ran)
-    log: str | None = None  # the kernel's messages
-    blocked: bool = False  # not executed: a chapter it runs after failed
-    cpu_seconds: float | None = None  # CPU time of the chapter's kernel and every process it started
-    span: tuple[float, float] | None = None  # (start, end) in a build, seconds since it started (``execute_all``)
-
-
-@dataclass
-class Job:
-    """Everything needed to execute one chapter anywhere (a thread here, a Dask worker on another machine): the
-    chapter source as a notebook, what papermill injects, the stamp the executed notebook will carry, where it goes
-    (a path or a URL), and the kernel's extra environment (None removes a variable)."""
-
-    name: str
-    notebook: str
-    injected: dict
-    params: dict
-    stamp: dict
-    output: str
-    env: dict = field(default_factory=dict)
-    cwd: str | None = None
-    log: str = ""
-
-
-def _parameters(name: str, profile: str, overrides: dict | None = None) -> tuple[dict, dict, dict]:
-    """(the parameters chapter ``name`` is given under ``profile`` plus ``overrides``, those and ``profile`` where
-    the notebook has that parameter: what its stamp holds, the defaults of its notebook)."""
-    defaults = profiles.notebook_parameters(name)
-    given = {**profiles.chapter_parameters(profile, name), **(overrides or {})}
-    return given, ({"profile": profile, **given} if "profile" in defaults else dict(given)), defaults
-
-
-def _stamp(profile: str, params: dict, name: str) -> dict:
-    """What an executed notebook is keyed by: profile, parameters, its source, and the library's code (every module:
-    figures and text depend on them all; the numbers themselves come from the results store, keyed more finely); for
-    a chapter that owns claims or gathers other chapters' rows, what those depend on (``claims.stamp_inputs``); the
-    stamps of the chapters it runs after, under the same profile; and the recipes of the self-trained suites it
-    measures (its front matter's ``suites``, ``book.units``): a changed recipe executes it again (it was reused with
-    the old numbers)."""
-    from anisotropy.claims.ledger import stamp_inputs
-
-    stamp = {"profile": profile, "parameters": params, "source_hash": profiles.source_hash(name),
-             "code": fingerprint.package()}
-    after = profiles.read_notebook(name).metadata.get("anisotropy", {}).get("after", []) or []
-    if after:
-        stamp["after"] = {dep: _stamp(profile, _parameters(dep, profile)[1], dep) for dep in after}
-    read = units.suites_read(name)
-    if read:  # the recipes of the suites it measures: other recipes, other checkpoints
-        specs = profiles.chapter_parameters(profile, "checkpoint_suites").get("suites", {})
-        stamp["suites"] = {suite: specs.get(suite) for suite in read}
-    inputs = stamp_inputs(name, profile)
-    return stamp if inputs is None else {**stamp, "inputs": inputs}
-
-
-def read_text(where) -> str | None:
-    """The text of a file at a path or an fsspec URL; None when it is not there."""
-    try:
-        if results.is_url(where):
-            fs, path = results.filesystem(str(where))
-            return fs.cat_file(path).decode() if fs.exists(path) else None
-        return Path(where).read_text() if Path(where).is_file() else None
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
-def write_bytes(where, data: bytes) -> None:
-    """Write a whole file at a path (atomically: under a temporary name, then renamed) or an fsspec URL (one
-    request: the object exists complete or not at all)."""
-    if results.is_url(where):
-        fs, path = results.filesystem(str(where))
-        fs.pipe_file(path, data)
-    else:
-        results.atomic_write(Path(where), lambda p: p.write_bytes(data))
-
-
-def _is_current(output, stamp: dict) -> bool:
-    text = read_text(output)
-    if text is None:
-        return False
-    try:
-        meta = json.loads(text)["metadata"].get("anisotropy", {})
-    except (ValueError, KeyError, AttributeError):
-        return False
-    return meta.get("stamp") == json.loads(json.dumps(stamp)) and meta.get("complete") is True
-
-
-def _fill_wall_time(nb, seconds: float) -> None:
-    from anisotropy.pages.report import WALL_TIME_PLACEHOLDER
-
-    text = f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
-    for cell in nb.cells:
-        for out in cell.get("outputs", []):
-            data = out.get("data", {})
-            if "text/html" in data and WALL_TIME_PLACEHOLDER in data["text/html"]:
-                data["text/html"] = data["text/html"].replace(WALL_TIME_PLACEHOLDER, text)
-
-
-def _hide_parameter_cells(nb) -> None:
-    """The provenance box lists every parameter; the raw parameter cells stay in the notebook, not on the page."""
-    for cell in nb.cells:
-        tags = cell.metadata.setdefault("tags", [])
-        if ("parameters" in tags or "injected-parameters" in tags) and "remove-cell" not in tags:
-            tags.append("remove-cell")
-
-
-def _forget_paths(nb, name: str, output) -> None:
-    """papermill records where it read and wrote the notebook: here a temporary file and a path of this machine (the
-    build root, which a published notebook must not show). What stays is the chapter's source and the output relative
-    to the checkout."""
-    record = nb.metadata.get("papermill", {})
-    record["input_path"] = f"notebooks/{name}.md"
-    output, root_ = str(output), paths.project_root()
-    if root_ is not None and not results.is_url(output) and Path(output).resolve().is_relative_to(root_.resolve()):
-        output = Path(output).resolve().relative_to(root_.resolve()).as_posix()
-    record["output_path"] = output
-
-
-def first_line(text) -> str:
-    lines = re.sub(r"\x1b\[[0-9;]*m", "", str(text)).strip().splitlines()
-    return lines[0].strip() if lines else ""
-
-
-def _cell_location(name: str, cell_source: str) -> str:
-    """Where a failing cell is in ``notebooks/<name>.md``: "code cell K (notebooks/<name>.md, line L)"."""
-    if not cell_source:
-        return "a cell"
-    try:
-        code = [c.source for c in profiles.read_notebook(name).cells if c.cell_type == "code"]
-        text = profiles.notebook_source(name).read_text()
-    except (OSError, profiles.ProfileError):
-        return "a cell"
-    if cell_source not in code:
-        return "the injected parameters cell" if "# Parameters" in cell_source.splitlines()[0] else "a cell"
-    k = code.index(cell_source) + 1
-    at = text.find(cell_source)
-    line = f", line {text[:at].count(chr(10)) + 1}" if at >= 0 else ""
-    return f"code cell {k} (notebooks/{name}.md{line})"
-
-
-def _failure(exc) -> dict:
-    import papermill
-
-    if isinstance(exc, papermill.PapermillExecutionError):
-        return {"cell": exc.source, "ename": exc.ename, "evalue": first_line(exc.evalue)}
-    # the kernel died (e.g. killed for memory), could not start, or timed out
-    return {"kernel": f"{type(exc).__name__}: {first_line(exc)}"}
-
-
-def _failure_message(name: str, failure: dict, output, log=None) -> str:
-    """One paragraph: notebook, cell, the exception line, the partially executed notebook."""
-    if "cell" in failure:
-        what = f"{_cell_location(name, failure['cell'])} raised {failure['ename']}: {failure['evalue']}"
-    else:
-        what = f"the kernel failed ({failure['kernel']})"
-        if log is not None:
-            what += f"; kernel messages: {log}"
-    return f"{name}: {what}\n    partially executed notebook: {output}"
-
-
-
-def prepare(name: str, profile: str, overrides: dict | None = None, output=None, rerun: bool = False,
-            recompute: bool = False, env: dict | None = None) -> "Job | Outcome":
-    """The ``Job`` that executes chapter ``name`` under ``profile`` (plus ``overrides``) into ``output`` (a path or
-    a URL; default ``book/executed/<name>.ipynb``), or, when a finished notebook with the same stamp (profile,
-    parameters, source, code) is already there and neither ``rerun`` nor ``recompute`` is given, its reused
-    ``Outcome``. Parameters are checked here, before anything runs, and so is the chapter's plan against the runtime
-    the profile assumes (``chapters.plans.check``). ``recompute`` makes the chapter recompute every
-    result it reads from the store (``ANISOTROPY_RECOMPUTE``); ``env`` is added to the kernel's environment."""
-    import nbformat
-
-    given, params, defaults = _parameters(name, profile, overrides)
-    profiles.check(name, given, defaults, profiles.parameter_rules(name))
-    injected = {"profile": profile, **(overrides or {})} if "profile" in defaults else dict(given)
-    output = output if output is not None else root() / EXECUTED / f"{name}.ipynb"
-    stamp = _stamp(profile, params, name)
-    if not (rerun or recompute) and _is_current(output, stamp):
-        return Outcome(name, output, 0.0, reused=True, params=params)
-    # what the chapter's first cell checks (chapters.plans.apply), here before a kernel starts: a part that does not
-    # fit the profile's runtime stops the run in one line
-    from anisotropy.chapters import plans
-
-    plans.check(name, {k: v for k, v in {**defaults, **given}.items() if k not in profiles.RUNTIME}, profile)
-    kernel_env = {"ANISOTROPY_RUNNER": "1",  # parameters are checked here; profiles.apply need not check again
-                  "ANISOTROPY_FIGURES": str(root() / "_build" / "figures" / name), **KERNEL_MALLOC, **(env or {})}
-    if recompute:
-        kernel_env[results.RECOMPUTE_ENV] = "1"
-    stem = str(output).replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".ipynb")
-    return Job(name, nbformat.writes(profiles.read_notebook(name)), injected, params, stamp, str(output),
-               env=kernel_env, cwd=str(root()), log=f"_build/logs/{stem}.log")
-
-
-def run_job(job: Job) -> Outcome:
-    """Execute a ``Job`` with papermill, here (a thread of the build, or a Dask worker's task thread).
-
-    The notebook is executed into a hidden ``.<stem>.partial.ipynb`` (beside the output, or in a temporary folder
-    when the output is a URL) and gets the final name only once complete, so an interrupted run never leaves an
-    output that a later run takes for finished; a notebook at a URL is uploaded whole once complete (a failed one
-    under its partial name). Failures come back as data (``Outcome.failure``), worded by ``finish``."""
-    import nbformat
-    import papermill
-
-    remote = results.is_url(job.output)
-    stem = job.output.replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".ipynb")
-    start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="anisotropy-") as tmp:
-        tmp = Path(tmp)
-        cwd = Path(job.cwd) if job.cwd and Path(job.cwd).is_dir() else tmp
-        log = cwd / job.log if job.log else tmp / f"{stem}.log"
-        src = tmp / f"{job.name}.ipynb"
-        src.write_text(job.notebook)
-        if remote:
-            partial, partial_at = tmp / f".{stem}.partial.ipynb", f"{job.output.rsplit('/', 1)[0]}/.{stem}.partial.ipynb"
-        else:
-            partial = Path(job.output).with_name(f".{stem}.partial.ipynb")
-            partial.parent.mkdir(parents=True, exist_ok=True)
-            partial_at = partial
-        env = dict(os.environ)
-        for key, value in job.env.items():
-            if value is None:
-                env.pop(key, None)
-            else:
-                env[key] = str(value)
-        kernel_cpu: list[float] = []
-        kernel_peak: list[int | None] = []
-        try:
-            with kernels.kernel(env, str(cwd), log, kernel_cpu, kernel_peak) as manager:
-                echo = _Echo(job.name, log)
-                echo.start()
-                try:
-                    papermill.execute_notebook(str(src), str(partial), parameters=job.injected, kernel_name=KERNEL,
-                                               progress_bar=False, log_output=False, kernel_manager_class=manager,
-                                               iopub_timeout=IOPUB_TIMEOUT_S)
-                finally:
-                    echo.stop()
-        except Exception as exc:  # noqa: BLE001 - every failure becomes one report, never a traceback
-            if remote and partial.is_file():
-                write_bytes(partial_at, partial.read_bytes())
-            return Outcome(job.name, partial_at, time.perf_counter() - start, params=job.params,
-                           failure=_failure(exc), log=str(log))
-        seconds = time.perf_counter() - start
-        cpu_seconds = round(sum(kernel_cpu), 2) if kernel_cpu else None
-        nb = nbformat.read(partial, as_version=4)
-        _fill_wall_time(nb, seconds)
-        _hide_parameter_cells(nb)
-        _forget_paths(nb, job.name, job.output)
-        peaks = [p for p in kernel_peak if p is not None]
-        nb.metadata["anisotropy"] = {**nb.metadata.get("anisotropy", {}), "stamp": job.stamp, "complete": True,
-                                     "seconds": round(seconds, 2), "cpu_seconds": cpu_seconds,
-                                     "peak_rss_bytes": max(peaks) if peaks else None}
-        nbformat.write(nb, partial)
-        glued = glued_values(partial)
-        if remote:
-            write_bytes(job.output, partial.read_bytes())
-        else:
-            os.replace(partial, job.output)  # only a complete notebook ever carries the final name
-    return Outcome(job.name, job.output if remote else Path(job.output), seconds, params=job.params, glued=glued,
-                   log=str(log), cpu_seconds=cpu_seconds)
-
-
-def finish(outcome: Outcome) -> Outcome:
-    """Word a failure reported as data (here, where the chapter's source is at hand)."""
-    if outcome.failure and not outcome.error:
-        outcome.error = _failure_message(outcome.name, outcome.failure, outcome.path, outcome.log)
-    return outcome
-
-
-def execute(name: str, profile: str, overrides: dict | None = None, output: Path | None = None,
-            rerun: bool = False, recompute: bool = False, quiet: bool = False, env: dict | None = None) -> Outcome:
-    """Execute chapter ``name`` under ``profile`` (plus ``overrides``) into ``output`` (``prepare``, then ``run_job``
-    here).
-
-    Papermill injects ``profile`` and the overrides; the chapter takes the rest from the profile (``profiles.apply``).
-    ``rerun`` executes it again even if a current notebook exists; ``recompute`` also recomputes every result the
-    chapter reads from the results store (``ANISOTROPY_RECOMPUTE``) instead of reading it.
-    A finished notebook whose stamp (profile, parameters, source hash) matches is reused, not executed again.
-    """
-    job = prepare(name, profile, overrides, output, rerun=rerun, recompute=recompute, env=env)
-    return job if isinstance(job, Outcome) else finish(run_job(job))
-
-
-def progress(outcome: Outcome, profile: str, index: int, total: int, label: str | None = None,
-             estimate: float | None = None) -> None:
-    """The line of a chapter that ended: its time (and CPU time), and the estimate it started with."""
-    if outcome.blocked:
-        status = "not run"
-    else:
-        status = "reused" if outcome.reused else ("FAILED" if outcome.error else f"{outcome.seconds:7.1f} s")
-        if outcome.cpu_seconds is not None and not (outcome.reused or outcome.error):
-            status += f" ({outcome.cpu_seconds:.0f} s CPU)"
-        if estimate and not outcome.reused:
-            status += f", estimated {estimate:.0f} s"
-    print(f"[{index}/{total}] {label or outcome.name:<32} profile={profile:<6} {status}", flush=True)
-
-
-def started(name: str, profile: str, estimate: float | None = None) -> None:
-    """The line of a chapter that starts executing (with its estimated wall time on this machine, when known)."""
-    about = f" (estimated {estimate:.0f} s here)" if estimate else ""
-    print(f"[start] {name:<32} profile={profile:<6}{about}", flush=True)
-
+from anisotropy.book.console import Echo, ended, started
+from anisotropy.book.execution import (KERNEL_MALLOC, KERNEL_THREADS, ChapterFailed, Outcome, RunnerError, finish,
+                                       first_line, prepare, root, run_job)
+from anisotropy.book.notebooks import read_text
+from anisotropy.profiles import EXECUTED, chapters  # noqa: F401 - the book's chapters, read from _toc.yml
+
+# The names this module held before it was split, importable from here as they were.
+from anisotropy.book.console import ECHO_POLL_S, SILENCE_S  # noqa: F401
+from anisotropy.book.console import Echo as _Echo  # noqa: F401
+from anisotropy.book.execution import IOPUB_TIMEOUT_S, KERNEL, Job, execute  # noqa: F401
+from anisotropy.book.execution import _parameters, _stamp  # noqa: F401
+from anisotropy.book.notebooks import (SWEEPS, SWEEPS_IN_STORE, WALL_CLOCK_GLUE, glued_values,  # noqa: F401
+                                       write_bytes)
 
 # ---- what a chapter runs after ---------------------------------------------------------------------------------------
 
@@ -433,14 +65,6 @@ def dependencies(names: list[str] | None = None) -> dict[str, list[str]]:
         raise RunnerError("; ".join(problems) + ".")
     return found
 
-
-# One torch/BLAS thread per chapter kernel of a build: the build keeps every core busy with chapters (and their own
-# Dask workers), and two threads on one core spin against each other. It also keeps the numbers independent of how
-# the chapters happen to overlap. A value set in the environment is kept.
-KERNEL_THREADS = {name: os.environ.get(name, "1") for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-# The allocator settings of every chapter kernel (``prepare``: a build's, a sweep's, a chapter run alone), which
-# passes them on to its Dask workers: ``executor.MALLOC_DEFAULTS`` says why.
-KERNEL_MALLOC = executor.malloc_env()
 
 
 @dataclass
@@ -508,6 +132,8 @@ def _build_item(name: str, env: dict, profile: str, rerun: bool, recompute: bool
 def _train_unit(unit, env: dict, profile: str, estimate: float | None = None) -> Outcome:
     """Train one unit's run in a process of its own (``book.units``), its progress lines echoed to this console; a
     run that a chapter has trained, or is training, by now needs no process (it is reused)."""
+    # cost: pulls torch (~1.1 s) into each `python -m anisotropy` start (book.cli imports this module); only a
+    # build with a unit to train reads the checkpoints
     from anisotropy.training import checkpoints
 
     recipe = unit.recipe(profile)
@@ -517,7 +143,7 @@ def _train_unit(unit, env: dict, profile: str, estimate: float | None = None) ->
     log = root() / "_build" / "logs" / unit.log
     cmd = [sys.executable, "-m", "anisotropy.book.units", unit.suite, str(unit.seed), profile]
     start = time.perf_counter()
-    echo = _Echo(unit.name, log)
+    echo = Echo(unit.name, log)
     echo.start()
     try:
         code, cpu = kernels.process(cmd, {**os.environ, **KERNEL_THREADS, **KERNEL_MALLOC, **env}, str(root()), log)
@@ -540,11 +166,11 @@ def execute_all(profile: str, only: list[str] | None = None, rerun: bool = False
     CPU seconds, ``machine.item_seconds``), ``jobs`` at a time (default: the cores; the cores are shared with what a
     chapter starts itself through ``executor.map``, and a chapter that waits for a unit's run gives its core back
     meanwhile, ``executor.waiting``). A line per item as it starts and as it ends (with its estimate), its progress
-    lines in between (``_Echo``); a failed item does not stop the others, but the chapters that run after it are not
+    lines in between (``console.Echo``); a failed item does not stop the others, but the chapters that run after it are not
     run. Returns the outcomes: the units', then the chapters' in ``_toc.yml`` order. ``plan_``: the build's ``plan``
     if already made."""
-    import functools
-
+    # cost: pulls torch (~1.4 s) into each `python -m anisotropy` start (book.cli imports this module); only a
+    # build reads the machine's calibration
     from anisotropy.book import machine
 
     plan_ = plan_ or plan(profile, only, rerun=rerun, recompute=recompute)
@@ -563,7 +189,7 @@ def execute_all(profile: str, only: list[str] | None = None, rerun: bool = False
         else:
             outcome = result
         outcomes[name] = outcome
-        progress(outcome, profile, len(outcomes), len(items), estimate=(estimates or {}).get(name))
+        ended(outcome, profile, len(outcomes), len(items), estimate=(estimates or {}).get(name))
 
     fn = functools.partial(_build_item, profile=profile, rerun=rerun, recompute=recompute, clock=time.perf_counter(),
                            estimates=estimates)
@@ -631,11 +257,12 @@ def build(profile: str = "local", rerun: bool = False, recompute: bool = False, 
     before it starts, the estimate from the committed reference build, and after it, the measured figures with the
     cores busy on average and the idle core-seconds on the critical path (``book.timeline``), also written to
     ``_build/build-times.json`` (the reference's format); raises ``ChapterFailed`` with one report."""
+    # cost: pulls torch (~1.4 s) into each `python -m anisotropy` start (book.cli imports this module); only a
+    # build reads the machine's calibration
     from anisotropy.book import machine
-    from anisotropy.executor import cores
 
     start, cpu_start = time.perf_counter(), _cpu_seconds()
-    jobs = max(1, jobs or cores())
+    jobs = max(1, jobs or executor.cores())
     cal = ref = None
     if profile == machine.REFERENCE_PROFILE:  # the full-size build: its times are worth comparing across machines
         ref = machine.reference()
@@ -713,33 +340,3 @@ def _record_times(profile: str, outcomes: list[Outcome], wall: float, cpu: float
     out.write_text(json.dumps(record, indent=1) + "\n")
     return out
 
-
-# ---- glued values ---------------------------------------------------------------------------------------------------
-
-# Glued names that report a wall-clock measurement (training or run time) end this way; they are the only glued
-# values allowed to differ between two runs of the same profile and seed.
-WALL_CLOCK_GLUE = re.compile(r"(seconds|minutes)$")
-
-
-def glued_values(nb_path, wall_clock: bool = True) -> dict:
-    """The scalars a notebook (a path, or a URL of the results store) glued, as plain text (myst-nb stores them as
-    ``display_data`` outputs tagged ``scrapbook``, under ``application/papermill.record/text/plain``);
-    ``wall_clock=False`` leaves out timings."""
-    import nbformat
-
-    nb = nbformat.reads(read_text(nb_path), as_version=4) if results.is_url(nb_path) else \
-        nbformat.read(nb_path, as_version=4)
-    values = {}
-    for cell in nb.cells:
-        for out in cell.get("outputs", []):
-            name = out.get("metadata", {}).get("scrapbook", {}).get("name")
-            data = out.get("data", {})
-            text = next((v for k, v in data.items() if k.endswith("text/plain")), None)
-            if not name or text is None or any(k.endswith("image/png") for k in data):
-                continue
-            if wall_clock or not WALL_CLOCK_GLUE.search(name):
-                try:  # report.glue stores formatted strings, so most values come back as their repr
-                    values[name] = ast.literal_eval(text)
-                except (ValueError, SyntaxError):
-                    values[name] = text
-    return values

@@ -1,5 +1,6 @@
 """Parameter sweeps: one chapter run once per point of a grid of its parameters (``python -m anisotropy sweep``), each
-point a papermill job of the runner on a Dask worker, with one table of every point's parameters and glued values.
+point a papermill job (``book.execution``) on a Dask worker, with one table of every point's parameters and glued
+values.
 """
 
 from __future__ import annotations
@@ -10,8 +11,10 @@ import re
 from pathlib import Path
 
 from anisotropy import executor, profiles, results
-from anisotropy.book.runner import (KERNEL_THREADS, SWEEPS, SWEEPS_IN_STORE, ChapterFailed, Job, Outcome, finish,
-                                    first_line, glued_values, prepare, progress, root, run_job, write_bytes)
+from anisotropy.book.console import ended
+from anisotropy.book.execution import (KERNEL_THREADS, ChapterFailed, Job, Outcome, finish, first_line, prepare, root,
+                                       run_job)
+from anisotropy.book.notebooks import SWEEPS, SWEEPS_IN_STORE, glued_values, write_bytes
 
 
 def _slug(value) -> str:
@@ -61,7 +64,7 @@ def sweep(name: str, profile: str, grid: dict[str, list], address: str | None = 
     def record(i: int, stem: str, outcome: Outcome) -> None:
         nonlocal finished
         finished += 1
-        progress(outcome, profile, finished, len(points), label=stem)
+        ended(outcome, profile, finished, len(points), label=stem)
         path = str(outcome.path).replace("\\", "/")
         row = {**points[i], "notebook": path.rsplit("/", 1)[-1], "seconds": round(outcome.seconds, 2),
                "error": first_line(outcome.error) if outcome.error else ""}

@@ -368,7 +368,7 @@ def _record(name: str, value, display: bool = False):
     """myst-nb's ``glue(name, value, display=False)`` where myst-nb is not installed (the ``colab`` extra): the same
     hidden output (the value's display formats under ``application/papermill.record/``, named in the ``scrapbook``
     metadata), which a front end does not show, so that a Colab run's notebook holds the numbers the book's holds
-    (``book.runner.glued_values`` reads either)."""
+    (``book.notebooks.glued_values`` reads either)."""
     from IPython.core.formatters import format_display_data
     from IPython.display import display as show
 
