@@ -30,15 +30,8 @@ def glue_peaks(prefix: str, sub: pd.DataFrame) -> None:
             report.glue(f"{prefix}_{name}", absent if "model" in name or name in ("top", "low") else "0")
         return
     peaks = layerwise.peaks(sub)
-    top, low = peaks.loc[peaks["mean_cosine"].idxmax()], peaks.loc[peaks["mean_cosine"].idxmin()]
-    report.glue(f"{prefix}_top", top["mean_cosine"], "{:.2f}")
-    report.glue(f"{prefix}_top_model", top["label"])
-    report.glue(f"{prefix}_low", low["mean_cosine"], "{:.2f}")
-    report.glue(f"{prefix}_low_model", low["label"])
-    report.glue(f"{prefix}_min_ratio", peaks["above_null"].min(), "{:.1f}")
-    report.glue(f"{prefix}_max_ratio", peaks["above_null"].max(), "{:.1f}")
+    p1_s3_token_level.glue_extremes(f"{prefix}_", sub, peaks, peak="")
     report.glue(f"{prefix}_n", peaks.shape[0])
-    report.glue(f"{prefix}_n_all_above", int((layerwise.share_above_null(sub) == 1).sum()))
 
 
 def first(frame: pd.DataFrame, column: str, fmt: str, absent: str = "not checked under this profile") -> str:

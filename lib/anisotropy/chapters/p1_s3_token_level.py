@@ -42,17 +42,17 @@ def glue_peaks(frame: pd.DataFrame, peaks: pd.DataFrame) -> None:
     report.glue("q95_384", layerwise.null_q95([d_small])[0], "{:.3f}")
 
 
-def glue_extremes(prefix: str, frame: pd.DataFrame, peaks: pd.DataFrame) -> pd.Series:
+def glue_extremes(prefix: str, frame: pd.DataFrame, peaks: pd.DataFrame, peak: str = "_peak") -> pd.Series:
     """Glue, each name starting with ``prefix``, the highest and the lowest peak of ``peaks`` with their models
-    (``top_peak``, ``top_peak_model``, ``low_peak``, ``low_peak_model``), the range of the peaks over the isotropic
-    95th percentile (``min_ratio``, ``max_ratio``) and how many models of ``frame`` are above it at every layer
-    (``n_all_above``); the Section 3 pages' shared sentence about Figures 1 and 2. Returns the top peak's row."""
+    (``top_peak``, ``top_peak_model``, ``low_peak``, ``low_peak_model``; "_peak" is ``peak``), the range of the peaks
+    over the isotropic 95th percentile (``min_ratio``, ``max_ratio``) and how many models of ``frame`` are above it at
+    every layer (``n_all_above``): the Section 3 pages' sentences under their figures. Returns the top peak's row."""
     top = peaks.loc[peaks["mean_cosine"].idxmax()]
     low = peaks.loc[peaks["mean_cosine"].idxmin()]
-    report.glue(f"{prefix}top_peak", top["mean_cosine"], "{:.2f}")
-    report.glue(f"{prefix}top_peak_model", top["label"])
-    report.glue(f"{prefix}low_peak", low["mean_cosine"], "{:.2f}")
-    report.glue(f"{prefix}low_peak_model", low["label"])
+    report.glue(f"{prefix}top{peak}", top["mean_cosine"], "{:.2f}")
+    report.glue(f"{prefix}top{peak}_model", top["label"])
+    report.glue(f"{prefix}low{peak}", low["mean_cosine"], "{:.2f}")
+    report.glue(f"{prefix}low{peak}_model", low["label"])
     report.glue(f"{prefix}min_ratio", peaks["above_null"].min(), "{:.1f}")
     report.glue(f"{prefix}max_ratio", peaks["above_null"].max(), "{:.1f}")
     report.glue(f"{prefix}n_all_above", int((layerwise.share_above_null(frame) == 1).sum()))
