@@ -4,6 +4,7 @@ time (``Echo``)."""
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from pathlib import Path
@@ -14,6 +15,13 @@ from anisotropy import progress
 # and a line after SILENCE_S without one, so that no chapter is silent for a minute.
 ECHO_POLL_S = 2.0
 SILENCE_S = 55.0
+
+
+def line(text: str) -> None:
+    """Print ``text`` as one line in a single write: the build's items print from several threads, and ``print``
+    writes a text and its newline apart, so two lines could share a row."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
 
 
 class Echo(threading.Thread):
@@ -34,13 +42,13 @@ class Echo(threading.Thread):
             return
         whole = data[: data.rfind(b"\n") + 1]  # a line still being written waits for the next poll
         self.position += len(whole)
-        for line in whole.decode(errors="replace").splitlines():
-            if line.startswith(progress.MARK):
-                self._print(line[len(progress.MARK):])
+        for written in whole.decode(errors="replace").splitlines():
+            if written.startswith(progress.MARK):
+                self._print(written[len(progress.MARK):])
 
     def _print(self, text: str) -> None:
         self.last = time.perf_counter()
-        print(f"    {self.chapter} [{self.last - self.start_time:5.0f} s] {text}", flush=True)
+        line(f"    {self.chapter} [{self.last - self.start_time:5.0f} s] {text}")
 
     def tick(self) -> None:
         """One poll: echo the new progress lines, or say the chapter is still running after ``SILENCE_S``."""
@@ -70,11 +78,11 @@ def ended(outcome, profile: str, index: int, total: int, label: str | None = Non
             status += f" ({outcome.cpu_seconds:.0f} s CPU)"
         if estimate and not outcome.reused:
             status += f", estimated {estimate:.0f} s"
-    print(f"[{index}/{total}] {label or outcome.name:<32} profile={profile:<6} {status}", flush=True)
+    line(f"[{index}/{total}] {label or outcome.name:<32} profile={profile:<6} {status}")
 
 
 def started(name: str, profile: str, estimate: float | None = None) -> None:
     """The line of a chapter that starts executing (with its estimated wall time on this machine, when known)."""
     about = f" (estimated {estimate:.0f} s here)" if estimate else ""
-    print(f"[start] {name:<32} profile={profile:<6}{about}", flush=True)
+    line(f"[start] {name:<32} profile={profile:<6}{about}")
 
