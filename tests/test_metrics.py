@@ -276,9 +276,11 @@ def test_grouped_smallest_k_equals_topk():
         assert torch.equal(torch.gather(g[:, :cols], 1, idx), expected)
 
 
-def test_two_nearest_distances_with_many_ties():
-    # A 4-d integer grid has 8 equidistant nearest neighbours per inner point, more than the 6 float32 candidates:
-    # such rows cannot be certified and are redone (float64 Gram, then exact). Offset to make float32 cancel too.
+def test_two_nearest_distances_with_many_ties(monkeypatch):
+    # A 4-d integer grid has 8 equidistant nearest neighbours per inner point, more than the 3 float32 candidates:
+    # such rows cannot be certified by them, and are re-measured against every row whose bound is within their second
+    # distance (not the float64 Gram matrix: a dozen ties fit). Offset to make float32 cancel too.
+    monkeypatch.setattr(twonn, "_redo_in_float64", lambda *a, **k: pytest.fail("a dozen ties went to float64"))
     grid = np.stack(np.meshgrid(*[np.arange(5.0)] * 4, indexing="ij"), axis=-1).reshape(-1, 4)
     x64 = torch.from_numpy(rotate_into(grid, 64, seed=62) + 50.0)
     dist = cdist(x64.numpy(), x64.numpy(), "sqeuclidean")
@@ -287,6 +289,57 @@ def test_two_nearest_distances_with_many_ties():
     assert twonn._two_nearest_sq(x64).numpy() == pytest.approx(expected, rel=1e-12)
     with pytest.raises(ValueError, match="equidistant"):
         M.twonn_dimension(grid)  # unrotated, every mu is exactly 1: the slope is undefined
+
+
+@pytest.mark.parametrize("strip", [1, 7, 64, 1000])
+def test_two_nearest_distances_in_strips_of_any_height(monkeypatch, strip):
+    # Each pair's Gram entry is computed once, in row strips of the upper triangle read along rows and columns: with
+    # strips of one row, of a height that leaves a ragged last strip, and of the whole matrix, every row's two nearest
+    # are brute force's (a clustered, offset cloud, so that neighbours come from every strip).
+    g = rng(66)
+    x = (g.standard_normal((20, 48))[g.integers(0, 20, 300)] * 5 + g.standard_normal((300, 48)) + 30.0)
+    x = x.astype(np.float32)
+    dist = cdist(x.astype(np.float64), x.astype(np.float64), "sqeuclidean")
+    np.fill_diagonal(dist, np.inf)
+    monkeypatch.setattr(twonn, "_STRIP_ROWS", strip)
+    assert twonn._two_nearest_sq(torch.from_numpy(x)).numpy() == pytest.approx(np.sort(dist, axis=1)[:, :2],
+                                                                               rel=1e-12)
+
+
+def test_two_nearest_distances_beyond_float32_range():
+    # Rows of norm ~1e20: their float32 squared norms overflow, so every row is found with the float64 Gram matrix.
+    g = rng(67)
+    x = g.standard_normal((200, 16)) * 1e20
+    dist = cdist(x, x, "sqeuclidean")
+    np.fill_diagonal(dist, np.inf)
+    assert twonn._two_nearest_sq(torch.from_numpy(x)).numpy() == pytest.approx(np.sort(dist, axis=1)[:, :2],
+                                                                               rel=1e-12)
+
+
+def test_two_nearest_distances_among_a_hundred_ties(monkeypatch):
+    # The corners of a 100-simplex, offset: every row has 99 equidistant neighbours, more than _WIDE_CANDIDATES, so
+    # every row's candidates come from the float64 Gram matrix; the distances are still exact.
+    x = np.eye(100) * 3.0 + 20.0
+    redone = []
+    redo = twonn._redo_in_float64
+    monkeypatch.setattr(twonn, "_redo_in_float64", lambda rows, mean, who, *a: redone.append(len(who))
+                        or redo(rows, mean, who, *a))
+    assert twonn._two_nearest_sq(torch.from_numpy(x)).numpy() == pytest.approx(np.full((100, 2), 18.0), rel=1e-12)
+    assert redone == [100]
+
+
+def test_unique_rows_compares_bytes_where_bit_sums_agree():
+    # Rows that are permutations of one another share their bit sums but differ; -0.0 and 0.0 differ byte-wise; the
+    # first of equal rows is kept: as numpy's unique over whole rows.
+    g = rng(68)
+    base = g.standard_normal((50, 12)).astype(np.float32)
+    x = np.concatenate([base, base[:, ::-1], base[[3, 7, 3]], np.zeros((1, 12), np.float32)])
+    x[-1, 0] = -0.0
+    x = np.concatenate([x, np.zeros((1, 12), np.float32), x[[0]]])
+    keys = np.ascontiguousarray(x).view(np.dtype((np.void, 4 * 12))).ravel()
+    _, first = np.unique(keys, return_index=True)
+    assert np.array_equal(twonn._unique_rows(x), np.sort(first))
+    assert len(twonn._unique_rows(x)) == len(x) - 4
 
 
 def test_two_nearest_distances_beside_a_few_massive_rows(monkeypatch):

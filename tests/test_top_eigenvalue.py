@@ -82,8 +82,8 @@ def test_a_top_eigenvector_the_start_cannot_reach_is_not_certified_wrongly(spect
     assert top.value == pytest.approx(spectrum.max(), rel=1e-12)
 
 
-def test_the_device_share_is_the_certified_eigenvalue_over_the_trace(monkeypatch):
-    # sigma1_share_on_device divides top_eigenvalue's value by the trace: the share of a planted scatter is within
+def test_the_share_is_the_certified_eigenvalue_over_the_trace(monkeypatch):
+    # sigma1_share_from_scatter divides top_eigenvalue's value by the trace: the share of a planted scatter is within
     # the tolerance of max(D) / sum(D), and no full eigendecomposition runs.
     spectrum = np.r_[30.0, 1 / np.sqrt(np.arange(1, 768))]
     s = planted(spectrum)
@@ -91,6 +91,6 @@ def test_the_device_share_is_the_certified_eigenvalue_over_the_trace(monkeypatch
     def refuse(*args, **kwargs):
         raise AssertionError("eigvalsh ran where a certificate holds")
     monkeypatch.setattr(torch.linalg, "eigvalsh", refuse)
-    share = statistics.sigma1_share_on_device(s)
+    share = statistics.sigma1_share_from_scatter(s)
     want = spectrum.max() / spectrum.sum()
     assert abs(share - want) <= (TOL + BUILT + 768 * U64) * want

@@ -54,8 +54,8 @@ DEVICE_NORM_REL = 2 * _LAMBDA * math.sqrt(_MAX_TERMS) * _U32
 # sigma1 share (absolute): each chunk's scatter entry is within lambda sqrt(b) u32 sqrt(S_ii S_jj) (b <= 4096 rows),
 # plus 2 u32 for the rounded centring, so ||dS||_2 <= (lambda sqrt(b) + 2) u32 trace (the entrywise bound is the
 # nonnegative rank-one matrix sqrt(diag S) sqrt(diag S)^T, of norm trace S); Weyl moves sigma_1^2 and the trace by that,
-# the share by twice it; 2 paths: 4 (lambda sqrt(b) + 2) u32 ~ 1.2e-4. The eigenvalues add ~d u64 (scipy's on the CPU)
-# and 1e-8 relative (``measure.eigen.top_eigenvalue`` on the device), negligible.
+# the share by twice it; 2 paths: 4 (lambda sqrt(b) + 2) u32 ~ 1.2e-4. The eigenvalue adds 1e-8 relative
+# (``measure.eigen.top_eigenvalue``, on both paths; ~d u64 where eigvalsh runs instead), negligible.
 DEVICE_SIGMA1_SHARE_ABS = 4 * (_LAMBDA * math.sqrt(MOMENT_CHUNK_ROWS) + 2) * _U32
 # TwoNN (relative, per squared distance): both paths certify the same two nearest rows, then sum d exact float64
 # squares of differences in different orders: gamma_(d+3) = (d + 3) u64 each (nonnegative terms; float64 rows add a

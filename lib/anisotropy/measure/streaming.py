@@ -27,9 +27,9 @@ import numpy as np
 import torch
 
 from anisotropy.measure.baseline import support_null_cosine
-from anisotropy.measure.rows import MOMENT_CHUNK_ROWS, as_rows, device_for, forced_device, scan, too_few
+from anisotropy.measure.rows import MOMENT_CHUNK_ROWS, as_rows, device_for, scan, too_few
 from anisotropy.measure.statistics import (BOOTSTRAP, batch_moments, chan_merge, grouped_bootstrap_mean_cosine,
-                                           mean_cosine_from_sums, sigma1_share_from_scatter, sigma1_share_on_device)
+                                           mean_cosine_from_sums, sigma1_share_from_scatter)
 from anisotropy.measure.twonn import TwoNNEstimate, twonn_estimate
 
 
@@ -212,9 +212,7 @@ class LayerStats(Accumulator):
         """sigma_1^2 / sum sigma_i^2 of the centred rows, from the float64 scatter matrix."""
         if self._n < 2:
             raise too_few("sigma1_share", self._n, 2, self._n_excluded)
-        if self._device is not None or forced_device() is not None:
-            return sigma1_share_on_device(self._scatter)
-        return sigma1_share_from_scatter(self._scatter.numpy())
+        return sigma1_share_from_scatter(self._scatter)
 
     @property
     def sample(self) -> np.ndarray:

@@ -2,9 +2,9 @@
 
 Input as every statistic of ``measure`` (``measure.rows``: an (n, d) array or tensor, an optional mask; zero, NaN and
 inf rows excluded and counted); duplicate rows are removed before and counted. Distances: a float32 Gram matrix of the
-centred rows in blocks of bounded size, then the two nearest rows re-measured exactly in float64 and certified against
-the float32 error bound. Device path (``measure.rows``): float32 Gram blocks, top-k, the float64 re-measure and the
-certificate run where the rows are; only the n ratios go to the CPU for the fit.
+centred rows (each pair once, in row strips of bounded size), then the two nearest rows re-measured exactly in float64
+and certified against the float32 error bound. Device path (``measure.rows``): float32 Gram strips, top-k, the float64
+re-measure and the certificate run where the rows are; only the n ratios go to the CPU for the fit.
 """
 
 from __future__ import annotations
@@ -18,13 +18,19 @@ import torch
 from anisotropy.measure.rows import device_for, too_few, valid_rows
 
 
-# Gram blocks of TwoNN are at most this many float32 entries (128 MiB), whatever n is.
+# Gram strips of TwoNN are at most this many float32 entries (128 MiB), whatever n is.
 _GRAM_BLOCK_ENTRIES = 32 << 20
+# Rows per strip of the Gram matrix's upper triangle: at 4096 x 576 the fastest of 512, 1024 and 1850 on 2 cores
+# (fewer rows, less of the triangle's diagonal computed twice; more, larger products).
+_STRIP_ROWS = 512
 # TwoNN needs two neighbours per point and a few ratios to fit; below this many distinct rows it refuses.
 TWONN_MIN_ROWS = 5
 # Nearest-neighbour candidates per point taken from the float32 Gram matrix and re-measured exactly in float64 (one
 # more is looked up to certify them).
 _TWONN_CANDIDATES = 3
+# A row its first candidates do not certify (1-3% of a hidden-state batch) is re-measured against every row whose bound
+# is within its second distance: a handful, or at most this many; beyond, the float64 Gram matrix finds its candidates.
+_WIDE_CANDIDATES = 64
 
 
 @dataclass(frozen=True)
@@ -48,11 +54,22 @@ class TwoNNEstimate:
 
 
 def _unique_rows(rows: np.ndarray) -> np.ndarray:
-    """Indices (in original order) of the first occurrence of each distinct row (byte-wise equality)."""
+    """Indices (in original order) of the first occurrence of each distinct row (byte-wise equality).
+
+    Equal rows have equal sums of their bit patterns (integers, exact in any order): a row whose sum no other row shares
+    is distinct, and only rows that share a sum are compared byte by byte (a sort of 8-byte sums instead of one of
+    whole rows, 5x faster at 4096 x 768)."""
     a = np.ascontiguousarray(rows)
-    keys = a.view(np.dtype((np.void, a.dtype.itemsize * a.shape[1]))).ravel()
-    _, first = np.unique(keys, return_index=True)
-    return np.sort(first)
+    bits = a.view(np.dtype(f"u{a.dtype.itemsize}"))
+    sums = bits.sum(axis=1, dtype=np.uint64)
+    _, inverse, counts = np.unique(sums, return_inverse=True, return_counts=True)
+    shared = np.flatnonzero(counts[inverse.ravel()] > 1)
+    keep = np.ones(a.shape[0], dtype=bool)
+    first: dict[bytes, int] = {}
+    for i in shared:  # in order: the first of equal rows is kept
+        if first.setdefault(a[i].tobytes(), i) != i:
+            keep[i] = False
+    return np.flatnonzero(keep)
 
 
 def _unique_rows_on_device(rows: torch.Tensor) -> torch.Tensor:
@@ -70,67 +87,121 @@ def _unique_rows_on_device(rows: torch.Tensor) -> torch.Tensor:
 def _two_nearest_sq(rows: torch.Tensor) -> torch.Tensor:
     """Exact float64 squared distances (n, 2) from each row to its first and second nearest other row.
 
-    Candidates come from a float32 Gram matrix of the centred rows, in row blocks of bounded size; the three best
-    candidates' distances are then recomputed exactly in float64 from the rows themselves. Centring matters: with a
-    large common offset (hidden states whose norms are in the hundreds) ||a||^2 + ||b||^2 - 2 a.b in float32 cancels
-    away the small distances TwoNN depends on. A row whose result cannot be certified against the float32 error bound
-    of each other row (near-ties with a row beyond the candidates) is redone with a float64 Gram matrix.
+    Candidates come from a float32 Gram matrix of the centred rows, computed once per pair: row strips of its upper
+    triangle (half the products of the whole matrix), each strip read along its rows for the strip's own rows and
+    along its columns for the rows below. Centring matters: with a large common offset (hidden states whose norms are
+    in the hundreds) ||a||^2 + ||b||^2 - 2 a.b in float32 cancels away the small distances TwoNN depends on. From each
+    entry a lower bound of the true squared distance is formed, L_ij = D_ij - tol (||a_i||^2 + ||a_j||^2) (the float32
+    error bound, ``_tolerance``); each row keeps its ``_TWONN_CANDIDATES`` + 1 smallest, the first ones are
+    re-measured exactly in float64 from the rows themselves, and they are the two nearest for certain when the exact
+    second one is not above the next bound. A row that cannot be certified (near-ties with a row beyond the
+    candidates) is redone with a float64 Gram matrix.
     """
     n, d = rows.shape
     # Rows off the CPU (the device path) stay where they are: every step below is torch on rows.device.
     dev = rows.device
-    on_device = device_for(rows) is not None
+    exact_sq = _exact_sq_on_device if device_for(rows) is not None else _exact_sq
     mean = rows.sum(dim=0, dtype=torch.float64) / n
-    # Augmented rows [x - mean, 1] and [-2 (x - mean), ||x - mean||^2]: their product is ||b||^2 - 2 a.b directly.
-    left = torch.empty(n, d + 1, dtype=torch.float32, device=dev)
-    right = torch.empty(n, d + 1, dtype=torch.float32, device=dev)
-    xc = left[:, :d]
+    xc = torch.empty(n, d, dtype=torch.float32, device=dev)
     xc.copy_(rows).sub_(mean.to(torch.float32))
-    left[:, d] = 1.0
     sq = torch.linalg.vector_norm(xc, dim=1).double() ** 2
-    torch.mul(xc, -2.0, out=right[:, :d])
-    right[:, d] = sq.to(torch.float32)
     k = min(_TWONN_CANDIDATES + 1, n - 1)
     m = min(_TWONN_CANDIDATES, k)
-    # Error of a float32 dot product of length d, probabilistic bound ~ sqrt(d) u (Higham & Mary 2019), with a
-    # safety factor of 8, relative to the size of its terms, sum_k |a_k b_k| + ||b||^2 <= ||a||^2 + 2 ||b||^2 (a = x_i
-    # - mean, b = x_j - mean); 2 eps more for the float32 subtraction of each column's share of it below. Per column,
-    # not with the largest ||b||^2: a few massive tokens would otherwise leave half the rows of a batch doubtful.
-    eps32 = float(torch.finfo(torch.float32).eps)
-    tol_scale = 8 * math.sqrt(d + 1) * eps32 + 2 * eps32
-    column_tol = (2 * tol_scale * sq).to(torch.float32)
-    out = torch.empty(n, 2, dtype=torch.float64, device=dev)
-    block = max(1, min(n, _GRAM_BLOCK_ENTRIES // n))
+    # L_ij = c_i + c_j - 2 x_i.x_j with c = (1 - tol) ||x||^2: the distance less its error bound, symmetric in i, j.
+    # Every float32 value below is at most 4 max ||x||^2; beyond float32's range (norms ~1e19) every row is redone.
+    if not 4 * float(sq.max()) < float(torch.finfo(torch.float32).max):
+        return _redo_in_float64(rows, mean, torch.arange(n, device=dev), torch.empty(n, 2, dtype=torch.float64,
+                                                                                     device=dev), k, exact_sq)
+    c = ((1 - _tolerance(d)) * sq).to(torch.float32)
+    best = torch.full((n, k), float("inf"), dtype=torch.float32, device=dev)
+    best_at = torch.zeros((n, k), dtype=torch.long, device=dev)
+    block = max(1, min(_STRIP_ROWS, _GRAM_BLOCK_ENTRIES // n))
     for s in range(0, n, block):
         e = min(n, s + block)
-        g = left[s:e] @ right.T  # (b, n): ||x_j||^2 - 2 x_i.x_j
+        strip = torch.addmm(c[s:].expand(e - s, n - s), xc[s:e], xc[s:].T, alpha=-2.0)  # (b, n - s): columns s..n
+        strip.add_(c[s:e, None])
         diag = torch.arange(e - s, device=dev)
-        g[diag, diag + s] = float("inf")
-        _, cand = _smallest_k(g, k)
-        if m < k:  # the lowest a row beyond the m candidates can be: min_j (g_ij - 2 tol ||b_j||^2), in place
-            g.sub_(column_tol)
-            g.scatter_(1, cand[:, :m], float("inf"))
-            lowest = g.amin(dim=1)
-        del g
-        exact = (_exact_sq_on_device if on_device else _exact_sq)(rows, torch.arange(s, e, device=dev), cand[:, :m])
-        out[s:e] = exact[:, :2]
-        if m < k:
-            # Every row j beyond the first m candidates is at a true squared distance of at least
-            # ||a_i||^2 + g_ij - tol (||a_i||^2 + 2 ||b_j||^2) >= floor: the two nearest are certain when the exact
-            # second one is not above it.
-            floor = lowest.double() + sq[s:e] * (1 - tol_scale)
-            # (Written as "not below" so that a NaN from float32 overflow also counts as doubtful.)
-            doubtful = torch.nonzero(~(exact[:, 1] <= floor)).flatten() + s
-            if doubtful.numel():
-                # Rare: redo these rows with a float64 Gram matrix (rounding ~1e-9 of float32's), then re-measure
-                # their best candidates exactly as above.
-                centred = rows.double() - mean
-                sq64 = (centred * centred).sum(dim=1)
-                g64 = sq64[None, :] - 2 * centred[doubtful] @ centred.T
-                g64[torch.arange(doubtful.numel(), device=dev), doubtful] = float("inf")
-                cand64 = torch.topk(g64, k, dim=1, largest=False).indices
-                out[doubtful] = (_exact_sq_on_device if on_device else _exact_sq)(rows, doubtful, cand64)[:, :2]
+        strip[diag, diag] = float("inf")
+        values, at = _smallest_k(strip, min(k, n - s))
+        best[s:e], best_at[s:e] = _merge_smallest(best[s:e], best_at[s:e], values, at + s, k)
+        if e < n:  # the same entries seen from the rows below: the strip's columns e..n, as rows
+            below = strip[:, e - s:].T.contiguous()
+            values, at = torch.topk(below, min(k, e - s), dim=1, largest=False, sorted=True)
+            best[e:], best_at[e:] = _merge_smallest(best[e:], best_at[e:], values, at + s, k)
+        del strip
+    exact = exact_sq(rows, torch.arange(n, device=dev), best_at[:, :m])
+    out = exact[:, :2].clone()
+    if m == k:  # every other row is a candidate
+        return out
+    # Every row beyond the m candidates has a bound L at least best[:, m], and its true squared distance is not below
+    # its bound: the two nearest are certain when the exact second one is not above it.
+    doubtful = torch.nonzero(~(exact[:, 1] <= best[:, m].double())).flatten()
+    return _widen(rows, xc, c, mean, doubtful, exact[doubtful, 1], out, k, exact_sq) if doubtful.numel() else out
+
+
+def _widen(rows: torch.Tensor, xc: torch.Tensor, c: torch.Tensor, mean: torch.Tensor, doubtful: torch.Tensor,
+           limit: torch.Tensor, out: torch.Tensor, k: int, exact_sq) -> torch.Tensor:
+    """``out`` with the rows ``doubtful`` redone from more candidates: every row j whose bound L_ij is not above
+    ``limit`` (the row's exact second distance among its first candidates), re-measured exactly. The two nearest are
+    among them, since each has a distance, hence a bound, at most ``limit``. A row with more than
+    ``_WIDE_CANDIDATES`` of them (near-ties by the dozen) is redone with a float64 Gram matrix instead."""
+    n = rows.shape[0]
+    step = max(1, _GRAM_BLOCK_ENTRIES // n)
+    crowded = []
+    for s in range(0, doubtful.numel(), step):
+        who = doubtful[s:s + step]
+        bound = torch.addmm(c.expand(who.numel(), n), xc[who], xc.T, alpha=-2.0).add_(c[who, None])
+        bound[torch.arange(who.numel(), device=rows.device), who] = float("inf")
+        within = (bound.double() <= limit[s:s + step, None]).sum(dim=1)
+        fits = within <= _WIDE_CANDIDATES
+        if bool(fits.any()):
+            cand = torch.topk(bound[fits], int(within[fits].max()), dim=1, largest=False).indices
+            out[who[fits]] = exact_sq(rows, who[fits], cand)[:, :2]
+        crowded.append(who[~fits])
+    crowded = torch.cat(crowded)
+    return _redo_in_float64(rows, mean, crowded, out, k, exact_sq) if crowded.numel() else out
+
+
+def _redo_in_float64(rows: torch.Tensor, mean: torch.Tensor, doubtful: torch.Tensor, out: torch.Tensor, k: int,
+                     exact_sq) -> torch.Tensor:
+    """``out`` with the rows ``doubtful`` redone: their k best candidates from a float64 Gram matrix of the centred
+    rows (rounding ~1e-9 of float32's), re-measured exactly; in row blocks of at most half ``_GRAM_BLOCK_ENTRIES``
+    float64 entries. Rare: rows beyond float32's range, and near-ties by the dozen."""
+    n = rows.shape[0]
+    centred = rows.double() - mean
+    sq64 = (centred * centred).sum(dim=1)
+    step = max(1, _GRAM_BLOCK_ENTRIES // (2 * n))
+    for s in range(0, doubtful.numel(), step):
+        who = doubtful[s:s + step]
+        g64 = sq64[None, :] - 2 * centred[who] @ centred.T
+        g64[torch.arange(who.numel(), device=rows.device), who] = float("inf")
+        cand = torch.topk(g64, k, dim=1, largest=False).indices
+        out[who] = exact_sq(rows, who, cand)[:, :2]
     return out
+
+
+def gram_entries(n: int) -> int:
+    """Entries of the float32 Gram matrix ``_two_nearest_sq`` computes for n rows: the row strips of its upper
+    triangle, their diagonal blocks whole (about n^2 / 2 + n x ``_STRIP_ROWS`` / 2)."""
+    block = max(1, min(_STRIP_ROWS, _GRAM_BLOCK_ENTRIES // max(n, 1)))
+    return sum(min(block, n - s) * (n - s) for s in range(0, n, block))
+
+
+def _tolerance(d: int) -> float:
+    """The float32 error of a squared distance ||a||^2 + ||b||^2 - 2 a.b between centred rows of width d, relative to
+    ||a||^2 + ||b||^2: a float32 sum of d + 1 terms (one norm and the products) errs by ~sqrt(d + 1) u times the sum
+    of their sizes (Higham & Mary 2019's probabilistic bound), ||b||^2 + 2 sum_k |a_k b_k| <= 2 (||a||^2 + ||b||^2),
+    with a safety factor of 8; 4 eps more for the centring and the last addition. Per pair, not with the largest
+    norm: a few massive tokens would otherwise leave half the rows of a batch doubtful."""
+    eps32 = float(torch.finfo(torch.float32).eps)  # eps = 2 u
+    return 8 * math.sqrt(d + 1) * eps32 + 4 * eps32
+
+
+def _merge_smallest(values: torch.Tensor, at: torch.Tensor, more: torch.Tensor, more_at: torch.Tensor, k: int
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The k smallest of two sorted (values, columns) lists per row, sorted."""
+    merged, pos = torch.topk(torch.cat([values, more], dim=1), k, dim=1, largest=False, sorted=True)
+    return merged, torch.gather(torch.cat([at, more_at], dim=1), 1, pos)
 
 
 def _smallest_k(g: torch.Tensor, k: int, group: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
@@ -238,6 +309,7 @@ def twonn_dimension(x, discard_fraction: float = 0.1, mask=None) -> float:
     F(mu) = 1 - mu^(-d); d is the least-squares slope through the origin of -log(1 - F_emp(mu)) on log(mu), with
     F_emp(mu_(i)) = i/N and the largest ``discard_fraction`` of the ratios dropped (the convention of scikit-dimension
     and DADApy). Duplicate rows are removed before (and counted, see ``twonn_estimate``). Distances: float32 Gram
-    matrix of the centred rows in blocks, then the two nearest recomputed exactly in float64. Needs 5 distinct rows.
+    matrix of the centred rows (each pair once), then the two nearest recomputed exactly in float64. Needs 5 distinct
+    rows.
     """
     return twonn_estimate(x, discard_fraction, mask).dimension

@@ -147,18 +147,18 @@ def metric_flops(metric: str, batch: int, width: int) -> tuple[float, float]:
       of the d x d scatter (``measure.eigen.top_eigenvalue_flops``: Lanczos at its most steps and a Cholesky, ~d^3 / 3,
       instead of a full eigendecomposition's 4/3 d^3; its matrix-vector products are memory-bound, 4 bytes a flop,
       which a T4's bandwidth and ``EFFICIENCY`` x its float64 rate serve about equally fast);
-    - ``twonn_dimension``: the Gram blocks of the augmented rows, 2 b^2 (d + 1) in float32 (the float64 re-measure of
-      3 candidates per row is O(b d));
+    - ``twonn_dimension``: the Gram strips of the centred rows, each pair once, 2 d ``measure.twonn.gram_entries(b)``
+      (about b^2 d) in float32 (the float64 re-measure of 3 candidates per row is O(b d));
     - the first moments (mean cosine, drift, norms): O(b d), counted as 0.
 
     Units: floating-point operations."""
-    from anisotropy.measure import eigen  # here: it loads torch, which importing budget must not (cost)
+    from anisotropy.measure import eigen, twonn  # here: they load torch, which importing budget must not (cost)
 
     b, d = float(batch), float(width)
     if metric == "sigma1_share":
         return 2 * b * d * d, eigen.top_eigenvalue_flops(width)
     if metric == "twonn_dimension":
-        return 2 * b * b * (d + 1), 0.0
+        return 2 * d * twonn.gram_entries(int(batch)), 0.0
     return 0.0, 0.0
 
 
@@ -228,9 +228,10 @@ def metric_bytes(batch: int, width: int) -> int:
 
     - ``sigma1_share``: the float64 d x d scatter with its merge and eigenvalue workspace (about six copies) and the
       batch's float32 product: 50 x d^2 + 4 x batch x d;
-    - ``twonn_dimension``: the augmented float32 copies of the centred batch (two), ``numpy.unique``'s sorted copy and
-      the float64 recomputation of the candidates (about six float32 copies in all), and the float32 Gram block of
-      at most ``measure.twonn._GRAM_BLOCK_ENTRIES`` (32 Mi) entries with its top-k temporaries (about four):
+    - ``twonn_dimension``: the float32 copy of the centred batch, ``numpy.unique``'s sorted copy and the float64
+      recomputation of the candidates (at most six float32 copies in all), and the float32 Gram strip of at most
+      ``measure.twonn._GRAM_BLOCK_ENTRIES`` (32 Mi) entries with its transposed part and top-k temporaries (about
+      four):
       24 x batch x d + 16 x min(batch^2, 32 Mi).
 
     An upper bound, checked against the allocations at small sizes (``tests/test_budget.py``). Units: bytes."""
