@@ -9,9 +9,9 @@ For each model, with the model already loaded (loading is the same for both and 
            ``output_hidden_states=True`` and nothing done with the states;
   profile  ``experiments.model_profile.measure`` on the same loaded model and texts (both papers' measures), into
            nothing: no results store, so nothing is read back.
-The goal (issue 47): profile / bare <= 1.3. Wall and CPU seconds are the best of ``--repeats``; the row carries the
-machine's calibration (``anisotropy.book.machine``: float32 GEMM GFLOP/s on one and on every core), since machines
-of the same name differ 2-3x. Writes ``results/profile.csv`` (appended, one row per model and run).
+The goal (issue 47): profile / bare <= 1.3. Wall and CPU seconds are the best of ``--repeats``, the two taking
+turns; the row carries the machine's calibration (``anisotropy.book.machine``: float32 GEMM GFLOP/s on one and on
+every core), since machines of the same name differ 2-3x. Writes ``results/profile.csv`` (appended, one row per model and run).
 """
 
 from __future__ import annotations
@@ -31,13 +31,15 @@ COLUMNS = ["date", "model", "texts", "tokens", "bare_s", "bare_cpu_s", "profile_
            "cpu_ratio", "goal", "gemm_1core_gflops", "gemm_all_gflops", "threads", "load_average", "note"]
 
 
-def _timed(fn, repeats: int) -> tuple[float, float]:
-    """(best wall seconds, CPU seconds of that run) of ``fn()``."""
-    best = (float("inf"), float("inf"))
+def _timed(fns, repeats: int) -> list[tuple[float, float]]:
+    """Per function of ``fns``, (best wall seconds, CPU seconds of that run) of ``repeats`` calls, the functions taking
+    turns (bare, profile, bare, profile, ...): a machine whose speed drifts (a shared host) then slows both alike."""
+    best = [(float("inf"), float("inf"))] * len(fns)
     for _ in range(repeats):
-        wall, cpu = time.perf_counter(), time.process_time()
-        fn()
-        best = min(best, (time.perf_counter() - wall, time.process_time() - cpu))
+        for i, fn in enumerate(fns):
+            wall, cpu = time.perf_counter(), time.process_time()
+            fn()
+            best[i] = min(best[i], (time.perf_counter() - wall, time.process_time() - cpu))
     return best
 
 
@@ -78,9 +80,8 @@ def main(argv=None) -> int:
         loaded = registry.load_any(name)
         loaded.model = getattr(loaded.model, "base_model", loaded.model)
         tokens = bare_passes(loaded, texts, args.max_length, model_profile.EXTRACTION_BATCH)  # warm-up, and count
-        bare = _timed(lambda: bare_passes(loaded, texts, args.max_length, model_profile.EXTRACTION_BATCH),
-                      args.repeats)
-        prof = _timed(lambda: model_profile.measure(loaded, texts, max_length=args.max_length), args.repeats)
+        bare, prof = _timed([lambda: bare_passes(loaded, texts, args.max_length, model_profile.EXTRACTION_BATCH),
+                             lambda: model_profile.measure(loaded, texts, max_length=args.max_length)], args.repeats)
         row = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "model": name, "texts": len(texts),
                "tokens": tokens, "bare_s": round(bare[0], 2), "bare_cpu_s": round(bare[1], 2),
                "profile_s": round(prof[0], 2), "profile_cpu_s": round(prof[1], 2),
