@@ -229,9 +229,13 @@ class BatchedLayer(Accumulator):
             keep = torch.as_tensor(mask).reshape(-1) != 0
             rows, flags = rows[keep.to(rows.device)], flags[keep.cpu()]
         rows = rows.to(device="cpu", dtype=torch.float32)
-        valid = torch.isfinite(rows).all(dim=1) & (rows != 0).any(dim=1)
-        self._n_excluded += rows.shape[0] - int(valid.sum())
-        rows, flags = rows[valid], flags[valid]
+        # max |x| is NaN or inf for a row with a NaN or inf, and 0 for a zero row: one pass, no copy
+        top = torch.linalg.vector_norm(rows, ord=float("inf"), dim=1)
+        valid = torch.isfinite(top) & (top > 0)
+        n_valid = int(valid.sum())
+        self._n_excluded += rows.shape[0] - n_valid
+        if n_valid < rows.shape[0]:
+            rows, flags = rows[valid], flags[valid]
         self._n += rows.shape[0]
         if self.full or not rows.shape[0]:
             return self
