@@ -11,7 +11,10 @@ For each model, with the model already loaded (loading is the same for both and 
            nothing: no results store, so nothing is read back.
 The goal (issue 47): profile / bare <= 1.3. Wall and CPU seconds are the best of ``--repeats``, the two taking
 turns; the row carries the machine's calibration (``anisotropy.book.machine``: float32 GEMM GFLOP/s on one and on
-every core), since machines of the same name differ 2-3x. Writes ``results/profile.csv`` (appended, one row per model and run).
+every core), since machines of the same name differ 2-3x, and the work the ratio rests on: the float32 flops of
+Paper 2's matrix products on every layer (``products_gflop``: TwoNN's Gram matrix and sigma_1's scatter per batch)
+and the forward passes' 2 N per token (``forward_gflop``, N the parameters but the input embedding's). Writes
+``results/profile.csv`` (appended, one row per model and run; a file with fewer columns is rewritten with them).
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ import torch
 HERE = Path(__file__).resolve().parent
 GOAL = 1.3
 COLUMNS = ["date", "model", "texts", "tokens", "bare_s", "bare_cpu_s", "profile_s", "profile_cpu_s", "ratio",
-           "cpu_ratio", "goal", "gemm_1core_gflops", "gemm_all_gflops", "threads", "load_average", "note"]
+           "cpu_ratio", "goal", "gemm_1core_gflops", "gemm_all_gflops", "threads", "load_average", "note",
+           "products_gflop", "forward_gflop"]
 
 
 def _timed(fns, repeats: int) -> list[tuple[float, float]]:
@@ -53,6 +57,21 @@ def bare_passes(loaded, texts, max_length: int, batch: int) -> int:
             loaded.model(**enc, output_hidden_states=True)
             tokens += int(enc["attention_mask"].sum())
     return tokens
+
+
+def products_flops(frame) -> float:
+    """The float32 flops of the matrix products of Paper 2's statistics in a profile (``frame``: its per-layer rows):
+    per layer and batch, TwoNN's Gram matrix and sigma_1's scatter (``pages.budget.metric_flops``)."""
+    from anisotropy.pages import budget
+
+    return float(sum(r.spectral_n_batches * sum(budget.metric_flops(m, r.spectral_batch_size, r.dim)[0]
+                                                for m in ("twonn_dimension", "sigma1_share"))
+                     for r in frame.itertuples()))
+
+
+def body_params(model) -> int:
+    """The parameters a token's forward pass multiplies by (2 flops each): all but the input embedding, a lookup."""
+    return sum(p.numel() for p in model.parameters()) - model.get_input_embeddings().weight.numel()
 
 
 def main(argv=None) -> int:
@@ -80,6 +99,7 @@ def main(argv=None) -> int:
         loaded = registry.load_any(name)
         loaded.model = getattr(loaded.model, "base_model", loaded.model)
         tokens = bare_passes(loaded, texts, args.max_length, model_profile.EXTRACTION_BATCH)  # warm-up, and count
+        frame = model_profile.measure(loaded, texts, max_length=args.max_length)  # warm-up, and its batches
         bare, prof = _timed([lambda: bare_passes(loaded, texts, args.max_length, model_profile.EXTRACTION_BATCH),
                              lambda: model_profile.measure(loaded, texts, max_length=args.max_length)], args.repeats)
         row = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "model": name, "texts": len(texts),
@@ -87,11 +107,19 @@ def main(argv=None) -> int:
                "profile_s": round(prof[0], 2), "profile_cpu_s": round(prof[1], 2),
                "ratio": round(prof[0] / bare[0], 2), "cpu_ratio": round(prof[1] / bare[1], 2), "goal": GOAL,
                "gemm_1core_gflops": round(gemm_1), "gemm_all_gflops": round(gemm_all),
-               "threads": torch.get_num_threads(), "load_average": round(os.getloadavg()[0], 2), "note": args.note}
+               "threads": torch.get_num_threads(), "load_average": round(os.getloadavg()[0], 2), "note": args.note,
+               "products_gflop": round(products_flops(frame) / 1e9, 1),
+               "forward_gflop": round(2 * body_params(loaded.model) * tokens / 1e9, 1)}
         print(", ".join(f"{k}={v}" for k, v in row.items()))
         rows.append(row)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     new = not args.out.is_file()
+    if not new and next(csv.reader(open(args.out)))[: len(COLUMNS)] != COLUMNS:  # older rows: the new columns empty
+        old = list(csv.DictReader(open(args.out)))
+        with open(args.out, "w", newline="") as stream:
+            writer = csv.DictWriter(stream, fieldnames=COLUMNS)
+            writer.writeheader()
+            writer.writerows(old)
     with open(args.out, "a", newline="") as stream:
         writer = csv.DictWriter(stream, fieldnames=COLUMNS)
         if new:

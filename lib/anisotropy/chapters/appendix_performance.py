@@ -10,6 +10,7 @@ from IPython.display import display
 
 from anisotropy import profiles
 from anisotropy.chapters import plans
+from anisotropy.measure.eigen import TOP_EIGENVALUE_REL_TOL  # the page states the share's certified accuracy
 from anisotropy.models import registry
 from anisotropy.pages import budget
 
@@ -87,14 +88,16 @@ def load_words(machine: dict) -> str:
 
 def profile_rows(table: pd.DataFrame, last: bool = True) -> pd.DataFrame:
     """The runs of ``benchmarks/bench_profile.py`` as the page shows them: the last one (the rows of the last row's
-    date and note), or with ``last=False`` every run."""
+    date and note), or with ``last=False`` every run; ``products``: the float32 flops of Paper 2's matrix products over
+    the forward passes' (NaN for runs that did not record them)."""
     if last:
         end = table.iloc[-1]
         table = table[(table["date"] == end["date"]) & (table["note"].fillna("") == ("" if pd.isna(end["note"])
                                                                                      else end["note"]))]
-    return table.assign(**{"goal": [goal_words("profile", r) for r in table["ratio"]]})[
-        ["date", "model", "texts", "tokens", "bare_s", "profile_s", "ratio", "cpu_ratio", "goal", "gemm_all_gflops",
-         "load_average", "note"]]
+    share = (table["products_gflop"] / table["forward_gflop"]) if "products_gflop" in table else float("nan")
+    return table.assign(**{"goal": [goal_words("profile", r) for r in table["ratio"]], "products": share})[
+        ["date", "model", "texts", "tokens", "bare_s", "profile_s", "ratio", "cpu_ratio", "goal", "products",
+         "gemm_all_gflops", "load_average", "note"]]
 
 
 def worked(p: budget.Plan, gpu: str = budget.FREE_GPU):
