@@ -10,7 +10,7 @@ from IPython.display import display
 
 from anisotropy import profiles
 from anisotropy.chapters import plans
-from anisotropy.measure.eigen import TOP_EIGENVALUE_REL_TOL  # the page states the share's certified accuracy
+from anisotropy.measure.eigen import TOP_EIGENVALUE_REL_TOL  # noqa: F401 - the page states the share's accuracy
 from anisotropy.models import registry
 from anisotropy.pages import budget
 

@@ -229,13 +229,11 @@ class BatchedLayer(Accumulator):
             keep = torch.as_tensor(mask).reshape(-1) != 0
             rows, flags = rows[keep.to(rows.device)], flags[keep.cpu()]
         rows = rows.to(device="cpu", dtype=torch.float32)
-        # max |x| is NaN or inf for a row with a NaN or inf, and 0 for a zero row: one pass, no copy
+        # max |x| is NaN or inf for a row with a NaN or inf, and 0 for a zero row: one pass
         top = torch.linalg.vector_norm(rows, ord=float("inf"), dim=1)
         valid = torch.isfinite(top) & (top > 0)
-        n_valid = int(valid.sum())
-        self._n_excluded += rows.shape[0] - n_valid
-        if n_valid < rows.shape[0]:
-            rows, flags = rows[valid], flags[valid]
+        self._n_excluded += rows.shape[0] - int(valid.sum())
+        rows, flags = rows[valid], flags[valid]  # a copy the pool owns, whatever the caller does with its tensor
         self._n += rows.shape[0]
         if self.full or not rows.shape[0]:
             return self

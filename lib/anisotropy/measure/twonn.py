@@ -95,7 +95,8 @@ def _two_nearest_sq(rows: torch.Tensor) -> torch.Tensor:
     error bound, ``_tolerance``); each row keeps its ``_TWONN_CANDIDATES`` + 1 smallest, the first ones are
     re-measured exactly in float64 from the rows themselves, and they are the two nearest for certain when the exact
     second one is not above the next bound. A row that cannot be certified (near-ties with a row beyond the
-    candidates) is redone with a float64 Gram matrix.
+    candidates) is re-measured against every row within its bound (``_widen``), or among many near-ties redone with a
+    float64 Gram matrix.
     """
     n, d = rows.shape
     # Rows off the CPU (the device path) stay where they are: every step below is torch on rows.device.
@@ -152,7 +153,9 @@ def _widen(rows: torch.Tensor, xc: torch.Tensor, c: torch.Tensor, mean: torch.Te
         who = doubtful[s:s + step]
         bound = torch.addmm(c.expand(who.numel(), n), xc[who], xc.T, alpha=-2.0).add_(c[who, None])
         bound[torch.arange(who.numel(), device=rows.device), who] = float("inf")
-        within = (bound.double() <= limit[s:s + step, None]).sum(dim=1)
+        # the limit rounded up to float32, so that no row within it is missed
+        ceiling = torch.nextafter(limit[s:s + step].float(), torch.tensor(float("inf"), device=rows.device))
+        within = (bound <= ceiling[:, None]).sum(dim=1)
         fits = within <= _WIDE_CANDIDATES
         if bool(fits.any()):
             cand = torch.topk(bound[fits], int(within[fits].max()), dim=1, largest=False).indices
