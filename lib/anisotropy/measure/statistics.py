@@ -14,11 +14,11 @@ Paper 2 measures sigma_1^2 / sum_i sigma_i^2 of the centred matrix. Beside them:
 correlation of two per-layer series (``layer_correlation``) and the mean cosine's bootstrap intervals.
 
 Device path (``measure.rows``): first moments (float32 products, float64 sums), the float64 scatter with Chan's update
-and its top eigenvalue run where the rows are. The top eigenvalue, on every device, is ``measure.eigen.top_eigenvalue``'s
-(Lanczos in float64 with a certificate, within ``TOP_EIGENVALUE_REL_TOL`` = 1e-8 relative of lambda_1, else eigvalsh):
-a full float64 eigendecomposition, ~4/3 d^3 flops, ran at a T4's float64 rate (1/32 of float32) three times per batch
-of Paper 2, and on the CPU took a quarter of ``python -m anisotropy profile``'s measurement time (scipy's eigh of the
-top eigenvalue, 17 ms at d = 576, against 2 ms).
+and its top eigenvalue run where the rows are. The top eigenvalue, on every device, is
+``measure.eigen.top_eigenvalue``'s (Lanczos in float64 with a certificate, within ``TOP_EIGENVALUE_REL_TOL`` = 1e-8
+relative of lambda_1, else eigvalsh): a full float64 eigendecomposition, ~4/3 d^3 flops, ran at a T4's float64 rate
+(1/32 of float32) three times per batch of Paper 2, and on the CPU took an eighth of ``python -m anisotropy
+profile``'s per-batch statistics (scipy's eigh of the top eigenvalue, 17 ms at d = 576, against 2 ms).
 """
 
 from __future__ import annotations

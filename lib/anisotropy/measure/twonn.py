@@ -108,19 +108,18 @@ def _two_nearest_sq(rows: torch.Tensor) -> torch.Tensor:
     sq = torch.linalg.vector_norm(xc, dim=1).double() ** 2
     k = min(_TWONN_CANDIDATES + 1, n - 1)
     m = min(_TWONN_CANDIDATES, k)
-    # L_ij = c_i + c_j - 2 x_i.x_j with c = (1 - tol) ||x||^2: the distance less its error bound, symmetric in i, j.
-    # Every float32 value below is at most 4 max ||x||^2; beyond float32's range (norms ~1e19) every row is redone.
+    # The bounds L (``_bounds``) are symmetric in i, j. Every float32 value below is at most 4 max ||x||^2; beyond
+    # float32's range (norms ~1e19) every row is redone.
     if not 4 * float(sq.max()) < float(torch.finfo(torch.float32).max):
         return _redo_in_float64(rows, mean, torch.arange(n, device=dev), torch.empty(n, 2, dtype=torch.float64,
                                                                                      device=dev), k, exact_sq)
     c = ((1 - _tolerance(d)) * sq).to(torch.float32)
     best = torch.full((n, k), float("inf"), dtype=torch.float32, device=dev)
     best_at = torch.zeros((n, k), dtype=torch.long, device=dev)
-    block = max(1, min(_STRIP_ROWS, _GRAM_BLOCK_ENTRIES // n))
+    block = _strip_rows(n)
     for s in range(0, n, block):
         e = min(n, s + block)
-        strip = torch.addmm(c[s:].expand(e - s, n - s), xc[s:e], xc[s:].T, alpha=-2.0)  # (b, n - s): columns s..n
-        strip.add_(c[s:e, None])
+        strip = _bounds(xc[s:e], c[s:e], xc[s:], c[s:])  # (b, n - s): columns s..n
         diag = torch.arange(e - s, device=dev)
         strip[diag, diag] = float("inf")
         values, at = _smallest_k(strip, min(k, n - s))
@@ -151,7 +150,7 @@ def _widen(rows: torch.Tensor, xc: torch.Tensor, c: torch.Tensor, mean: torch.Te
     crowded = []
     for s in range(0, doubtful.numel(), step):
         who = doubtful[s:s + step]
-        bound = torch.addmm(c.expand(who.numel(), n), xc[who], xc.T, alpha=-2.0).add_(c[who, None])
+        bound = _bounds(xc[who], c[who], xc, c)
         bound[torch.arange(who.numel(), device=rows.device), who] = float("inf")
         # the limit rounded up to float32, so that no row within it is missed
         ceiling = torch.nextafter(limit[s:s + step].float(), torch.tensor(float("inf"), device=rows.device))
@@ -186,8 +185,19 @@ def _redo_in_float64(rows: torch.Tensor, mean: torch.Tensor, doubtful: torch.Ten
 def gram_entries(n: int) -> int:
     """Entries of the float32 Gram matrix ``_two_nearest_sq`` computes for n rows: the row strips of its upper
     triangle, their diagonal blocks whole (about n^2 / 2 + n x ``_STRIP_ROWS`` / 2)."""
-    block = max(1, min(_STRIP_ROWS, _GRAM_BLOCK_ENTRIES // max(n, 1)))
+    block = _strip_rows(n)
     return sum(min(block, n - s) * (n - s) for s in range(0, n, block))
+
+
+def _strip_rows(n: int) -> int:
+    """Rows per Gram strip of n rows: ``_STRIP_ROWS``, fewer where a strip would exceed ``_GRAM_BLOCK_ENTRIES``."""
+    return max(1, min(_STRIP_ROWS, _GRAM_BLOCK_ENTRIES // max(n, 1)))
+
+
+def _bounds(rows: torch.Tensor, c_rows: torch.Tensor, cols: torch.Tensor, c_cols: torch.Tensor) -> torch.Tensor:
+    """L_ij = c_i + c_j - 2 x_i.x_j (float32) of centred ``rows`` against centred ``cols``, c = (1 - tol) ||x||^2:
+    each pair's squared distance less its float32 error bound (``_tolerance``), a lower bound of the true one."""
+    return torch.addmm(c_cols.expand(rows.shape[0], -1), rows, cols.T, alpha=-2.0).add_(c_rows[:, None])
 
 
 def _tolerance(d: int) -> float:
