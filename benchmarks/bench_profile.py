@@ -28,6 +28,9 @@ from pathlib import Path
 
 import torch
 
+from anisotropy.experiments import model_profile
+from anisotropy.pages import budget
+
 HERE = Path(__file__).resolve().parent
 GOAL = 1.3
 COLUMNS = ["date", "model", "texts", "tokens", "bare_s", "bare_cpu_s", "profile_s", "profile_cpu_s", "ratio",
@@ -61,11 +64,10 @@ def bare_passes(loaded, texts, max_length: int, batch: int) -> int:
 
 def products_flops(frame) -> float:
     """The float32 flops of the matrix products of Paper 2's statistics in a profile (``frame``: its per-layer rows):
-    per layer and batch, TwoNN's Gram matrix and sigma_1's scatter (``pages.budget.metric_flops``)."""
-    from anisotropy.pages import budget
-
-    return float(sum(r.spectral_n_batches * sum(budget.metric_flops(m, r.spectral_batch_size, r.dim)[0]
-                                                for m in ("twonn_dimension", "sigma1_share"))
+    per layer and batch, TwoNN's Gram matrix and sigma_1's scatter (``pages.budget.batch_metric_flops`` of the
+    profile's metrics, without the robust readings it skips)."""
+    return float(sum(r.spectral_n_batches * budget.batch_metric_flops(model_profile.PAPER2_METRICS,
+                                                                      r.spectral_batch_size, r.dim, robust=False)[0]
                      for r in frame.itertuples()))
 
 
@@ -77,7 +79,6 @@ def body_params(model) -> int:
 def main(argv=None) -> int:
     from anisotropy.book import machine
     from anisotropy.data import sources
-    from anisotropy.experiments import model_profile
     from anisotropy.models import registry
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -114,8 +115,11 @@ def main(argv=None) -> int:
         rows.append(row)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     new = not args.out.is_file()
-    if not new and next(csv.reader(open(args.out)))[: len(COLUMNS)] != COLUMNS:  # older rows: the new columns empty
-        old = list(csv.DictReader(open(args.out)))
+    old = []
+    if not new:
+        with open(args.out, newline="") as stream:
+            old = list(csv.DictReader(stream))
+    if old and list(old[0]) != COLUMNS:  # older rows: the new columns empty
         with open(args.out, "w", newline="") as stream:
             writer = csv.DictWriter(stream, fieldnames=COLUMNS)
             writer.writeheader()
