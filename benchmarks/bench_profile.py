@@ -13,7 +13,9 @@ The goal (issue 47): profile / bare <= 1.3. Wall and CPU seconds are the best of
 turns; the row carries the machine's calibration (``anisotropy.book.machine``: float32 GEMM GFLOP/s on one and on
 every core), since machines of the same name differ 2-3x, and the work the ratio rests on: the float32 flops of
 Paper 2's matrix products on every layer (``products_gflop``: TwoNN's Gram matrix and sigma_1's scatter per batch)
-and the forward passes' 2 N per token (``forward_gflop``, N the parameters but the input embedding's). Writes
+and the forward passes' 2 N per token (``forward_gflop``, N the parameters but the input embedding's), and the wall
+seconds of those products alone (``products_s``, ``products_seconds``): bare + products_s is the least the profile,
+as it measures, can take here. Writes
 ``results/profile.csv`` (appended, one row per model and run; a file with fewer columns is rewritten with them).
 """
 
@@ -29,13 +31,14 @@ from pathlib import Path
 import torch
 
 from anisotropy.experiments import model_profile
+from anisotropy.measure import rows, twonn
 from anisotropy.pages import budget
 
 HERE = Path(__file__).resolve().parent
 GOAL = 1.3
 COLUMNS = ["date", "model", "texts", "tokens", "bare_s", "bare_cpu_s", "profile_s", "profile_cpu_s", "ratio",
            "cpu_ratio", "goal", "gemm_1core_gflops", "gemm_all_gflops", "threads", "load_average", "note",
-           "products_gflop", "forward_gflop"]
+           "products_gflop", "forward_gflop", "products_s"]
 
 
 def _timed(fns, repeats: int) -> list[tuple[float, float]]:
@@ -69,6 +72,24 @@ def products_flops(frame) -> float:
     return float(sum(r.spectral_n_batches * budget.batch_metric_flops(model_profile.PAPER2_METRICS,
                                                                       r.spectral_batch_size, r.dim, robust=False)[0]
                      for r in frame.itertuples()))
+
+
+def products_seconds(frame, repeats: int) -> float:
+    """Wall seconds of Paper 2's matrix products alone, best of ``repeats``: per layer and batch of the profile
+    (``frame``), TwoNN's float32 Gram strips (``twonn.gram_strips``) and sigma_1's scatter, on random rows of the
+    batch's shape, the layers taken as the profile takes them (``rows.threads_each``). The profile's exact measures
+    compute these products and more, so bare + this is the least the profile can take on this machine."""
+    shapes = [(r.spectral_batch_size, r.dim, r.spectral_n_batches) for r in frame.itertuples()]
+
+    def layer(shape) -> None:
+        n, d, batches = shape
+        x = torch.randn(n, d)
+        for _ in range(batches):
+            for s, e in twonn.gram_strips(n):
+                torch.mm(x[s:e], x[s:].T)
+            x.T @ x
+
+    return _timed([lambda: rows.threads_each(layer, shapes)], repeats)[0][0]
 
 
 def body_params(model) -> int:
@@ -110,7 +131,8 @@ def main(argv=None) -> int:
                "gemm_1core_gflops": round(gemm_1), "gemm_all_gflops": round(gemm_all),
                "threads": torch.get_num_threads(), "load_average": round(os.getloadavg()[0], 2), "note": args.note,
                "products_gflop": round(products_flops(frame) / 1e9, 1),
-               "forward_gflop": round(2 * body_params(loaded.model) * tokens / 1e9, 1)}
+               "forward_gflop": round(2 * body_params(loaded.model) * tokens / 1e9, 1),
+               "products_s": round(products_seconds(frame, args.repeats), 2)}
         print(", ".join(f"{k}={v}" for k, v in row.items()))
         rows.append(row)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -147,6 +147,50 @@ def test_batched_layer_gives_each_batch_its_brute_force_value_for_one_batch_or_t
                 assert row[m] == pytest.approx(truth[m], rel=1e-5, abs=1e-6), (k, m)
 
 
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_layers_measured_together_give_each_batch_its_brute_force_value(threads, monkeypatch):
+    """measure_pools measures independent layers two at a time on one thread each (rows.threads_each): every layer's
+    batches still get their brute-force values, TwoNN's among them, and torch's thread count is as it was."""
+    if threads == 1:  # one layer after another; with 2, the machine's threads (2 on the CI's machines)
+        monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    layers, truths = [], []
+    for seed in range(5):  # five layers of different rows
+        x, mask = stream(10 + seed)
+        x = x * (1 + seed)
+        good, _ = valid(x, mask)
+        good = good.astype(np.float32)
+        order = batches.shuffle_order(len(good), 5)
+        layer = batches.BatchedLayer(D, batch_size=BATCH, n_batches=N_BATCHES, shuffle_seed=5, robust=False,
+                                     metric_names=NAMES + ("twonn_dimension",))
+        layer.update(torch.from_numpy(x), mask=torch.from_numpy(mask))
+        layers.append(layer)
+        truths.append([good[order[k * BATCH:(k + 1) * BATCH]] for k in range(N_BATCHES)])
+    before = torch.get_num_threads()
+    batches.measure_pools(layers)
+    assert torch.get_num_threads() == before
+    for layer, rows in zip(layers, truths):
+        assert layer.batches_done == N_BATCHES
+        for k, row in enumerate(layer.rows()):
+            truth = brute(rows[k])
+            for m in NAMES:
+                assert row[m] == pytest.approx(truth[m], rel=1e-5, abs=1e-6), (k, m)
+            assert row["twonn_dimension"] == pytest.approx(twonn_brute(rows[k]), rel=1e-9), k
+
+
+def twonn_brute(rows: np.ndarray, discard: float = 0.1) -> float:
+    """TwoNN (Facco et al. 2017) from every pairwise distance in float64: the slope through the origin of
+    -log(1 - i/N) on the sorted log(r2 / r1), the largest 10% dropped."""
+    a = rows.astype(np.float64)
+    dist = np.sqrt(((a[:, None, :] - a[None, :, :]) ** 2).sum(-1))
+    np.fill_diagonal(dist, np.inf)
+    r = np.sort(dist, axis=1)[:, :2]
+    log_mu = np.sort(np.log(r[:, 1] / r[:, 0]))
+    n = len(log_mu)
+    kept = int(n * (1 - discard))
+    y = -np.log1p(-np.arange(1, kept + 1) / n)
+    return float(log_mu[:kept] @ y / (log_mu[:kept] @ log_mu[:kept]))
+
 def test_a_tee_gives_each_member_what_it_would_get_alone():
     x, mask = stream(4)
     tee = fed(MAKERS["Tee"], x, mask, [123])

@@ -6,6 +6,7 @@ import inspect
 import tracemalloc
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -513,3 +514,19 @@ def test_the_profile_page_plans_its_registry_models_with_the_commands_own_batchi
     assert p.data == [("enwik8", 600)] and any("someone/not-in-the-registry" in note for note in p.notes)
     assert plans.plan("profile_a_model", {**params, "variant": "tiny"}).checkpoints == []
     assert plans.plan("profile_a_model", {**params, "text": "notes.txt"}).data == []
+
+
+def test_the_profile_table_reads_its_floor_as_one_plus_the_products_seconds_over_the_bare_ones():
+    """The appendix's profile rows: the last run only, its share of products in flops and its floor (the ratio the
+    products alone would give), and empty cells for an older run that did not time its products."""
+    table = pd.DataFrame({"date": ["2026-11-29", "2026-12-02", "2026-12-02"], "note": [None, "x", "x"],
+                          "model": ["a", "a", "b"], "texts": 64, "tokens": 100, "bare_s": [4.0, 10.0, 8.0],
+                          "profile_s": [8.0, 14.0, 9.6], "ratio": [2.0, 1.4, 1.2], "cpu_ratio": 1.0,
+                          "products_gflop": [None, 50.0, 20.0], "forward_gflop": [None, 100.0, 80.0],
+                          "products_s": [None, 2.5, 1.0], "gemm_all_gflops": 200, "load_average": 2.0})
+    last = appendix_performance.profile_rows(table)
+    assert list(last["model"]) == ["a", "b"]
+    assert list(last["floor"]) == [1.25, 1.125] and list(last["products"]) == [0.5, 0.25]
+    assert list(last["goal"]) == [appendix_performance.goal_words("profile", r) for r in (1.4, 1.2)]
+    every = appendix_performance.profile_rows(table, last=False)
+    assert len(every) == 3 and np.isnan(every["floor"].iloc[0])

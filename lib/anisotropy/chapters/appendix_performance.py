@@ -89,14 +89,17 @@ def load_words(machine: dict) -> str:
 def profile_rows(table: pd.DataFrame, last: bool = True) -> pd.DataFrame:
     """The runs of ``benchmarks/bench_profile.py`` as the page shows them: the last one (the rows of the last row's
     date and note), or with ``last=False`` every run; ``products``: the float32 flops of Paper 2's matrix products over
-    the forward passes' (NaN for runs that did not record them)."""
+    the forward passes'; ``floor``: 1 + the products' own seconds over the bare passes', the least ratio the profile's
+    measures allow on that machine (NaN for runs that did not record them)."""
     if last:
         end = table.iloc[-1]
         table = table[(table["date"] == end["date"]) & (table["note"].fillna("") == ("" if pd.isna(end["note"])
                                                                                      else end["note"]))]
     share = (table["products_gflop"] / table["forward_gflop"]) if "products_gflop" in table else float("nan")
-    return table.assign(**{"goal": [goal_words("profile", r) for r in table["ratio"]], "products": share})[
-        ["date", "model", "texts", "tokens", "bare_s", "profile_s", "ratio", "cpu_ratio", "goal", "products",
+    floor = (1 + table["products_s"] / table["bare_s"]) if "products_s" in table else float("nan")
+    return table.assign(**{"goal": [goal_words("profile", r) for r in table["ratio"]], "products": share,
+                           "floor": floor})[
+        ["date", "model", "texts", "tokens", "bare_s", "profile_s", "ratio", "cpu_ratio", "goal", "products", "floor",
          "gemm_all_gflops", "load_average", "note"]]
 
 

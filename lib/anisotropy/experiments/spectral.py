@@ -38,7 +38,8 @@ import torch
 
 from anisotropy.measure import taps
 from anisotropy.measure.final_norm import find_final_norm, final_norm_split
-from anisotropy.measure.batches import BATCH_METRICS, BATCH_SIZE, DEFAULT_METRICS, ROBUST_METRICS, BatchedLayer
+from anisotropy.measure.batches import (BATCH_METRICS, BATCH_SIZE, DEFAULT_METRICS, ROBUST_METRICS, BatchedLayer,
+                                        measure_pools)
 from anisotropy import devices, executor, hub, progress, results
 from anisotropy.data import sources
 from anisotropy.experiments import layerwise
@@ -155,6 +156,7 @@ def _batch_rows(loaded, result: dict, has_split: bool, has_final_norm: bool, bat
     """``measure``'s frame of one stack's ``{layer: BatchedLayer}``."""
     layers = sorted(result)
     last = layers[-1] - 1 if has_split else layers[-1]
+    measure_pools(result[layer] for layer in layers)
     short = {layer: result[layer].n for layer in layers if result[layer].batches_done == 0}
     if short:
         raise ValueError(

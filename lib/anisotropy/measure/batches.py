@@ -4,13 +4,13 @@
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import torch
 
 from anisotropy.measure import statistics
-from anisotropy.measure.rows import device_for
+from anisotropy.measure.rows import device_for, threads_each
 from anisotropy.measure.statistics import drift_norm, mean_cosine, mean_norm
 from anisotropy.measure.streaming import Accumulator
 from anisotropy.measure.twonn import twonn_dimension
@@ -259,3 +259,16 @@ class BatchedLayer(Accumulator):
         """One dict per completed batch: ``batch`` (0-based), ``n_vectors`` and every metric."""
         return [{"batch": i, "n_vectors": self.batch_size, **{m: values[i] for m, values in self.values.items()}}
                 for i in range(self.batches_done)]
+
+
+
+def measure_pools(layers: Iterable[BatchedLayer]) -> None:
+    """Measure the shuffled pools of ``layers`` whose stream has ended (what asking ``batches_done`` of each would do,
+    with the same numbers): on the CPU, layers at a time (``rows.threads_each``; memory: each layer being measured
+    holds one more copy of its batch); on a GPU, one after another."""
+    pending = [layer for layer in layers if layer.shuffle_seed is not None and not layer._pooled]
+    if any(layer._device is not None for layer in pending):  # a GPU's kernels do not run on our cores
+        for layer in pending:
+            layer._measure_pool()
+        return
+    threads_each(BatchedLayer._measure_pool, pending)

@@ -20,11 +20,14 @@ import contextlib
 import contextvars
 import math
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator, Sequence, TypeVar
 
 import numpy as np
 import torch
+
+T = TypeVar("T")
 
 
 # Rows per chunk are chosen so that one chunk is about this many bytes: small enough to stay in cache between the norm
@@ -147,6 +150,30 @@ def one_thread():
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def threads_each(fn: Callable[[T], None], items: Sequence[T]) -> None:
+    """``fn(item)`` for every item (independent ones), each on one thread, as many at a time as torch has threads.
+
+    For work much of which runs on one core however many torch has (top-k, float64 re-measures, small products): two
+    at a time on one thread each take 0.8 of the time of one at a time on two threads (Paper 2's layers, measured).
+    """
+    workers = min(torch.get_num_threads(), len(items))
+    if workers < 2:
+        with one_thread():
+            for item in items:
+                fn(item)
+        return
+
+    # a new thread starts with every core (OpenMP's setting is per thread) and without the caller's autograd modes
+    inference, grad = torch.is_inference_mode_enabled(), torch.is_grad_enabled()
+
+    def one(item: T) -> None:
+        with one_thread(), torch.inference_mode(inference), torch.set_grad_enabled(grad):
+            fn(item)
+
+    with one_thread(), ThreadPoolExecutor(workers) as pool:
+        list(pool.map(one, items))
 
 
 def _work_dtype(t: torch.Tensor) -> torch.dtype:

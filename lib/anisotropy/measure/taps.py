@@ -51,7 +51,7 @@ import torch
 
 from anisotropy.measure.inputs import checked, in_chunks, speech_chunks
 from anisotropy.measure.layouts import LAYOUTS, PARTS, first_layer, position_limit
-from anisotropy.measure.rows import one_thread
+from anisotropy.measure.rows import one_thread, threads_each
 from anisotropy.measure.streaming import LayerStats
 
 # The names this module held before it was split, importable from here as they were.
@@ -138,15 +138,24 @@ def extract(loaded, examples: Iterable, batch_size: int = 8, max_length: int = 1
             n_examples += len(chunk)
             offset = first
             passes = fn(loaded, chunk, ctx)  # the forward pass, on every thread torch has
-            # Feeding is many small reductions per layer, where a second thread mostly waits at barriers (one_thread);
-            # each is computed alike on any number of threads, so the numbers do not change.
-            with one_thread():
-                for name, states, keep in passes:
-                    for i, h in enumerate(states):
-                        layer = offset + i
-                        if part is None or name == part:
-                            _feed(result, layer, name, i, h, keep, make, first_example)
-                    offset += len(states)
+            feeds = []
+            for name, states, keep in passes:
+                for i, h in enumerate(states):
+                    layer = offset + i
+                    if part is None or name == part:
+                        if layer not in result:  # opened in layer order, whichever thread feeds it
+                            _open(result, layer, name, i, h, make)
+                        feeds.append((layer, h, keep))
+                offset += len(states)
+            # Feeding is many small reductions per layer, where a second thread mostly waits at barriers: the layers,
+            # independent accumulators, are fed several at a time, each on one thread (threads_each), on the CPU; each
+            # is computed alike on any number of threads, so the numbers do not change.
+            if torch.device(device).type == "cpu":
+                threads_each(lambda f: _feed(result, *f, first_example=first_example), feeds)
+            else:
+                with one_thread():
+                    for f in feeds:
+                        _feed(result, *f, first_example=first_example)
             if bar is not None:
                 bar.update(len(chunk))
     if bar is not None:
@@ -171,12 +180,14 @@ def first_kept(kept: torch.Tensor) -> torch.Tensor:
     return kept & (kept.long().cumsum(1) == 1)
 
 
-def _feed(result: Extraction, layer: int, part: str, index: int, h: torch.Tensor, keep, make,
-          first_example: int = 0) -> None:
+def _open(result: Extraction, layer: int, part: str, index: int, h: torch.Tensor, make) -> None:
+    """A new accumulator for ``layer`` (``make`` of the states' width) in ``result``, with its place in the model."""
+    result[layer] = make(h.shape[-1])
+    result.parts[layer], result.layer_in_part[layer], result.n_masked[layer] = part, index, 0
+
+
+def _feed(result: Extraction, layer: int, h: torch.Tensor, keep, first_example: int = 0) -> None:
     rows = h.reshape(-1, h.shape[-1])
-    if layer not in result:
-        result[layer] = make(rows.shape[-1])
-        result.parts[layer], result.layer_in_part[layer], result.n_masked[layer] = part, index, 0
     extra = {}
     if getattr(result[layer], "wants_groups", False) and rows.shape[0] % h.shape[0] == 0:
         # the example each row comes from (h is (examples, positions, d) or (examples, d)): for intervals that

@@ -116,9 +116,7 @@ def _two_nearest_sq(rows: torch.Tensor) -> torch.Tensor:
     c = ((1 - _tolerance(d)) * sq).to(torch.float32)
     best = torch.full((n, k), float("inf"), dtype=torch.float32, device=dev)
     best_at = torch.zeros((n, k), dtype=torch.long, device=dev)
-    block = _strip_rows(n)
-    for s in range(0, n, block):
-        e = min(n, s + block)
+    for s, e in gram_strips(n):
         strip = _bounds(xc[s:e], c[s:e], xc[s:], c[s:])  # (b, n - s): columns s..n
         diag = torch.arange(e - s, device=dev)
         strip[diag, diag] = float("inf")
@@ -182,11 +180,17 @@ def _redo_in_float64(rows: torch.Tensor, mean: torch.Tensor, doubtful: torch.Ten
     return out
 
 
+def gram_strips(n: int) -> list[tuple[int, int]]:
+    """The row strips (start, end) of the float32 Gram matrix's upper triangle that ``_two_nearest_sq`` computes for
+    n rows: strip (s, e) is rows s..e-1 against columns s..n-1."""
+    block = _strip_rows(n)
+    return [(s, min(n, s + block)) for s in range(0, n, block)]
+
+
 def gram_entries(n: int) -> int:
     """Entries of the float32 Gram matrix ``_two_nearest_sq`` computes for n rows: the row strips of its upper
-    triangle, their diagonal blocks whole (about n^2 / 2 + n x ``_STRIP_ROWS`` / 2)."""
-    block = _strip_rows(n)
-    return sum(min(block, n - s) * (n - s) for s in range(0, n, block))
+    triangle (``gram_strips``), their diagonal blocks whole (about n^2 / 2 + n x ``_STRIP_ROWS`` / 2)."""
+    return sum((e - s) * (n - s) for s, e in gram_strips(n))
 
 
 def _strip_rows(n: int) -> int:
