@@ -31,7 +31,8 @@ from pathlib import Path
 import torch
 
 from anisotropy.experiments import model_profile
-from anisotropy.measure import rows, twonn
+from anisotropy.measure import twonn
+from anisotropy.measure.rows import threads_each
 from anisotropy.pages import budget
 
 HERE = Path(__file__).resolve().parent
@@ -77,7 +78,7 @@ def products_flops(frame) -> float:
 def products_seconds(frame, repeats: int) -> float:
     """Wall seconds of Paper 2's matrix products alone, best of ``repeats``: per layer and batch of the profile
     (``frame``), TwoNN's float32 Gram strips (``twonn.gram_strips``) and sigma_1's scatter, on random rows of the
-    batch's shape, the layers taken as the profile takes them (``rows.threads_each``). The profile's exact measures
+    batch's shape, the layers taken as the profile takes them (``measure.rows.threads_each``). The profile's exact measures
     compute these products and more, so bare + this is the least the profile can take on this machine."""
     shapes = [(r.spectral_batch_size, r.dim, r.spectral_n_batches) for r in frame.itertuples()]
 
@@ -89,7 +90,7 @@ def products_seconds(frame, repeats: int) -> float:
                 torch.mm(x[s:e], x[s:].T)
             x.T @ x
 
-    return _timed([lambda: rows.threads_each(layer, shapes)], repeats)[0][0]
+    return _timed([lambda: threads_each(layer, shapes)], repeats)[0][0]
 
 
 def body_params(model) -> int:

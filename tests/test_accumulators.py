@@ -12,6 +12,7 @@ import torch
 from anisotropy.experiments import layerwise
 from anisotropy.measure import batches
 from anisotropy.measure.streaming import Accumulator, FirstMoments, LayerStats, Tee
+from test_metrics import twonn_reference  # TwoNN from exact float64 all-pairs distances
 
 D = 16
 BATCH, N_BATCHES = 100, 4
@@ -147,7 +148,6 @@ def test_batched_layer_gives_each_batch_its_brute_force_value_for_one_batch_or_t
                 assert row[m] == pytest.approx(truth[m], rel=1e-5, abs=1e-6), (k, m)
 
 
-
 @pytest.mark.parametrize("threads", [1, 2])
 def test_layers_measured_together_give_each_batch_its_brute_force_value(threads, monkeypatch):
     """measure_pools measures independent layers two at a time on one thread each (rows.threads_each): every layer's
@@ -175,21 +175,9 @@ def test_layers_measured_together_give_each_batch_its_brute_force_value(threads,
             truth = brute(rows[k])
             for m in NAMES:
                 assert row[m] == pytest.approx(truth[m], rel=1e-5, abs=1e-6), (k, m)
-            assert row["twonn_dimension"] == pytest.approx(twonn_brute(rows[k]), rel=1e-9), k
+            assert row["twonn_dimension"] == pytest.approx(twonn_reference(rows[k]), rel=1e-9), k
 
 
-def twonn_brute(rows: np.ndarray, discard: float = 0.1) -> float:
-    """TwoNN (Facco et al. 2017) from every pairwise distance in float64: the slope through the origin of
-    -log(1 - i/N) on the sorted log(r2 / r1), the largest 10% dropped."""
-    a = rows.astype(np.float64)
-    dist = np.sqrt(((a[:, None, :] - a[None, :, :]) ** 2).sum(-1))
-    np.fill_diagonal(dist, np.inf)
-    r = np.sort(dist, axis=1)[:, :2]
-    log_mu = np.sort(np.log(r[:, 1] / r[:, 0]))
-    n = len(log_mu)
-    kept = int(n * (1 - discard))
-    y = -np.log1p(-np.arange(1, kept + 1) / n)
-    return float(log_mu[:kept] @ y / (log_mu[:kept] @ log_mu[:kept]))
 
 def test_a_tee_gives_each_member_what_it_would_get_alone():
     x, mask = stream(4)

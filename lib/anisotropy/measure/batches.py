@@ -261,14 +261,9 @@ class BatchedLayer(Accumulator):
                 for i in range(self.batches_done)]
 
 
-
 def measure_pools(layers: Iterable[BatchedLayer]) -> None:
     """Measure the shuffled pools of ``layers`` whose stream has ended (what asking ``batches_done`` of each would do,
     with the same numbers): on the CPU, layers at a time (``rows.threads_each``; memory: each layer being measured
     holds one more copy of its batch); on a GPU, one after another."""
     pending = [layer for layer in layers if layer.shuffle_seed is not None and not layer._pooled]
-    if any(layer._device is not None for layer in pending):  # a GPU's kernels do not run on our cores
-        for layer in pending:
-            layer._measure_pool()
-        return
-    threads_each(BatchedLayer._measure_pool, pending)
+    threads_each(BatchedLayer._measure_pool, pending, parallel=all(layer._device is None for layer in pending))

@@ -152,13 +152,14 @@ def one_thread():
         torch.set_num_threads(before)
 
 
-def threads_each(fn: Callable[[T], None], items: Sequence[T]) -> None:
-    """``fn(item)`` for every item (independent ones), each on one thread, as many at a time as torch has threads.
+def threads_each(fn: Callable[[T], None], items: Sequence[T], parallel: bool = True) -> None:
+    """``fn(item)`` for every item (independent ones), each on one thread, as many at a time as torch has threads
+    (one after another when ``parallel`` is False: work on a GPU, whose kernels do not run on our cores).
 
     For work much of which runs on one core however many torch has (top-k, float64 re-measures, small products): two
     at a time on one thread each take 0.8 of the time of one at a time on two threads (Paper 2's layers, measured).
     """
-    workers = min(torch.get_num_threads(), len(items))
+    workers = min(torch.get_num_threads(), len(items)) if parallel else 1
     if workers < 2:
         with one_thread():
             for item in items:

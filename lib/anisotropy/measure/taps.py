@@ -51,7 +51,7 @@ import torch
 
 from anisotropy.measure.inputs import checked, in_chunks, speech_chunks
 from anisotropy.measure.layouts import LAYOUTS, PARTS, first_layer, position_limit
-from anisotropy.measure.rows import one_thread, threads_each
+from anisotropy.measure.rows import threads_each
 from anisotropy.measure.streaming import LayerStats
 
 # The names this module held before it was split, importable from here as they were.
@@ -150,12 +150,8 @@ def extract(loaded, examples: Iterable, batch_size: int = 8, max_length: int = 1
             # Feeding is many small reductions per layer, where a second thread mostly waits at barriers: the layers,
             # independent accumulators, are fed several at a time, each on one thread (threads_each), on the CPU; each
             # is computed alike on any number of threads, so the numbers do not change.
-            if torch.device(device).type == "cpu":
-                threads_each(lambda f: _feed(result, *f, first_example=first_example), feeds)
-            else:
-                with one_thread():
-                    for f in feeds:
-                        _feed(result, *f, first_example=first_example)
+            threads_each(lambda f: _feed(result, *f, first_example=first_example), feeds,
+                         parallel=torch.device(device).type == "cpu")
             if bar is not None:
                 bar.update(len(chunk))
     if bar is not None:
